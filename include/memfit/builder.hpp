@@ -1,0 +1,84 @@
+// The C++ builder: model code that reads like the model.
+//
+//   Builder b(g);
+//   x = conv2d(b, x, 32, 5, {.pad = 2, .name = "conv1"});
+//   x = relu(b, x);
+//   x = max_pool2d(b, x, 2);
+//
+// Parameter names follow PyTorch's state_dict naming ("layer1.0.conv1.weight"),
+// built from the scope prefix and each layer's name, so weights move between
+// the two as they are.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "memfit/graph.hpp"
+
+namespace memfit {
+
+class Builder {
+ public:
+  explicit Builder(Graph& g, bool training = true) : g(g), training(training) { g.training = training; }
+  Graph& g;
+  bool training;
+
+  // RAII scope: names created inside get "name." prepended.
+  class Scope {
+   public:
+    Scope(Builder& b, const std::string& name) : b_(b), saved_(b.prefix_) { b.prefix_ += name + "."; }
+    ~Scope() { b_.prefix_ = saved_; }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Builder& b_;
+    std::string saved_;
+  };
+  Scope scope(const std::string& name) { return Scope(*this, name); }
+
+  std::string full(const std::string& name) const { return prefix_ + name; }
+  // A name for a parameter-free layer: "<prefix><kind><counter>".
+  std::string auto_name(const std::string& kind) { return prefix_ + kind + std::to_string(counter_++); }
+
+ private:
+  std::string prefix_;
+  int counter_ = 0;
+};
+
+struct ConvOpts {
+  int64_t stride = 1, pad = 0, dilation = 1, groups = 1;
+  bool bias = true;
+  std::string name = "conv";
+};
+struct LinearOpts {
+  bool bias = true;
+  std::string name = "fc";
+};
+struct PoolOpts {
+  int64_t stride = 0;  // 0: same as the window
+  int64_t pad = 0;
+  bool count_include_pad = true;  // avg pool only
+};
+struct BatchNormOpts {
+  double eps = 1e-5, momentum = 0.1;
+  std::string name = "bn";
+};
+
+ValueId conv2d(Builder& b, ValueId x, int64_t out_channels, int64_t kernel, ConvOpts o = {});
+ValueId linear(Builder& b, ValueId x, int64_t out_features, LinearOpts o = {});
+ValueId relu(Builder& b, ValueId x);
+ValueId max_pool2d(Builder& b, ValueId x, int64_t kernel, PoolOpts o = {});
+ValueId avg_pool2d(Builder& b, ValueId x, int64_t kernel, PoolOpts o = {});
+ValueId global_avg_pool(Builder& b, ValueId x);  // [N, C, H, W] -> [N, C]
+ValueId batch_norm(Builder& b, ValueId x, BatchNormOpts o = {});
+ValueId dropout(Builder& b, ValueId x, double p, const std::string& name = "dropout");
+ValueId add(Builder& b, ValueId a, ValueId c);
+ValueId flatten(Builder& b, ValueId x);  // [N, ...] -> [N, rest]
+ValueId reshape(Builder& b, ValueId x, Shape shape);
+ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis);
+ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool trans_b = false);
+// Mean softmax cross-entropy; labels are i32 [N].
+ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);
+
+}  // namespace memfit

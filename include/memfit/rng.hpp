@@ -1,0 +1,47 @@
+// Counter-based random numbers: every random draw in memfit (parameter init,
+// dropout masks, data shuffling, augmentation) is a pure function of
+// (seed, stream, index). Nothing carries hidden state, so a run resumes
+// exactly from (seed, step), and tests/golden/make_golden.py reproduces the
+// same numbers in numpy.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace memfit::rng {
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  uint64_t z = x;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// FNV-1a of a name: turns a parameter or layer name into a stream id.
+inline uint64_t name_hash(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Key of one random stream: (seed, stream id, counter such as the step).
+inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t counter) {
+  return splitmix64(splitmix64(seed ^ splitmix64(stream)) + counter);
+}
+
+// Element i of a stream as a uniform float in [0, 1) with 24 random bits.
+inline float uniform01(uint64_t key, uint64_t i) {
+  return static_cast<float>(splitmix64(key + i) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Uniform in [-bound, bound): used for PyTorch-style default initialisation
+// (bound = 1/sqrt(fan_in) for conv/linear weights and biases).
+inline float uniform_sym(uint64_t key, uint64_t i, float bound) {
+  return (2.0f * uniform01(key, i) - 1.0f) * bound;
+}
+
+}  // namespace memfit::rng

@@ -1,0 +1,79 @@
+// The runtime executes a planned graph: kernels are made and bound to their
+// planned offsets once, then every step only runs them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memfit/graph.hpp"
+#include "memfit/plan.hpp"
+
+namespace memfit {
+
+namespace kernels {
+class Kernel;
+struct StepContext;
+}  // namespace kernels
+
+// Cpu: oneDNN and hand-written fast kernels (f32 storage).
+// Reference: plain scalar kernels in f32. Reference64: the same in double
+// (gradient checks); every float value is stored as double.
+enum class Backend : uint8_t { Cpu, Reference, Reference64 };
+const char* backend_name(Backend b);
+
+struct ExecConfig {
+  Backend backend = Backend::Cpu;
+  PlanOptions plan;
+  bool verify = false;  // run verify_plan after planning (always on in debug builds)
+};
+
+class Executor {
+ public:
+  Executor(const Graph& g, ExecConfig cfg);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  const Graph& graph() const { return g_; }
+  const Plan& plan() const { return plan_; }
+  const ExecConfig& config() const { return cfg_; }
+  size_t elem_size(ValueId v) const;  // bytes per element as stored
+
+  void* data(ValueId v);
+  template <class T> T* ptr(ValueId v) { return static_cast<T*>(data(v)); }
+
+  // Fills parameters and buffers from their InitSpec with the counter-based
+  // generator (seed, parameter name); zeroes gradients and optimizer state.
+  void init_params(uint64_t seed);
+  // Copy a float value in or out as f32 regardless of storage precision.
+  void write_f32(ValueId v, const float* src);
+  void read_f32(ValueId v, float* dst);
+
+  // Runs the whole schedule, or nodes [begin, end).
+  void run(const kernels::StepContext& ctx);
+  void run_nodes(size_t begin, size_t end, const kernels::StepContext& ctx);
+
+  // Debug: fill the transient and gradient arenas with `byte` (0xFF makes
+  // every float NaN) so that unwritten elements show up.
+  void poison(uint8_t byte = 0xFF);
+  // Guard-byte mode: true if every guard still holds its pattern.
+  bool guards_intact() const;
+  // Total bytes of all arenas.
+  size_t arena_bytes() const;
+  std::vector<size_t> node_scratch() const;
+
+ private:
+  const Graph& g_;
+  ExecConfig cfg_;
+  Plan plan_;
+  std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
+  std::vector<std::byte*> arenas_;
+  void fill_guards();
+};
+
+// Byte size of every value as `backend` stores it.
+std::vector<size_t> value_storage_bytes(const Graph& g, Backend b);
+
+}  // namespace memfit

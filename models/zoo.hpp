@@ -1,0 +1,24 @@
+// The model zoo: models written with the builder. Each takes the input value
+// ([N, C, H, W]) and the number of classes and returns the logits [N, classes].
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "memfit/builder.hpp"
+
+namespace memfit::models {
+
+// Fashion-MNIST ConvNet: conv5x5(32,pad2)-relu-maxpool2-conv5x5(64,pad2)-relu-
+// maxpool2-fc(1024)-relu-dropout(0.4)-fc(classes).
+ValueId convnet(Builder& b, ValueId x, int64_t classes);
+// ResNet-18 in its CIFAR form: 3x3 stem at stride 1, no stem pool, four stages
+// of two basic blocks (64/128/256/512 channels), global average pool, fc.
+ValueId resnet18(Builder& b, ValueId x, int64_t classes);
+
+using ModelFn = ValueId (*)(Builder&, ValueId, int64_t);
+// nullptr if the name is unknown.
+ModelFn find_model(const std::string& name);
+std::vector<std::string> model_names();
+
+}  // namespace memfit::models

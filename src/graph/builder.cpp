@@ -1,0 +1,117 @@
+#include "memfit/builder.hpp"
+
+#include <cmath>
+
+#include "memfit/rng.hpp"
+
+namespace memfit {
+namespace {
+
+ValueId make_param(Builder& b, const std::string& name, Shape s, InitSpec init, bool buffer = false) {
+  ValueId v = buffer ? b.g.buffer(b.full(name), std::move(s)) : b.g.param(b.full(name), std::move(s));
+  b.g.value(v).init = init;
+  return v;
+}
+
+InitSpec uniform(double fan_in) { return {InitSpec::Uniform, 1.0 / std::sqrt(fan_in)}; }
+
+}  // namespace
+
+ValueId conv2d(Builder& b, ValueId x, int64_t out_channels, int64_t kernel, ConvOpts o) {
+  const Shape& xs = b.g.value(x).shape;
+  if (xs.size() != 4)
+    throw GraphError("layer '" + b.full(o.name) + "' (conv2d): input must be [N, C, H, W], got " + shape_str(xs));
+  int64_t cin = xs[1];
+  if (o.groups < 1 || cin % o.groups)
+    throw GraphError("layer '" + b.full(o.name) + "' (conv2d): input channels " + std::to_string(cin) +
+                     " not divisible by groups " + std::to_string(o.groups));
+  auto sc = b.scope(o.name);
+  double fan_in = static_cast<double>(cin / o.groups * kernel * kernel);
+  std::vector<ValueId> ins{x, make_param(b, "weight", {out_channels, cin / o.groups, kernel, kernel}, uniform(fan_in))};
+  if (o.bias) ins.push_back(make_param(b, "bias", {out_channels}, uniform(fan_in)));
+  Attrs a{{"stride", Shape{o.stride, o.stride}},
+          {"pad", Shape{o.pad, o.pad}},
+          {"dilation", Shape{o.dilation, o.dilation}},
+          {"groups", o.groups}};
+  std::string layer = b.full("");
+  layer.pop_back();
+  return b.g.add1("conv2d", ins, a, layer);
+}
+
+ValueId linear(Builder& b, ValueId x, int64_t out_features, LinearOpts o) {
+  const Shape& xs = b.g.value(x).shape;
+  if (xs.empty()) throw GraphError("layer '" + b.full(o.name) + "' (linear): scalar input");
+  int64_t in = xs.back();
+  auto sc = b.scope(o.name);
+  std::vector<ValueId> ins{x, make_param(b, "weight", {out_features, in}, uniform(static_cast<double>(in)))};
+  if (o.bias) ins.push_back(make_param(b, "bias", {out_features}, uniform(static_cast<double>(in))));
+  std::string layer = b.full("");
+  layer.pop_back();
+  return b.g.add1("linear", ins, {}, layer);
+}
+
+ValueId relu(Builder& b, ValueId x) { return b.g.add1("relu", {x}, {}, b.auto_name("relu")); }
+
+ValueId max_pool2d(Builder& b, ValueId x, int64_t k, PoolOpts o) {
+  int64_t s = o.stride ? o.stride : k;
+  return b.g.add_node("max_pool2d", {x}, {{"kernel", Shape{k, k}}, {"stride", Shape{s, s}}, {"pad", Shape{o.pad, o.pad}}},
+                      b.auto_name("maxpool"))[0];
+}
+
+ValueId avg_pool2d(Builder& b, ValueId x, int64_t k, PoolOpts o) {
+  int64_t s = o.stride ? o.stride : k;
+  return b.g.add1("avg_pool2d", {x},
+                  {{"kernel", Shape{k, k}},
+                   {"stride", Shape{s, s}},
+                   {"pad", Shape{o.pad, o.pad}},
+                   {"count_include_pad", int64_t(o.count_include_pad)}},
+                  b.auto_name("avgpool"));
+}
+
+ValueId global_avg_pool(Builder& b, ValueId x) { return b.g.add1("global_avg_pool", {x}, {}, b.auto_name("avgpool")); }
+
+ValueId batch_norm(Builder& b, ValueId x, BatchNormOpts o) {
+  const Shape& xs = b.g.value(x).shape;
+  if (xs.size() < 2) throw GraphError("layer '" + b.full(o.name) + "' (batch_norm): input needs a channel axis");
+  int64_t c = xs[1];
+  auto sc = b.scope(o.name);
+  ValueId gamma = make_param(b, "weight", {c}, {InitSpec::Ones, 0});
+  ValueId beta = make_param(b, "bias", {c}, {InitSpec::Zeros, 0});
+  ValueId rm = make_param(b, "running_mean", {c}, {InitSpec::Zeros, 0}, true);
+  ValueId rv = make_param(b, "running_var", {c}, {InitSpec::Ones, 0}, true);
+  std::string layer = b.full("");
+  layer.pop_back();
+  return b.g.add_node("batch_norm", {x, gamma, beta, rm, rv},
+                      {{"eps", o.eps}, {"momentum", o.momentum}, {"training", int64_t(b.training)}}, layer)[0];
+}
+
+ValueId dropout(Builder& b, ValueId x, double p, const std::string& name) {
+  if (!b.training || p == 0.0) return x;  // identity in eval mode
+  std::string layer = b.full(name);
+  return b.g.add_node("dropout", {x}, {{"p", p}, {"stream", static_cast<int64_t>(rng::name_hash(layer))}}, layer)[0];
+}
+
+ValueId add(Builder& b, ValueId a, ValueId c) { return b.g.add1("add", {a, c}, {}, b.auto_name("add")); }
+
+ValueId flatten(Builder& b, ValueId x) {
+  const Shape& s = b.g.value(x).shape;
+  return reshape(b, x, {s.at(0), numel(s) / s.at(0)});
+}
+
+ValueId reshape(Builder& b, ValueId x, Shape shape) {
+  return b.g.add1("reshape", {x}, {{"shape", std::move(shape)}}, b.auto_name("reshape"));
+}
+
+ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis) {
+  return b.g.add1("concat", xs, {{"axis", axis}}, b.auto_name("concat"));
+}
+
+ValueId matmul(Builder& b, ValueId a, ValueId c, bool ta, bool tb) {
+  return b.g.add1("matmul", {a, c}, {{"trans_a", int64_t(ta)}, {"trans_b", int64_t(tb)}}, b.auto_name("matmul"));
+}
+
+ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double s) {
+  return b.g.add_node("softmax_xent", {logits, labels}, {{"smoothing", s}}, "loss")[0];
+}
+
+}  // namespace memfit

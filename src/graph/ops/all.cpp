@@ -1,0 +1,25 @@
+namespace memfit {
+
+void register_conv_ops();
+void register_linear_ops();
+void register_eltwise_ops();
+void register_pool_ops();
+void register_batchnorm_ops();
+void register_dropout_ops();
+void register_shape_ops();
+void register_loss_ops();
+void register_optim_ops();
+
+void register_builtin_ops() {
+  register_conv_ops();
+  register_linear_ops();
+  register_eltwise_ops();
+  register_pool_ops();
+  register_batchnorm_ops();
+  register_dropout_ops();
+  register_shape_ops();
+  register_loss_ops();
+  register_optim_ops();
+}
+
+}  // namespace memfit

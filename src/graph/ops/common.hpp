@@ -1,0 +1,28 @@
+// Shared helpers for op definition files.
+#pragma once
+
+#include "memfit/graph.hpp"
+#include "memfit/op_registry.hpp"
+
+namespace memfit {
+
+inline const Shape& in_shape(const Graph& g, const Node& n, size_t i) {
+  return g.value(n.inputs.at(i)).shape;
+}
+inline DType in_dtype(const Graph& g, const Node& n, size_t i) { return g.value(n.inputs.at(i)).dtype; }
+
+// Output 0 has the shape and dtype of input `i`.
+inline std::vector<ValueMeta> same_as(const Graph& g, const Node& n, size_t i) {
+  return {{in_shape(g, n, i), in_dtype(g, n, i)}};
+}
+
+// Op whose output has the shape of input 0 and is not differentiable.
+inline OpDef simple_op(const std::string& name, int inplace = -1) {
+  OpDef d;
+  d.name = name;
+  d.infer = [](const Graph& g, const Node& n) { return same_as(g, n, 0); };
+  d.traits.inplace_input = inplace;
+  return d;
+}
+
+}  // namespace memfit

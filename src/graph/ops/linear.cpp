@@ -1,0 +1,118 @@
+// linear (y = x w^T + b over the last axis) and batched matmul.
+// M rows (all leading axes of x), K input features, N output features.
+#include "graph/ops/common.hpp"
+
+namespace memfit {
+namespace {
+
+std::vector<ValueMeta> infer_linear(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2 && n.inputs.size() != 3) shape_fail(g, n, "linear takes x, w and optional b");
+  const Shape& x = in_shape(g, n, 0);
+  const Shape& w = in_shape(g, n, 1);
+  if (x.empty() || w.size() != 2) shape_fail(g, n, "linear needs x[..., K] and w[N, K]");
+  if (x.back() != w[1])
+    shape_fail(g, n, "input has " + std::to_string(x.back()) + " features but the weight " + shape_str(w) +
+                         " expects " + std::to_string(w[1]));
+  if (n.inputs.size() == 3 && in_shape(g, n, 2) != Shape{w[0]})
+    shape_fail(g, n, "bias must be [" + std::to_string(w[0]) + "]");
+  Shape y = x;
+  y.back() = w[0];
+  return {{y, in_dtype(g, n, 0)}};
+}
+
+std::vector<ValueId> grad_linear(GradContext& c) {
+  const Node& n = c.fwd();
+  std::vector<ValueId> r(n.inputs.size(), kNone);
+  ValueId dy = c.out_grads[0];
+  if (dy == kNone) return r;
+  if (c.need[0]) r[0] = c.emit1("linear_bwd_data", {dy, c.in(1)});
+  bool need_b = n.inputs.size() == 3 && c.need[2];
+  if (c.need[1] || need_b) {
+    auto outs = c.emit("linear_bwd_weight", {c.in(0), dy}, {{"bias", int64_t(need_b)}});
+    if (c.need[1]) r[1] = outs[0];
+    if (need_b) r[2] = outs[1];
+  }
+  return r;
+}
+
+double flops_linear(const Graph& g, const Node& n) {
+  return 2.0 * static_cast<double>(numel(in_shape(g, n, 0))) * static_cast<double>(in_shape(g, n, 1)[0]);
+}
+
+// matmul: a[..., M, K] x b[..., K, N] (trans flags swap the last two axes).
+// Leading axes must match, or one operand has none (it is broadcast).
+std::vector<ValueMeta> infer_matmul(const Graph& g, const Node& n) {
+  const Shape& a = in_shape(g, n, 0);
+  const Shape& b = in_shape(g, n, 1);
+  if (a.size() < 2 || b.size() < 2) shape_fail(g, n, "matmul operands need rank >= 2");
+  bool ta = n.attrs.i("trans_a", 0), tb = n.attrs.i("trans_b", 0);
+  int64_t m = ta ? a[a.size() - 1] : a[a.size() - 2];
+  int64_t ka = ta ? a[a.size() - 2] : a[a.size() - 1];
+  int64_t kb = tb ? b[b.size() - 1] : b[b.size() - 2];
+  int64_t nn = tb ? b[b.size() - 2] : b[b.size() - 1];
+  if (ka != kb) shape_fail(g, n, "inner dimensions differ: " + std::to_string(ka) + " vs " + std::to_string(kb));
+  Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  if (!ba.empty() && !bb.empty() && ba != bb) shape_fail(g, n, "batch axes differ");
+  if (ba.empty() && !bb.empty()) shape_fail(g, n, "only the second operand may be broadcast over the batch");
+  Shape y = ba.empty() ? bb : ba;
+  y.push_back(m);
+  y.push_back(nn);
+  return {{y, in_dtype(g, n, 0)}};
+}
+
+std::vector<ValueId> grad_matmul(GradContext& c) {
+  std::vector<ValueId> r(2, kNone);
+  ValueId dc = c.out_grads[0];
+  if (dc == kNone) return r;
+  bool ta = c.fwd().attrs.i("trans_a", 0), tb = c.fwd().attrs.i("trans_b", 0);
+  ValueId a = c.in(0), b = c.in(1);
+  bool b_broadcast = c.g.value(b).shape.size() < c.g.value(a).shape.size();
+  // C = op(A) op(B).  dA = dC op(B)^T (transposed back if ta); dB likewise.
+  if (c.need[0]) {
+    if (!ta) r[0] = c.emit1("matmul", {dc, b}, {{"trans_a", int64_t(0)}, {"trans_b", int64_t(!tb)}});
+    else r[0] = c.emit1("matmul", {b, dc}, {{"trans_a", int64_t(tb)}, {"trans_b", int64_t(1)}});
+  }
+  if (c.need[1]) {
+    if (b_broadcast) shape_fail(c.g, c.fwd(), "gradient of a broadcast matmul operand is not supported");
+    if (!tb) r[1] = c.emit1("matmul", {a, dc}, {{"trans_a", int64_t(!ta)}, {"trans_b", int64_t(0)}});
+    else r[1] = c.emit1("matmul", {dc, a}, {{"trans_a", int64_t(1)}, {"trans_b", int64_t(ta)}});
+  }
+  return r;
+}
+
+}  // namespace
+
+void register_linear_ops() {
+  register_op({"linear", infer_linear, grad_linear, {}, flops_linear});
+  register_op({"linear_bwd_data",
+               [](const Graph& g, const Node& n) {
+                 Shape dx = in_shape(g, n, 0);
+                 dx.back() = in_shape(g, n, 1)[1];
+                 return std::vector<ValueMeta>{{dx, in_dtype(g, n, 0)}};
+               },
+               {}, {},
+               [](const Graph& g, const Node& n) {
+                 return 2.0 * static_cast<double>(numel(in_shape(g, n, 0))) * static_cast<double>(in_shape(g, n, 1)[1]);
+               }});
+  register_op({"linear_bwd_weight",
+               [](const Graph& g, const Node& n) {
+                 const Shape& x = in_shape(g, n, 0);
+                 const Shape& dy = in_shape(g, n, 1);
+                 std::vector<ValueMeta> r{{Shape{dy.back(), x.back()}, in_dtype(g, n, 0)}};
+                 if (n.attrs.i("bias", 0)) r.push_back({Shape{dy.back()}, in_dtype(g, n, 0)});
+                 return r;
+               },
+               {}, {},
+               [](const Graph& g, const Node& n) {
+                 return 2.0 * static_cast<double>(numel(in_shape(g, n, 0))) * static_cast<double>(in_shape(g, n, 1).back());
+               }});
+  register_op({"matmul", infer_matmul, grad_matmul, {},
+               [](const Graph& g, const Node& n) {
+                 const Shape& a = in_shape(g, n, 0);
+                 bool ta = n.attrs.i("trans_a", 0);
+                 int64_t k = ta ? a[a.size() - 2] : a.back();
+                 return 2.0 * static_cast<double>(numel(g.value(n.outputs[0]).shape)) * static_cast<double>(k);
+               }});
+}
+
+}  // namespace memfit

@@ -1,0 +1,33 @@
+// softmax_xent: softmax + cross-entropy with mean reduction and optional label
+// smoothing. Inputs logits[N, C], labels[N] (i32). Outputs loss[1], probs[N, C]
+// (the softmax, which the backward reads).
+#include "graph/ops/common.hpp"
+
+namespace memfit {
+
+void register_loss_ops() {
+  OpDef x;
+  x.name = "softmax_xent";
+  x.infer = [](const Graph& g, const Node& n) {
+    expect_rank(g, n, 0, 2);
+    const Shape& l = in_shape(g, n, 0);
+    if (in_shape(g, n, 1) != Shape{l[0]} || in_dtype(g, n, 1) != DType::i32)
+      shape_fail(g, n, "labels must be i32 [" + std::to_string(l[0]) + "]");
+    return std::vector<ValueMeta>{{Shape{1}, DType::f32}, {l, DType::f32}};
+  };
+  x.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone, kNone};
+    if (c.out_grads[0] != kNone && c.need[0])
+      r[0] = c.emit1("softmax_xent_bwd", {c.out(1), c.in(1), c.out_grads[0]}, c.fwd().attrs);
+    return r;
+  };
+  register_op(x);
+
+  OpDef b;
+  b.name = "softmax_xent_bwd";
+  b.traits.inplace_input = 0;  // dlogits may overwrite probs
+  b.infer = [](const Graph& g, const Node& n) { return same_as(g, n, 0); };
+  register_op(b);
+}
+
+}  // namespace memfit

@@ -1,0 +1,49 @@
+// The kernel interface. Kernels know nothing of graphs: they are made from a
+// plain parameter struct (kernels/params.hpp), report the scratch bytes they
+// need, are bound once to planned pointers, and then run any number of times
+// without allocating.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace memfit::kernels {
+
+// Per-step values a kernel may read. Filled by the trainer before each step.
+struct StepContext {
+  int64_t step = 0;        // optimizer step counter (dropout masks, Adam bias correction)
+  int64_t micro = 0;       // micro-batch index within an accumulation group
+  double lr = 0.0;         // learning rate for this step
+  double grad_scale = 1.0; // multiplier applied to gradients by the update (accumulation, loss scaling)
+  uint64_t seed = 0;       // run seed
+};
+
+// Element type a kernel computes in. F64 exists for the double-precision
+// reference used by gradient checks.
+enum class ElemType : uint8_t { F32, F64, BF16 };
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Bytes of scratch memory run() needs; placed by the planner.
+  virtual size_t scratch_bytes() const { return 0; }
+  // Called once after planning. Pointers stay valid for the kernel's life.
+  void bind(std::vector<void*> in, std::vector<void*> out, void* scratch) {
+    in_ = std::move(in);
+    out_ = std::move(out);
+    scratch_ = scratch;
+    on_bind();
+  }
+  virtual void run(const StepContext& ctx) = 0;
+  virtual const char* name() const = 0;
+
+ protected:
+  virtual void on_bind() {}
+  template <class T> T* in(size_t i) const { return static_cast<T*>(in_[i]); }
+  template <class T> T* out(size_t i) const { return static_cast<T*>(out_[i]); }
+  std::vector<void*> in_, out_;
+  void* scratch_ = nullptr;
+};
+
+}  // namespace memfit::kernels

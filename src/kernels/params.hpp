@@ -1,0 +1,141 @@
+// Plain parameter structs, one per op family, shared by the scalar reference
+// kernels (kernels/ref) and the oneDNN kernels (kernels/cpu). The runtime's
+// lowering fills them from a graph node.
+//
+// Dimension letters: N batch, C input channels, H/W input height/width,
+// K output channels, R/S kernel height/width, OH/OW output height/width,
+// M/N/K for matrix products (C[M,N] = A[M,K] * B[K,N]).
+// All tensors are dense row-major (NCHW for images) unless a kernel says so.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace memfit::kernels {
+
+// conv2d            in: x[N,C,H,W], w[K,C/G,R,S], b[K] (if bias)  out: y[N,K,OH,OW]
+// conv2d_bwd_data   in: dy[N,K,OH,OW], w                          out: dx[N,C,H,W]
+// conv2d_bwd_weight in: x, dy                                     out: dw[K,C/G,R,S], db[K] (if bias)
+struct ConvParams {
+  int64_t N, C, H, W, K, R, S, OH, OW;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
+  bool bias = false;
+};
+
+// linear            in: x[M,K], w[N,K], b[N] (if bias)   out: y[M,N] = x w^T + b
+// linear_bwd_data   in: dy[M,N], w[N,K]                  out: dx[M,K]
+// linear_bwd_weight in: x[M,K], dy[M,N]                  out: dw[N,K], db[N] (if bias)
+struct LinearParams {
+  int64_t M, K, N;
+  bool bias = false;
+};
+
+// matmul  in: a, b  out: c[B,M,N] = op(a) op(b) per batch;
+//   a is [B,M,K] ([B,K,M] if trans_a), b is [B,K,N] ([B,N,K] if trans_b).
+//   a_batch/b_batch = 1 broadcasts that operand over the batch.
+struct MatmulParams {
+  int64_t B, M, N, K;
+  bool trans_a = false, trans_b = false;
+  int64_t a_batch = 0, b_batch = 0;  // 0 means B
+};
+
+// relu      in: x      out: y
+// relu_bwd  in: y, dy  out: dx = dy * (y > 0)
+// add       in: a, b   out: a + b
+// scale     in: x      out: alpha * x
+struct EltwiseParams {
+  int64_t n;
+  double alpha = 1.0;
+};
+
+// max_pool2d      in: x[N,C,H,W]        out: y[N,C,OH,OW], idx[N,C,OH,OW] (i32 workspace)
+// max_pool2d_bwd  in: dy, idx           out: dx[N,C,H,W]
+// avg_pool2d      in: x                 out: y
+// avg_pool2d_bwd  in: dy                out: dx
+// Padding never wins a max; avg divides by the full window (count_include_pad)
+// or by the valid elements.
+struct PoolParams {
+  int64_t N, C, H, W, OH, OW, R, S;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;
+};
+
+// global_avg_pool      in: x[N,C,H,W]  out: y[N,C]
+// global_avg_pool_bwd  in: dy[N,C]     out: dx[N,C,H,W] = dy / (H*W)
+struct GlobalPoolParams {
+  int64_t N, C, HW;
+};
+
+// batch_norm      in: x[N,C,HW], gamma[C], beta[C], running_mean[C], running_var[C]
+//                 out: y, mean[C], var[C] (biased batch variance when training;
+//                 copies of the running statistics in eval)
+//   training: normalises with batch statistics and updates the running
+//   statistics in place: rm = (1-momentum) rm + momentum mean,
+//   rv = (1-momentum) rv + momentum var * n/(n-1), n = N*HW.
+// batch_norm_bwd  in: x, dy, gamma, mean, var   out: dx, dgamma[C], dbeta[C]
+struct BatchNormParams {
+  int64_t N, C, HW;
+  double eps = 1e-5, momentum = 0.1;
+  bool training = true;
+};
+
+// dropout      in: x      out: y, mask[n] (u8: 1 kept)
+// dropout_bwd  in: dy, mask  out: dx
+// Element i is kept iff rng::uniform01(rng::stream_key(ctx.seed, stream, ctx.step), i) >= p;
+// kept values are scaled by 1/(1-p).
+struct DropoutParams {
+  int64_t n;
+  double p;
+  uint64_t stream;
+};
+
+// concat  in: x_0..x_{k-1}   out: y, joined along one axis.
+// slice   in: x              out: y = x[..., start:start+len, ...] along the axis.
+// The tensors are viewed as [outer, axis, inner].
+struct ConcatParams {
+  int64_t outer, inner;
+  std::vector<int64_t> sizes;  // extent of each input along the axis
+};
+struct SliceParams {
+  int64_t outer, inner, axis_in, start, len;
+};
+
+// softmax_xent      in: logits[N,C], labels[N] (i32)   out: loss[1], probs[N,C]
+//   loss = mean over N of -sum_c q_c log p_c, q = (1-s) onehot + s/C.
+// softmax_xent_bwd  in: probs, labels, dloss[1]        out: dlogits = (p - q) dloss / N
+struct XentParams {
+  int64_t N, C;
+  double smoothing = 0.0;
+};
+
+// fill  out: y[n] = value (e.g. the seed gradient 1 of the loss)
+struct FillParams {
+  int64_t n;
+  double value;
+};
+
+// sgd_update  in: p_0..p_{k-1}, g_0..g_{k-1}, m_0..m_{k-1} (m only if momentum != 0)
+//   in place: g' = g*grad_scale + wd p (wd per tensor); m = momentum m + g' (first step: m = g');
+//   p -= lr (nesterov ? g' + momentum m : m).
+struct SgdParams {
+  std::vector<int64_t> sizes;
+  std::vector<double> weight_decay;  // per tensor
+  double momentum = 0.0;
+  bool nesterov = false;
+};
+
+}  // namespace memfit::kernels
+
+namespace memfit::kernels {
+
+// adam_update  in: p_0..p_{k-1}, g_0..g_{k-1}, m_0..m_{k-1}, v_0..v_{k-1}; in place, t = ctx.step + 1:
+//   g' = g*grad_scale (+ wd p unless decoupled); m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+//   p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)  (decoupled: p -= lr wd p first).
+struct AdamParams {
+  std::vector<int64_t> sizes;
+  std::vector<double> weight_decay;  // per tensor
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool decoupled = false;
+};
+
+}  // namespace memfit::kernels

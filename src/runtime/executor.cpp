@@ -1,0 +1,203 @@
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "kernels/kernel.hpp"
+#include "memfit/rng.hpp"
+#include "memfit/runtime.hpp"
+#include "runtime/kernel_table.hpp"
+
+namespace memfit {
+
+void register_builtin_kernels();  // runtime/lower/all.cpp
+
+namespace {
+std::map<std::string, KernelFactory>& ktable() {
+  static std::map<std::string, KernelFactory> t;
+  return t;
+}
+constexpr uint8_t kGuard = 0xA5;
+constexpr size_t kArenaAlign = 4096;
+}  // namespace
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::Cpu: return "cpu";
+    case Backend::Reference: return "reference";
+    case Backend::Reference64: return "reference64";
+  }
+  return "?";
+}
+
+void register_kernel(const std::string& op, KernelFactory f) { ktable()[op] = std::move(f); }
+
+std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b) {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_kernels(); });
+  auto it = ktable().find(n.op);
+  if (it == ktable().end()) throw std::runtime_error("no kernel for op '" + n.op + "'");
+  return it->second(g, n, b);
+}
+
+std::vector<size_t> value_storage_bytes(const Graph& g, Backend b) {
+  std::vector<size_t> r(g.num_values());
+  for (size_t v = 0; v < r.size(); ++v) {
+    const Value& val = g.value(static_cast<ValueId>(v));
+    size_t es = dtype_size(val.dtype);
+    if (b == Backend::Reference64 && is_float(val.dtype)) es = 8;
+    r[v] = static_cast<size_t>(numel(val.shape)) * es;
+  }
+  return r;
+}
+
+Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
+  kernels_.resize(g.num_nodes());
+  std::vector<size_t> scratch(g.num_nodes(), 0);
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    kernels_[k] = make_kernel(g, g.node(static_cast<NodeId>(k)), cfg.backend);
+    if (kernels_[k]) scratch[k] = kernels_[k]->scratch_bytes();
+  }
+  plan_ = make_plan(g, value_storage_bytes(g, cfg.backend), scratch, cfg.plan);
+#ifndef NDEBUG
+  cfg_.verify = true;
+#endif
+  if (cfg_.verify) {
+    std::string err = verify_plan(g, plan_);
+    if (!err.empty()) throw std::logic_error("memory plan failed verification: " + err);
+  }
+  arenas_.assign(kNumArenas, nullptr);
+  for (size_t a = 0; a < kNumArenas; ++a) {
+    size_t bytes = (plan_.arena_bytes[a] + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    if (bytes == 0) continue;
+    arenas_[a] = static_cast<std::byte*>(std::aligned_alloc(kArenaAlign, bytes));
+    if (!arenas_[a]) throw std::bad_alloc();
+    if (a != static_cast<size_t>(Arena::Transient)) std::memset(arenas_[a], 0, bytes);
+  }
+  if (cfg_.plan.guard_bytes) fill_guards();
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    if (!kernels_[k]) continue;
+    const Node& n = g.node(static_cast<NodeId>(k));
+    std::vector<void*> in, out;
+    for (ValueId v : n.inputs) in.push_back(data(v));
+    for (ValueId v : n.outputs) out.push_back(data(v));
+    void* s = plan_.scratch[k].bytes ? arenas_[0] + plan_.scratch[k].offset : nullptr;
+    kernels_[k]->bind(std::move(in), std::move(out), s);
+  }
+}
+
+Executor::~Executor() {
+  kernels_.clear();
+  for (auto* p : arenas_) std::free(p);
+}
+
+size_t Executor::elem_size(ValueId v) const {
+  const Value& val = g_.value(v);
+  if (cfg_.backend == Backend::Reference64 && is_float(val.dtype)) return 8;
+  return dtype_size(val.dtype);
+}
+
+void* Executor::data(ValueId v) {
+  const Placement& p = plan_.values.at(static_cast<size_t>(v));
+  std::byte* base = arenas_[static_cast<size_t>(p.arena)];
+  return base ? base + p.offset : nullptr;
+}
+
+size_t Executor::arena_bytes() const { return plan_.total_bytes(); }
+
+std::vector<size_t> Executor::node_scratch() const {
+  std::vector<size_t> r;
+  for (auto& s : plan_.scratch) r.push_back(s.bytes);
+  return r;
+}
+
+void Executor::write_f32(ValueId v, const float* src) {
+  const size_t n = static_cast<size_t>(numel(g_.value(v).shape));
+  if (g_.value(v).dtype != DType::f32) throw std::runtime_error("write_f32 on a non-f32 value");
+  if (elem_size(v) == 8) {
+    double* d = ptr<double>(v);
+    for (size_t i = 0; i < n; ++i) d[i] = src[i];
+  } else {
+    std::memcpy(data(v), src, n * 4);
+  }
+}
+
+void Executor::read_f32(ValueId v, float* dst) {
+  const size_t n = static_cast<size_t>(numel(g_.value(v).shape));
+  if (g_.value(v).dtype != DType::f32) throw std::runtime_error("read_f32 on a non-f32 value");
+  if (elem_size(v) == 8) {
+    const double* d = ptr<double>(v);
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(d[i]);
+  } else {
+    std::memcpy(dst, data(v), n * 4);
+  }
+}
+
+void Executor::init_params(uint64_t seed) {
+  for (size_t v = 0; v < g_.num_values(); ++v) {
+    const Value& val = g_.value(static_cast<ValueId>(v));
+    if (val.cls == VClass::ParamGrad || val.cls == VClass::OptState) {
+      std::memset(data(static_cast<ValueId>(v)), 0, plan_.values[v].bytes);
+      continue;
+    }
+    if (val.cls != VClass::Param && val.cls != VClass::Buffer) continue;
+    const size_t n = static_cast<size_t>(numel(val.shape));
+    std::vector<float> tmp(n, 0.0f);
+    const uint64_t key = rng::stream_key(seed, rng::name_hash(val.name), 0);
+    for (size_t i = 0; i < n; ++i) {
+      switch (val.init.kind) {
+        case InitSpec::None:
+        case InitSpec::Zeros: tmp[i] = 0.0f; break;
+        case InitSpec::Ones: tmp[i] = 1.0f; break;
+        case InitSpec::Uniform: tmp[i] = rng::uniform_sym(key, i, static_cast<float>(val.init.bound)); break;
+      }
+    }
+    write_f32(static_cast<ValueId>(v), tmp.data());
+  }
+}
+
+void Executor::run(const kernels::StepContext& ctx) { run_nodes(0, kernels_.size(), ctx); }
+
+void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& ctx) {
+  for (size_t k = begin; k < end; ++k)
+    if (kernels_[k]) kernels_[k]->run(ctx);
+}
+
+void Executor::poison(uint8_t byte) {
+  for (Arena a : {Arena::Transient, Arena::Grads})
+    if (arenas_[static_cast<size_t>(a)])
+      std::memset(arenas_[static_cast<size_t>(a)], byte, plan_.arena_bytes[static_cast<size_t>(a)]);
+  if (cfg_.plan.guard_bytes) fill_guards();
+}
+
+void Executor::fill_guards() {
+  const size_t gb = cfg_.plan.guard_bytes;
+  std::byte* t = arenas_[0];
+  if (!t) return;
+  // Fill the whole transient arena; data regions are overwritten by kernels,
+  // guard regions must keep the pattern.
+  std::memset(t, kGuard, plan_.arena_bytes[0]);
+  (void)gb;
+}
+
+bool Executor::guards_intact() const {
+  const size_t gb = cfg_.plan.guard_bytes;
+  if (!gb || !arenas_[0]) return true;
+  auto check = [&](size_t off) {
+    const auto* p = reinterpret_cast<const uint8_t*>(arenas_[0] + off);
+    for (size_t i = 0; i < gb; ++i)
+      if (p[i] != kGuard) return false;
+    return true;
+  };
+  for (size_t v = 0; v < plan_.values.size(); ++v) {
+    const Placement& p = plan_.values[v];
+    if (p.arena != Arena::Transient || p.root != static_cast<ValueId>(v) || p.bytes == 0) continue;
+    if (!check(p.offset + p.bytes)) return false;
+  }
+  for (const auto& s : plan_.scratch)
+    if (s.bytes && !check(s.offset + s.bytes)) return false;
+  return true;
+}
+
+}  // namespace memfit

@@ -1,0 +1,29 @@
+#include "train/step_graph.hpp"
+
+#include "memfit/builder.hpp"
+#include "models/zoo.hpp"
+
+namespace memfit::train {
+
+std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
+  auto sg = std::make_unique<StepGraph>();
+  Graph& g = sg->g;
+  g.model_name = s.model;
+  models::ModelFn fn = models::find_model(s.model);
+  if (!fn) throw GraphError("unknown model '" + s.model + "'");
+  Builder b(g, s.training);
+  sg->x = g.input("input", {s.batch, s.channels, s.height, s.width});
+  sg->labels = g.input("labels", {s.batch}, DType::i32);
+  sg->logits = fn(b, sg->x, s.classes);
+  g.value(sg->logits).is_output = true;
+  sg->loss = softmax_xent(b, sg->logits, sg->labels, s.label_smoothing);
+  g.value(sg->loss).is_output = true;
+  g.value(sg->loss).is_loss = true;
+  if (s.training) {
+    sg->backward = build_backward(g, sg->loss);
+    if (s.with_update) append_optimizer(g, s.optimizer);
+  }
+  return sg;
+}
+
+}  // namespace memfit::train

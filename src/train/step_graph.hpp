@@ -1,0 +1,34 @@
+// One training (or evaluation) step as a graph: data inputs, the model, the
+// loss, and in training mode the backward and the optimizer update.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "memfit/autodiff.hpp"
+#include "memfit/graph.hpp"
+#include "memfit/optim.hpp"
+
+namespace memfit::train {
+
+struct StepSpec {
+  std::string model = "convnet";
+  int64_t batch = 64;
+  int64_t channels = 1, height = 28, width = 28;
+  int64_t classes = 10;
+  bool training = true;
+  double label_smoothing = 0.0;
+  OptimizerConfig optimizer;
+  bool with_update = true;  // append the optimizer update (training only)
+};
+
+struct StepGraph {
+  Graph g;
+  ValueId x = kNone, labels = kNone, logits = kNone, loss = kNone;
+  BackwardResult backward;
+};
+
+// Throws GraphError for a bad model or an unknown model name.
+std::unique_ptr<StepGraph> build_step_graph(const StepSpec& spec);
+
+}  // namespace memfit::train
