@@ -12,11 +12,23 @@
 namespace memfit {
 
 void register_builtin_kernels();  // runtime/lower/all.cpp
+void register_cpu_kernels();      // runtime/lower_cpu/all.cpp
 
 namespace {
 std::map<std::string, KernelFactory>& ktable() {
   static std::map<std::string, KernelFactory> t;
   return t;
+}
+std::map<std::string, KernelFactory>& cpu_table() {
+  static std::map<std::string, KernelFactory> t;
+  return t;
+}
+void ensure_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_builtin_kernels();
+    register_cpu_kernels();
+  });
 }
 constexpr uint8_t kGuard = 0xA5;
 constexpr size_t kArenaAlign = 4096;
@@ -32,10 +44,19 @@ const char* backend_name(Backend b) {
 }
 
 void register_kernel(const std::string& op, KernelFactory f) { ktable()[op] = std::move(f); }
+void register_cpu_kernel(const std::string& op, KernelFactory f) { cpu_table()[op] = std::move(f); }
+bool has_cpu_kernel(const std::string& op) {
+  ensure_kernels();
+  return cpu_table().count(op) != 0;
+}
 
 std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b) {
-  static std::once_flag once;
-  std::call_once(once, [] { register_builtin_kernels(); });
+  ensure_kernels();
+  if (b == Backend::Cpu) {
+    auto c = cpu_table().find(n.op);
+    if (c != cpu_table().end())
+      if (auto k = c->second(g, n, b)) return k;
+  }
   auto it = ktable().find(n.op);
   if (it == ktable().end()) throw std::runtime_error("no kernel for op '" + n.op + "'");
   return it->second(g, n, b);
