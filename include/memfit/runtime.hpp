@@ -2,6 +2,7 @@
 // planned offsets once, then every step only runs them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,7 +27,18 @@ const char* backend_name(Backend b);
 struct ExecConfig {
   Backend backend = Backend::Cpu;
   PlanOptions plan;
+  // Memory lent by another executor for an arena: an evaluation graph reads
+  // the training executor's parameters in place and can run in its transient
+  // arena (the two never run at once). Must be at least the planned size.
+  struct Borrowed {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  std::array<Borrowed, kNumArenas> borrow{};
   bool verify = false;  // run verify_plan after planning (always on in debug builds)
+  // true: the constructor makes kernels and the plan only; allocate() then
+  // takes the memory (so a plan can be checked against a budget first).
+  bool defer_allocation = false;
 };
 
 class Executor {
@@ -35,6 +47,13 @@ class Executor {
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
+
+  // Allocates the arenas and binds every kernel to its planned pointers.
+  // Called by the constructor unless defer_allocation is set; idempotent.
+  void allocate();
+  bool allocated() const { return allocated_; }
+  // Before allocate(): use another executor's memory for this arena.
+  void borrow(Arena a, ExecConfig::Borrowed mem);
 
   const Graph& graph() const { return g_; }
   const Plan& plan() const { return plan_; }
@@ -60,8 +79,10 @@ class Executor {
   void poison(uint8_t byte = 0xFF);
   // Guard-byte mode: true if every guard still holds its pattern.
   bool guards_intact() const;
-  // Total bytes of all arenas.
+  // Total bytes of the arenas this executor owns (borrowed ones excluded).
   size_t arena_bytes() const;
+  // Base pointer and size of an arena (to lend it to another executor).
+  ExecConfig::Borrowed arena(Arena a) const;
   std::vector<size_t> node_scratch() const;
 
  private:
@@ -70,6 +91,8 @@ class Executor {
   Plan plan_;
   std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
   std::vector<std::byte*> arenas_;
+  std::vector<bool> owned_;
+  bool allocated_ = false;
   void fill_guards();
 };
 

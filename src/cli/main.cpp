@@ -1,8 +1,203 @@
+// The memfit command: `memfit train` (the main job) and `memfit plan` (the
+// memory plan of a run, without running it).
+#include <cmath>
 #include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/args.hpp"
+#include "memfit/graph.hpp"
+#include "models/zoo.hpp"
+#include "train/memory.hpp"
+#include "train/trainer.hpp"
+
+using namespace memfit;
+
+namespace {
+
+const char* kTopUsage =
+    "usage: memfit <command> [options]\n"
+    "\n"
+    "memfit trains CNNs inside the memory the machine has: it plans every\n"
+    "buffer of a training step before step one, prints the predicted peak,\n"
+    "and runs the step in one arena.\n"
+    "\n"
+    "commands:\n"
+    "  train     train a model (default: the ConvNet on Fashion-MNIST)\n"
+    "  plan      print the memory plan of a training run without running it\n"
+    "\n"
+    "`memfit <command> --help` lists a command's options.\n";
+
+void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
+  std::string models;
+  for (auto& m : models::model_names()) models += (models.empty() ? "" : "|") + m;
+  a.add("model", &o.model, models, "model from the zoo (default convnet)");
+  a.add("data", &o.data, "DIR", "IDX directory or image folder (default Fashion-MNIST)");
+  a.add("batch", &o.batch, "N", "batch size (default 64)");
+  a.add(
+      "optimizer", [&o](const std::string& v) {
+        if (v != "sgd" && v != "adam" && v != "adamw") return "--optimizer expects sgd, adam or adamw, got '" + v + "'";
+        o.optimizer.kind = v;
+        return std::string();
+      },
+      "sgd|adam|adamw", "optimizer (default sgd with momentum 0.9)");
+  a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
+  a.add("threads", &o.threads, "N", "threads (default: all cores)");
+  a.add("subset", &o.subset, "N|F", "train on N samples or a fraction F (0.1, 10%)");
+  a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
+  a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
+  a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
+}
+
+int usage_error(const cli::Args& a, const std::string& msg) {
+  std::cerr << "memfit: " << msg << "\n\n" << a.usage();
+  return 2;
+}
+
+bool parse_memory(const std::string& s, train::TrainOptions& o, std::string& err) {
+  if (s.empty()) return true;
+  auto b = train::parse_bytes(s);
+  if (!b || *b == 0) {
+    err = "--memory expects a size like 512MiB, 1GiB or a number of bytes, got '" + s + "'";
+    return false;
+  }
+  o.memory = *b;
+  return true;
+}
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s << std::setprecision(8) << v;
+  return s.str();
+}
+
+int cmd_train(const std::vector<std::string>& argv) {
+  train::TrainOptions o;
+  std::string memory, sched = o.schedule;
+  bool nesterov = false;
+  cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 3 epochs.");
+  add_common(a, o, memory);
+  a.add("epochs", &o.epochs, "N", "epochs (default 3)");
+  a.add("steps", &o.steps, "N", "stop after N optimizer steps (overrides --epochs)");
+  a.add("lr", &o.lr, "LR", "learning rate (default 0.05)");
+  a.add("momentum", &o.optimizer.momentum, "M", "SGD momentum (default 0.9)");
+  a.add_flag("nesterov", &nesterov, "Nesterov momentum");
+  a.add("weight-decay", &o.optimizer.weight_decay, "WD", "weight decay (default 5e-4; decoupled for adamw)");
+  a.add("schedule", &sched, "constant|step|cosine", "learning-rate schedule (default cosine)");
+  a.add("warmup", &o.warmup, "STEPS", "linear warm-up steps (default 0)");
+  a.add("clip-grad-norm", &o.optimizer.clip_grad_norm, "N", "clip gradients to this global L2 norm");
+  a.add("label-smoothing", &o.label_smoothing, "S", "label smoothing (default 0)");
+  int64_t seed = static_cast<int64_t>(o.seed);
+  a.add("seed", &seed, "N", "seed for init, shuffling, dropout (default 42)");
+  a.add("out", &o.out, "DIR", "run directory: checkpoints, metrics.jsonl (default runs/latest)");
+  a.add("resume", &o.resume, "DIR", "continue the run saved in DIR exactly");
+  a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps (default: every epoch)");
+  a.add("checkpoint-every", &o.checkpoint_every, "STEPS", "checkpoint every N steps too (default: every epoch)");
+  a.add("test-subset", &o.test_subset, "N|F", "evaluate on N samples or a fraction of the test split");
+  a.add_flag("augment", &o.augment, "random crop (pad 4) and horizontal flip");
+  a.add(
+      "progress", [&o](const std::string& v) {
+        if (v == "auto") o.progress = -1;
+        else if (v == "bar") o.progress = 1;
+        else if (v == "lines") o.progress = 0;
+        else return "--progress expects auto, bar or lines, got '" + v + "'";
+        return std::string();
+      },
+      "auto|bar|lines", "progress display (default: bar on a terminal)");
+  a.add("stop-after", &o.stop_after, "STEPS", "testing: stop after N steps without a final checkpoint");
+  if (auto err = a.parse(argv)) return usage_error(a, *err);
+  if (a.help_requested()) {
+    std::cout << a.usage();
+    return 0;
+  }
+  std::string err;
+  if (!parse_memory(memory, o, err)) return usage_error(a, err);
+  if (!Schedule::valid_kind(sched)) return usage_error(a, "--schedule expects constant, step or cosine, got '" + sched + "'");
+  if (o.batch <= 0 || o.epochs <= 0 || o.steps < 0 || !(o.lr > 0))
+    return usage_error(a, "--batch, --epochs and --lr must be positive");
+  if (seed < 0) return usage_error(a, "--seed must be non-negative");
+  o.schedule = sched;
+  o.optimizer.nesterov = nesterov;
+  o.seed = static_cast<uint64_t>(seed);
+  if (o.optimizer.kind != "sgd" && !a.given("lr")) o.lr = 1e-3;
+  if (o.optimizer.kind == "adamw" && !a.given("weight-decay")) o.optimizer.weight_decay = 1e-2;
+  if (o.optimizer.kind == "adam" && !a.given("weight-decay")) o.optimizer.weight_decay = 0.0;
+  if (models::find_model(o.model) == nullptr) return usage_error(a, "unknown model '" + o.model + "'");
+
+  train::TrainResult r = train::run_training(o, std::cout);
+  std::cout << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
+            << " images/s, final train loss " << num(r.final_train_loss);
+  if (r.evaluated) std::cout << ", test accuracy " << num(r.test_accuracy);
+  std::cout << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
+            << train::format_bytes(r.planned_peak_bytes) << ")\n";
+  if (o.json) {
+    std::cout << "{\"steps\": " << r.steps << ", \"final_train_loss\": " << num(r.final_train_loss);
+    if (r.evaluated) std::cout << ", \"test_loss\": " << num(r.test_loss) << ", \"test_accuracy\": " << num(r.test_accuracy);
+    std::cout << ", \"images_per_second\": " << num(r.images_per_second) << ", \"seconds\": " << num(r.seconds)
+              << ", \"peak_rss_bytes\": " << r.peak_rss_bytes << ", \"planned_peak_bytes\": " << r.planned_peak_bytes
+              << ", \"budget_bytes\": " << r.budget_bytes << "}\n";
+  }
+  return 0;
+}
+
+int cmd_plan(const std::vector<std::string>& argv) {
+  train::TrainOptions o;
+  std::string memory;
+  cli::Args a("plan", "Print the memory plan of a training run: the predicted peak by class, the largest\n"
+                      "buffers, and the total without planning. Nothing is trained.");
+  add_common(a, o, memory);
+  if (auto err = a.parse(argv)) return usage_error(a, *err);
+  if (a.help_requested()) {
+    std::cout << a.usage();
+    return 0;
+  }
+  std::string err;
+  if (!parse_memory(memory, o, err)) return usage_error(a, err);
+  if (o.batch <= 0) return usage_error(a, "--batch must be positive");
+  if (models::find_model(o.model) == nullptr) return usage_error(a, "unknown model '" + o.model + "'");
+  o.plan_only = true;
+  train::TrainResult r = train::run_training(o, std::cout);
+  if (o.json) {
+    std::cout << train::report_json(r.report, r.budget) << "\n";
+  } else {
+    std::cout << "largest buffers:\n";
+    for (auto& b : r.report.largest) {
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "  %12s  %-9s %s (%s)\n", train::format_bytes(b.bytes).c_str(), b.kind.c_str(),
+                    b.layer.c_str(), b.name.c_str());
+      std::cout << buf;
+    }
+  }
+  return r.report.total > r.budget.bytes ? 1 : 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
-  std::puts("memfit: under construction");
-  return 0;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    (args.empty() ? std::cerr : std::cout) << kTopUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "train") return cmd_train(args);
+    if (cmd == "plan") return cmd_plan(args);
+  } catch (const train::BudgetError& e) {
+    std::cerr << "memfit: over budget: " << e.what() << "\n";
+    return 3;
+  } catch (const GraphError& e) {
+    std::cerr << "memfit: bad model: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "memfit: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "memfit: unknown command '" << cmd << "'\n\n" << kTopUsage;
+  return 2;
 }

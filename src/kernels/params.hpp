@@ -117,7 +117,11 @@ struct FillParams {
 // sgd_update  in: p_0..p_{k-1}, g_0..g_{k-1}, m_0..m_{k-1} (m only if momentum != 0)
 //   in place: g' = g*grad_scale + wd p (wd per tensor); m = momentum m + g' (first step: m = g');
 //   p -= lr (nesterov ? g' + momentum m : m).
+//   clip_norm > 0: first the gradients' global L2 norm (times grad_scale) is
+//   computed and, when above clip_norm, the gradients are scaled by
+//   clip_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_ does.
 struct SgdParams {
+  double clip_norm = 0.0;
   std::vector<int64_t> sizes;
   std::vector<double> weight_decay;  // per tensor
   double momentum = 0.0;
@@ -132,6 +136,7 @@ namespace memfit::kernels {
 //   g' = g*grad_scale (+ wd p unless decoupled); m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
 //   p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)  (decoupled: p -= lr wd p first).
 struct AdamParams {
+  double clip_norm = 0.0;  // as in SgdParams
   std::vector<int64_t> sizes;
   std::vector<double> weight_decay;  // per tensor
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;

@@ -41,6 +41,7 @@ NodeId append_optimizer(Graph& g, const OptimizerConfig& c) {
           {"beta1", c.beta1},
           {"beta2", c.beta2},
           {"eps", c.eps},
+          {"clip_norm", c.clip_grad_norm},
           {"count", static_cast<int64_t>(params.size())},
           {"states", static_cast<int64_t>(states)}};
   const std::string op = c.kind == "sgd" ? "sgd_update" : "adam_update";

@@ -89,9 +89,30 @@ Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
     if (!err.empty()) throw std::logic_error("memory plan failed verification: " + err);
   }
   arenas_.assign(kNumArenas, nullptr);
+  owned_.assign(kNumArenas, false);
+  if (!cfg_.defer_allocation) allocate();
+}
+
+void Executor::borrow(Arena a, ExecConfig::Borrowed mem) {
+  if (allocated_) throw std::logic_error("borrow() after allocate()");
+  cfg_.borrow[static_cast<size_t>(a)] = mem;
+}
+
+void Executor::allocate() {
+  if (allocated_) return;
+  allocated_ = true;
+  const Graph& g = g_;
+  const ExecConfig& cfg = cfg_;
   for (size_t a = 0; a < kNumArenas; ++a) {
     size_t bytes = (plan_.arena_bytes[a] + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
     if (bytes == 0) continue;
+    if (cfg.borrow[a].ptr) {
+      if (cfg.borrow[a].bytes < plan_.arena_bytes[a])
+        throw std::logic_error(std::string("borrowed ") + arena_name(static_cast<Arena>(a)) + " arena is too small");
+      arenas_[a] = static_cast<std::byte*>(cfg.borrow[a].ptr);
+      continue;
+    }
+    owned_[a] = true;
     arenas_[a] = static_cast<std::byte*>(std::aligned_alloc(kArenaAlign, bytes));
     if (!arenas_[a]) throw std::bad_alloc();
     if (a != static_cast<size_t>(Arena::Transient)) std::memset(arenas_[a], 0, bytes);
@@ -110,7 +131,12 @@ Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
 
 Executor::~Executor() {
   kernels_.clear();
-  for (auto* p : arenas_) std::free(p);
+  for (size_t a = 0; a < arenas_.size(); ++a)
+    if (owned_[a]) std::free(arenas_[a]);
+}
+
+ExecConfig::Borrowed Executor::arena(Arena a) const {
+  return {arenas_[static_cast<size_t>(a)], plan_.arena_bytes[static_cast<size_t>(a)]};
 }
 
 size_t Executor::elem_size(ValueId v) const {
@@ -125,7 +151,12 @@ void* Executor::data(ValueId v) {
   return base ? base + p.offset : nullptr;
 }
 
-size_t Executor::arena_bytes() const { return plan_.total_bytes(); }
+size_t Executor::arena_bytes() const {
+  size_t t = 0;
+  for (size_t a = 0; a < kNumArenas; ++a)
+    if (owned_[a]) t += plan_.arena_bytes[a];
+  return t;
+}
 
 std::vector<size_t> Executor::node_scratch() const {
   std::vector<size_t> r;

@@ -16,6 +16,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   sg->labels = g.input("labels", {s.batch}, DType::i32);
   sg->logits = fn(b, sg->x, s.classes);
   g.value(sg->logits).is_output = true;
+  if (!s.with_loss) return sg;
   sg->loss = softmax_xent(b, sg->logits, sg->labels, s.label_smoothing);
   g.value(sg->loss).is_output = true;
   g.value(sg->loss).is_loss = true;

@@ -53,7 +53,6 @@ std::vector<ValueMeta> infer_matmul(const Graph& g, const Node& n) {
   if (ka != kb) shape_fail(g, n, "inner dimensions differ: " + std::to_string(ka) + " vs " + std::to_string(kb));
   Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
   if (!ba.empty() && !bb.empty() && ba != bb) shape_fail(g, n, "batch axes differ");
-  if (ba.empty() && !bb.empty()) shape_fail(g, n, "only the second operand may be broadcast over the batch");
   Shape y = ba.empty() ? bb : ba;
   y.push_back(m);
   y.push_back(nn);
@@ -67,8 +66,12 @@ std::vector<ValueId> grad_matmul(GradContext& c) {
   bool ta = c.fwd().attrs.i("trans_a", 0), tb = c.fwd().attrs.i("trans_b", 0);
   ValueId a = c.in(0), b = c.in(1);
   bool b_broadcast = c.g.value(b).shape.size() < c.g.value(a).shape.size();
+  bool a_broadcast = c.g.value(a).shape.size() < c.g.value(b).shape.size();
   // C = op(A) op(B).  dA = dC op(B)^T (transposed back if ta); dB likewise.
+  // With ta and a broadcast b, dA = op(B) dC^T has b as a broadcast *first*
+  // operand, which is why either operand may be the broadcast one.
   if (c.need[0]) {
+    if (a_broadcast) shape_fail(c.g, c.fwd(), "gradient of a broadcast matmul operand is not supported");
     if (!ta) r[0] = c.emit1("matmul", {dc, b}, {{"trans_a", int64_t(0)}, {"trans_b", int64_t(!tb)}});
     else r[0] = c.emit1("matmul", {b, dc}, {{"trans_a", int64_t(tb)}, {"trans_b", int64_t(1)}});
   }

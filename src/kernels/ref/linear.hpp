@@ -1,5 +1,6 @@
 // Scalar reference kernels for linear and batched matmul.
-// M rows, K input features, N output features.
+// M rows, K input features, N output features; for matmul B batch and
+// C[M,N] = A[M,K] * B[K,N].
 #pragma once
 
 #include "kernels/kernel.hpp"
@@ -76,6 +77,36 @@ class LinearBwdWeight final : public Kernel {
 
  private:
   LinearParams p_;
+};
+
+// in: a, b   out: c[B,M,N] = op(a) op(b) per batch (see MatmulParams).
+// An operand with a_batch/b_batch == 1 is the same matrix for every batch.
+template <class T>
+class Matmul final : public Kernel {
+ public:
+  explicit Matmul(MatmulParams p) : p_(p) {}
+  const char* name() const override { return "ref.matmul"; }
+  void run(const StepContext&) override {
+    const int64_t M = p_.M, N = p_.N, K = p_.K;
+    // Strides of op(a)[m, k] and op(b)[k, n] in memory.
+    const int64_t am = p_.trans_a ? 1 : K, ak = p_.trans_a ? M : 1;
+    const int64_t bk = p_.trans_b ? 1 : N, bn = p_.trans_b ? K : 1;
+    const bool a_bcast = p_.a_batch == 1, b_bcast = p_.b_batch == 1;
+    for (int64_t bt = 0; bt < p_.B; ++bt) {
+      const T* a = in<T>(0) + (a_bcast ? 0 : bt * M * K);
+      const T* b = in<T>(1) + (b_bcast ? 0 : bt * K * N);
+      T* c = out<T>(0) + bt * M * N;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          T acc = 0;
+          for (int64_t k = 0; k < K; ++k) acc += a[m * am + k * ak] * b[k * bk + n * bn];
+          c[m * N + n] = acc;
+        }
+    }
+  }
+
+ private:
+  MatmulParams p_;
 };
 
 }  // namespace memfit::kernels::ref

@@ -9,6 +9,23 @@
 
 namespace memfit::kernels::ref {
 
+// Effective gradient multiplier: grad_scale, times the clipping factor when
+// the global norm of grad_scale * g exceeds clip_norm. g_t = in(k + t).
+template <class T>
+double clipped_scale(const std::vector<void*>& in, const std::vector<int64_t>& sizes, double grad_scale,
+                     double clip_norm) {
+  if (clip_norm <= 0.0) return grad_scale;
+  const size_t k = sizes.size();
+  double ss = 0.0;
+  for (size_t t = 0; t < k; ++t) {
+    const T* g = static_cast<const T*>(in[k + t]);
+    for (int64_t i = 0; i < sizes[t]; ++i) ss += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+  }
+  const double norm = std::sqrt(ss) * std::abs(grad_scale);
+  const double coef = clip_norm / (norm + 1e-6);
+  return coef < 1.0 ? grad_scale * coef : grad_scale;
+}
+
 template <class T>
 class SgdUpdate final : public Kernel {
  public:
@@ -16,7 +33,8 @@ class SgdUpdate final : public Kernel {
   const char* name() const override { return "ref.sgd_update"; }
   void run(const StepContext& ctx) override {
     const size_t k = p_.sizes.size();
-    const T lr = static_cast<T>(ctx.lr), mom = static_cast<T>(p_.momentum), gs = static_cast<T>(ctx.grad_scale);
+    const T lr = static_cast<T>(ctx.lr), mom = static_cast<T>(p_.momentum);
+    const T gs = static_cast<T>(clipped_scale<T>(in_, p_.sizes, ctx.grad_scale, p_.clip_norm));
     for (size_t t = 0; t < k; ++t) {
       T* w = in<T>(t);
       const T* g = in<T>(k + t);
@@ -47,7 +65,8 @@ class AdamUpdate final : public Kernel {
     const double t1 = static_cast<double>(ctx.step + 1);
     const T b1 = static_cast<T>(p_.beta1), b2 = static_cast<T>(p_.beta2);
     const T c1 = static_cast<T>(1.0 - std::pow(p_.beta1, t1)), c2 = static_cast<T>(1.0 - std::pow(p_.beta2, t1));
-    const T lr = static_cast<T>(ctx.lr), eps = static_cast<T>(p_.eps), gs = static_cast<T>(ctx.grad_scale);
+    const T lr = static_cast<T>(ctx.lr), eps = static_cast<T>(p_.eps);
+    const T gs = static_cast<T>(clipped_scale<T>(in_, p_.sizes, ctx.grad_scale, p_.clip_norm));
     for (size_t t = 0; t < k; ++t) {
       T* w = in<T>(t);
       const T* g = in<T>(k + t);

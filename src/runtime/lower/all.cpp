@@ -5,11 +5,25 @@ namespace memfit {
 void register_eltwise_kernels();
 void register_optim_kernels();
 void register_linear_kernels();
+void register_matmul_kernels();
+void register_conv_kernels();
+void register_pool_kernels();
+void register_batchnorm_kernels();
+void register_dropout_kernels();
+void register_shape_kernels();
+void register_loss_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
   register_optim_kernels();
   register_linear_kernels();
+  register_matmul_kernels();
+  register_conv_kernels();
+  register_pool_kernels();
+  register_batchnorm_kernels();
+  register_dropout_kernels();
+  register_shape_kernels();
+  register_loss_kernels();
 }
 
 }  // namespace memfit

@@ -12,6 +12,7 @@ void fill_common(const Graph& g, const Node& n, P& p) {
     p.sizes.push_back(numel(g.value(n.inputs[static_cast<size_t>(t)]).shape));
     p.weight_decay.push_back(decay[static_cast<size_t>(t)] ? n.attrs.f("weight_decay") : 0.0);
   }
+  p.clip_norm = n.attrs.f("clip_norm", 0.0);
 }
 
 }  // namespace

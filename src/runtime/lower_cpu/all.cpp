@@ -2,6 +2,24 @@
 // (runtime/lower_cpu/<family>.cpp). Ops without one run the f32 reference.
 namespace memfit {
 
-void register_cpu_kernels() {}
+void register_cpu_eltwise_kernels();
+void register_cpu_linear_kernels();
+void register_cpu_conv_kernels();
+void register_cpu_pool_kernels();
+void register_cpu_batchnorm_kernels();
+void register_cpu_dropout_kernels();
+void register_cpu_loss_kernels();
+void register_cpu_optim_kernels();
+
+void register_cpu_kernels() {
+  register_cpu_eltwise_kernels();
+  register_cpu_linear_kernels();
+  register_cpu_conv_kernels();
+  register_cpu_pool_kernels();
+  register_cpu_batchnorm_kernels();
+  register_cpu_dropout_kernels();
+  register_cpu_loss_kernels();
+  register_cpu_optim_kernels();
+}
 
 }  // namespace memfit

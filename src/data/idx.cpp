@@ -1,0 +1,275 @@
+#include "data/idx.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+namespace memfit::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error(path + ": " + what);
+}
+
+std::string not_found_message(const std::string& path) {
+  return "dataset not found at " + path +
+         ": install the Debian package dataset-fashion-mnist or pass --data DIR";
+}
+
+std::string hex32(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", v);
+  return b;
+}
+
+// One IDX file opened through zlib (which reads raw files transparently).
+class IdxFile {
+ public:
+  explicit IdxFile(const std::string& path) : path_(path) {
+    std::error_code ec;
+    const auto st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) throw std::runtime_error(not_found_message(path));
+    if (!fs::is_regular_file(st)) fail(path, "not a regular file");
+    file_size_ = fs::file_size(path, ec);
+    if (ec) fail(path, "cannot read size: " + ec.message());
+    probe_gzip();
+    f_ = gzopen(path.c_str(), "rb");
+    if (!f_) fail(path, std::string("cannot open: ") + std::strerror(errno));
+    gzbuffer(f_, 1 << 18);
+  }
+  ~IdxFile() {
+    if (f_) gzclose(f_);
+  }
+  IdxFile(const IdxFile&) = delete;
+  IdxFile& operator=(const IdxFile&) = delete;
+
+  // Bytes of uncompressed content the file claims to hold: the raw size, or
+  // the gzip trailer's ISIZE (mod 2^32). Only a hint: a truncated gzip file
+  // has garbage there.
+  uint64_t content_size_hint() const { return gzip_ ? isize_ : file_size_; }
+  bool gzip() const { return gzip_; }
+
+  // Reads up to n bytes; returns how many (short only at end of data).
+  size_t read(void* dst, size_t n) {
+    size_t got = 0;
+    auto* p = static_cast<unsigned char*>(dst);
+    while (got < n) {
+      const unsigned chunk = unsigned(std::min<size_t>(n - got, 1u << 30));
+      const int r = gzread(f_, p + got, chunk);
+      if (r < 0) zlib_error();
+      if (r == 0) {
+        check_clean_eof();
+        break;
+      }
+      got += size_t(r);
+    }
+    return got;
+  }
+
+  uint32_t read_be32(const char* what) {
+    unsigned char b[4];
+    if (read(b, 4) != 4)
+      fail(path_, std::string("truncated IDX header (file ends before the ") + what + ")");
+    return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | uint32_t(b[3]);
+  }
+
+  // Reads exactly `bytes` of element data into out (sized here, growing with
+  // the data unless the file's size confirms the header), then checks that
+  // nothing follows.
+  void read_payload(std::vector<uint8_t>& out, uint64_t bytes, uint64_t header_bytes,
+                    const std::string& declared) {
+    const bool size_confirmed =
+        gzip_ ? ((bytes + header_bytes) & 0xffffffffull) == isize_
+              : bytes + header_bytes == file_size_;
+    if (!gzip_ && !size_confirmed)
+      fail(path_, "file is " + std::to_string(file_size_) + " bytes but its header declares " +
+                      declared + " (" + std::to_string(bytes + header_bytes) +
+                      " bytes): truncated or corrupt");
+    out.clear();
+    if (size_confirmed) {
+      out.resize(bytes);
+      const size_t got = read(out.data(), bytes);
+      if (got != bytes) truncated(got, bytes, declared);
+    } else {
+      // Untrusted header: never reserve more than the data actually delivered.
+      constexpr size_t kChunk = size_t(1) << 20;
+      size_t got = 0;
+      while (got < bytes) {
+        const size_t want = size_t(std::min<uint64_t>(kChunk, bytes - got));
+        out.resize(got + want);
+        const size_t r = read(out.data() + got, want);
+        got += r;
+        if (r < want) {
+          out.resize(got);
+          truncated(got, bytes, declared);
+        }
+      }
+    }
+    unsigned char extra;
+    if (read(&extra, 1) != 0)
+      fail(path_, "file holds more data than its header declares (" + declared +
+                      "): corrupt header or wrong file");
+  }
+
+ private:
+  void probe_gzip() {
+    FILE* f = std::fopen(path_.c_str(), "rb");
+    if (!f) fail(path_, std::string("cannot open: ") + std::strerror(errno));
+    unsigned char m[2] = {0, 0};
+    gzip_ = std::fread(m, 1, 2, f) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    if (gzip_ && file_size_ >= 18 && std::fseek(f, -4, SEEK_END) == 0) {
+      unsigned char t[4];
+      if (std::fread(t, 1, 4, f) == 4)
+        isize_ = uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24;
+    }
+    std::fclose(f);
+  }
+
+  [[noreturn]] void zlib_error() {
+    check_clean_eof();
+    fail(path_, "corrupt gzip data");
+  }
+
+  void check_clean_eof() {
+    int code = 0;
+    const char* msg = gzerror(f_, &code);
+    if (code == Z_BUF_ERROR) fail(path_, "truncated gzip data (compressed stream ends early)");
+    if (code != Z_OK) {
+      // zlib prefixes its message with the path; keep only the reason.
+      std::string why = msg ? msg : "unknown zlib error";
+      if (why.rfind(path_ + ": ", 0) == 0) why = why.substr(path_.size() + 2);
+      fail(path_, "corrupt gzip data: " + why);
+    }
+  }
+
+  [[noreturn]] void truncated(size_t got, uint64_t want, const std::string& declared) {
+    fail(path_, "truncated: header declares " + declared + " (" + std::to_string(want) +
+                    " bytes of data) but the file holds only " + std::to_string(got));
+  }
+
+  std::string path_;
+  gzFile f_ = nullptr;
+  uint64_t file_size_ = 0;
+  bool gzip_ = false;
+  uint32_t isize_ = 0;
+};
+
+void check_magic(const std::string& path, uint32_t magic, uint32_t want, const char* what) {
+  if (magic == want) return;
+  std::string hint;
+  if ((magic >> 16) == 0 && ((magic >> 8) & 0xff) != 0x08)
+    hint = " (IDX element type " + hex32((magic >> 8) & 0xff) + " is not unsigned byte)";
+  else if ((magic >> 16) == 0 && ((magic >> 8) & 0xff) == 0x08)
+    hint = " (an IDX file with " + std::to_string(magic & 0xff) + " dimensions)";
+  fail(path, "bad magic " + hex32(magic) + ", expected " + hex32(want) + " for " + what + hint +
+                 ": not an IDX file of that kind, or corrupt");
+}
+
+}  // namespace
+
+IdxImages read_idx_images(const std::string& path) {
+  IdxFile f(path);
+  const uint32_t magic = f.read_be32("magic number");
+  check_magic(path, magic, 0x00000803u, "IDX unsigned-byte images");
+  IdxImages img;
+  img.count = f.read_be32("image count");
+  img.rows = f.read_be32("row count");
+  img.cols = f.read_be32("column count");
+  if (img.count == 0) fail(path, "header declares 0 images");
+  if (img.rows == 0 || img.cols == 0 || img.rows > 65536 || img.cols > 65536)
+    fail(path, "implausible image size " + std::to_string(img.rows) + "x" +
+                   std::to_string(img.cols) + " in header: corrupt file");
+  const uint64_t bytes = uint64_t(img.count) * img.rows * img.cols;  // < 2^64: 32+16+16 bits
+  const std::string declared = std::to_string(img.count) + " images of " +
+                               std::to_string(img.rows) + "x" + std::to_string(img.cols);
+  f.read_payload(img.pixels, bytes, 16, declared);
+  return img;
+}
+
+std::vector<uint8_t> read_idx_labels(const std::string& path) {
+  IdxFile f(path);
+  const uint32_t magic = f.read_be32("magic number");
+  check_magic(path, magic, 0x00000801u, "IDX unsigned-byte labels");
+  const uint32_t count = f.read_be32("label count");
+  if (count == 0) fail(path, "header declares 0 labels");
+  std::vector<uint8_t> labels;
+  f.read_payload(labels, count, 8, std::to_string(count) + " labels");
+  return labels;
+}
+
+std::string find_idx_file(const std::string& dir, const std::string& split,
+                          const std::string& kind) {
+  const std::string base = (fs::path(dir) / (split + "-" + kind + "-ubyte")).string();
+  std::error_code ec;
+  if (fs::exists(base + ".gz", ec)) return base + ".gz";
+  if (fs::exists(base, ec)) return base;
+  throw std::runtime_error(not_found_message(base + ".gz"));
+}
+
+IdxDataset IdxDataset::open(const std::string& dir, const std::string& split,
+                            const IdxOptions& opt) {
+  const std::string images = find_idx_file(dir, split, "images-idx3");
+  const std::string labels = find_idx_file(dir, split, "labels-idx1");
+  return open_files(images, labels, opt);
+}
+
+IdxDataset IdxDataset::open_files(const std::string& images_path, const std::string& labels_path,
+                                  const IdxOptions& opt) {
+  opt.normalize.validate();  // before reading 47 MB
+  IdxImages images = read_idx_images(images_path);
+  std::vector<uint8_t> labels = read_idx_labels(labels_path);
+  if (images.count != labels.size())
+    throw std::runtime_error(images_path + " holds " + std::to_string(images.count) +
+                             " images but " + labels_path + " holds " +
+                             std::to_string(labels.size()) + " labels: mismatched files");
+  return IdxDataset(std::move(images), std::move(labels), opt, labels_path);
+}
+
+IdxDataset::IdxDataset(IdxImages images, std::vector<uint8_t> labels, const IdxOptions& opt,
+                       const std::string& source)
+    : rows_(images.rows), cols_(images.cols), num_classes_(opt.num_classes),
+      pixels_(std::move(images.pixels)), labels_(std::move(labels)) {
+  opt.normalize.validate();
+  if (num_classes_ <= 0 || num_classes_ > 256)
+    throw std::invalid_argument("IdxDataset: num_classes must be in [1, 256], got " +
+                                std::to_string(num_classes_));
+  if (pixels_.size() != labels_.size() * size_t(rows_) * cols_)
+    throw std::runtime_error(source + ": " + std::to_string(labels_.size()) +
+                             " labels do not match " + std::to_string(images.count) +
+                             " images");
+  for (size_t i = 0; i < labels_.size(); ++i)
+    if (labels_[i] >= num_classes_)
+      throw std::runtime_error(source + ": label " + std::to_string(labels_[i]) + " at index " +
+                               std::to_string(i) + " is out of range for " +
+                               std::to_string(num_classes_) + " classes (corrupt file, or "
+                               "wrong number of classes)");
+  const float m = opt.normalize.mean_at(0), inv = 1.0f / opt.normalize.std_at(0);
+  for (int v = 0; v < 256; ++v) lut_[v] = (float(v) / 255.0f - m) * inv;
+  fill_ = lut_[0];
+}
+
+void IdxDataset::get(size_t i, float* out_chw, int32_t* label) const {
+  if (i >= labels_.size())
+    throw std::out_of_range("IdxDataset: index " + std::to_string(i) + " >= size " +
+                            std::to_string(labels_.size()));
+  const size_t n = size_t(rows_) * cols_;
+  const uint8_t* src = pixels_.data() + i * n;
+  for (size_t k = 0; k < n; ++k) out_chw[k] = lut_[src[k]];
+  *label = int32_t(labels_[i]);
+}
+
+float IdxDataset::fill_value(int) const { return fill_; }
+
+size_t IdxDataset::resident_bytes() const {
+  return pixels_.capacity() + labels_.capacity() + sizeof(lut_);
+}
+
+}  // namespace memfit::data

@@ -1,0 +1,649 @@
+#include "io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+
+namespace memfit::io {
+
+namespace {
+
+struct DTypeEntry {
+  DType dtype;
+  std::string_view name;
+  size_t size;
+};
+
+constexpr std::array<DTypeEntry, 13> kDTypes = {{
+    {DType::BOOL, "BOOL", 1}, {DType::U8, "U8", 1},     {DType::I8, "I8", 1},
+    {DType::I16, "I16", 2},   {DType::U16, "U16", 2},   {DType::F16, "F16", 2},
+    {DType::BF16, "BF16", 2}, {DType::I32, "I32", 4},   {DType::U32, "U32", 4},
+    {DType::F32, "F32", 4},   {DType::I64, "I64", 8},   {DType::U64, "U64", 8},
+    {DType::F64, "F64", 8},
+}};
+
+const DTypeEntry& entry(DType dt) {
+  for (const auto& e : kDTypes)
+    if (e.dtype == dt) return e;
+  throw std::invalid_argument("safetensors: invalid DType value " +
+                              std::to_string(static_cast<int>(dt)));
+}
+
+// A header larger than this is certainly not a real header (the format's
+// reference implementation uses the same cap); refusing it early keeps a
+// corrupt length from turning into a huge parse.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+constexpr int kMaxJsonDepth = 32;
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// ---------------------------------------------------------------- JSON ----
+// Just enough JSON for a safetensors header: the full grammar is accepted,
+// numbers are kept as their text and converted where a field needs them.
+
+struct Json {
+  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
+  bool b = false;
+  std::string text;  // String value or Number token
+  std::vector<Json> items;                           // Array
+  std::vector<std::pair<std::string, Json>> fields;  // Object, in file order
+};
+
+class JsonParser {
+ public:
+  JsonParser(std::string_view src, const std::string& path) : s_(src), path_(path) {}
+
+  Json parse_document() {
+    skip_ws();
+    Json v = parse_value(0);
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected text after the closing brace");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error(path_ + ": malformed header JSON at byte " +
+                             std::to_string(pos_) + ": " + what);
+  }
+
+  void skip_ws() {
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
+      ++pos_;
+  }
+
+  char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
+
+  void expect(char c) {
+    if (pos_ >= s_.size() || s_[pos_] != c) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+
+  Json parse_value(int depth) {
+    if (depth > kMaxJsonDepth) fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
+    if (pos_ >= s_.size()) fail("unexpected end of header");
+    char c = s_[pos_];
+    Json v;
+    if (c == '{') {
+      v.kind = Json::Object;
+      ++pos_;
+      skip_ws();
+      if (peek() == '}') {
+        ++pos_;
+        return v;
+      }
+      for (;;) {
+        skip_ws();
+        if (peek() != '"') fail("expected a string key");
+        std::string key = parse_string();
+        for (const auto& f : v.fields)
+          if (f.first == key) fail("duplicate key '" + key + "'");
+        skip_ws();
+        expect(':');
+        skip_ws();
+        v.fields.emplace_back(std::move(key), parse_value(depth + 1));
+        skip_ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        expect('}');
+        return v;
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::Array;
+      ++pos_;
+      skip_ws();
+      if (peek() == ']') {
+        ++pos_;
+        return v;
+      }
+      for (;;) {
+        skip_ws();
+        v.items.push_back(parse_value(depth + 1));
+        skip_ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        expect(']');
+        return v;
+      }
+    }
+    if (c == '"') {
+      v.kind = Json::String;
+      v.text = parse_string();
+      return v;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      v.kind = Json::Number;
+      v.text = parse_number();
+      return v;
+    }
+    if (literal("true")) {
+      v.kind = Json::Bool;
+      v.b = true;
+      return v;
+    }
+    if (literal("false")) {
+      v.kind = Json::Bool;
+      return v;
+    }
+    if (literal("null")) return v;
+    fail(std::string("unexpected character '") + c + "'");
+  }
+
+  bool literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  bool digit() const { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; }
+
+  std::string parse_number() {
+    size_t start = pos_;
+    if (peek() == '-') ++pos_;
+    if (!digit()) fail("expected a digit");
+    if (s_[pos_] == '0') {
+      ++pos_;
+    } else {
+      while (digit()) ++pos_;
+    }
+    if (peek() == '.') {
+      ++pos_;
+      if (!digit()) fail("expected a digit after '.'");
+      while (digit()) ++pos_;
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++pos_;
+      if (peek() == '+' || peek() == '-') ++pos_;
+      if (!digit()) fail("expected a digit in the exponent");
+      while (digit()) ++pos_;
+    }
+    return std::string(s_.substr(start, pos_ - start));
+  }
+
+  unsigned hex4() {
+    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
+    unsigned u = 0;
+    for (int k = 0; k < 4; ++k) {
+      char h = s_[pos_++];
+      u <<= 4;
+      if (h >= '0' && h <= '9') u |= unsigned(h - '0');
+      else if (h >= 'a' && h <= 'f') u |= unsigned(h - 'a' + 10);
+      else if (h >= 'A' && h <= 'F') u |= unsigned(h - 'A' + 10);
+      else fail("bad hex digit in \\u escape");
+    }
+    return u;
+  }
+
+  static void put_utf8(std::string& out, unsigned cp) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xC0 | (cp >> 6));
+      out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += char(0xE0 | (cp >> 12));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    } else {
+      out += char(0xF0 | (cp >> 18));
+      out += char(0x80 | ((cp >> 12) & 0x3F));
+      out += char(0x80 | ((cp >> 6) & 0x3F));
+      out += char(0x80 | (cp & 0x3F));
+    }
+  }
+
+  std::string parse_string() {
+    expect('"');
+    std::string out;
+    for (;;) {
+      if (pos_ >= s_.size()) fail("unterminated string");
+      unsigned char c = static_cast<unsigned char>(s_[pos_++]);
+      if (c == '"') return out;
+      if (c < 0x20) fail("control character inside a string");
+      if (c != '\\') {
+        out += char(c);
+        continue;
+      }
+      if (pos_ >= s_.size()) fail("unterminated escape");
+      char e = s_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00) {
+            if (!literal("\\u")) fail("high surrogate without a low surrogate");
+            unsigned lo = hex4();
+            if (lo < 0xDC00 || lo >= 0xE000) fail("bad low surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp < 0xE000) {
+            fail("lone low surrogate");
+          }
+          put_utf8(out, cp);
+          break;
+        }
+        default: fail(std::string("unknown escape '\\") + e + "'");
+      }
+    }
+  }
+
+  std::string_view s_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+
+const char* kind_name(Json::Kind k) {
+  switch (k) {
+    case Json::Null: return "null";
+    case Json::Bool: return "a boolean";
+    case Json::Number: return "a number";
+    case Json::String: return "a string";
+    case Json::Array: return "an array";
+    case Json::Object: return "an object";
+  }
+  return "?";
+}
+
+// A JSON number as a non-negative integer that fits in int64 (shapes and
+// offsets both must), or nullopt.
+std::optional<uint64_t> to_index(const Json& v) {
+  if (v.kind != Json::Number || v.text.empty() || v.text.size() > 19) return std::nullopt;
+  uint64_t x = 0;
+  for (char c : v.text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    x = x * 10 + uint64_t(c - '0');
+  }
+  if (x > uint64_t(INT64_MAX)) return std::nullopt;
+  return x;
+}
+
+void append_json_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  out += '"';
+}
+
+// ------------------------------------------------------------ writing ----
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+[[noreturn]] void throw_io(const std::string& what, const std::string& path, int err) {
+  throw std::runtime_error("cannot " + what + " " + path + ": " + errno_text(err));
+}
+
+// Writes all of [p, p+n); returns 0 or the errno of the failure.
+int write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    size_t chunk = std::min<size_t>(n, size_t(1) << 30);
+    ssize_t w = ::write(fd, c, chunk);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (w == 0) return EIO;
+    c += w;
+    n -= size_t(w);
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t dtype_size(DType dt) { return entry(dt).size; }
+
+std::string_view dtype_name(DType dt) { return entry(dt).name; }
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (const auto& e : kDTypes)
+    if (e.name == name) return e.dtype;
+  return std::nullopt;
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  // Header first: it also validates the tensor list before any file is touched.
+  std::string header = "{";
+  if (!metadata.empty()) {
+    append_json_string(header, "__metadata__");
+    header += ":{";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ',';
+      first = false;
+      append_json_string(header, k);
+      header += ':';
+      append_json_string(header, v);
+    }
+    header += '}';
+  }
+  std::vector<uint64_t> sizes;
+  sizes.reserve(tensors.size());
+  uint64_t offset = 0;
+  std::map<std::string_view, int> seen;
+  for (const auto& t : tensors) {
+    if (t.name.empty()) throw std::invalid_argument(path + ": tensor with an empty name");
+    if (t.name == "__metadata__")
+      throw std::invalid_argument(path + ": '__metadata__' is reserved, not a tensor name");
+    if (seen[t.name]++) throw std::invalid_argument(path + ": duplicate tensor '" + t.name + "'");
+    uint64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape) {
+      if (d < 0)
+        throw std::invalid_argument(path + ": tensor '" + t.name + "' has negative dimension in " +
+                                    shape_str(t.shape));
+      if (__builtin_mul_overflow(bytes, uint64_t(d), &bytes))
+        throw std::invalid_argument(path + ": tensor '" + t.name + "' is too large");
+    }
+    if (bytes > 0 && t.data == nullptr)
+      throw std::invalid_argument(path + ": tensor '" + t.name + "' has no data");
+    if (header.size() > 1) header += ',';
+    append_json_string(header, t.name);
+    header += ":{\"dtype\":\"";
+    header += dtype_name(t.dtype);
+    header += "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) header += ',';
+      header += std::to_string(t.shape[i]);
+    }
+    header += "],\"data_offsets\":[" + std::to_string(offset) + ',' +
+              std::to_string(offset + bytes) + "]}";
+    offset += bytes;
+    sizes.push_back(bytes);
+  }
+  header += '}';
+  // Pad so the data section starts 8-byte aligned (8 + N with N % 8 == 0).
+  header.append((8 - header.size() % 8) % 8, ' ');
+  uint8_t len_le[8];
+  for (int i = 0; i < 8; ++i) len_le[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_io("create", tmp, errno);
+  auto abandon = [&](const char* what, int err) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(std::string("cannot ") + what + " " + tmp + " (for " + path +
+                             "): " + errno_text(err) + "; " + path + " was not changed");
+  };
+  if (int e = write_all(fd, len_le, 8)) abandon("write", e);
+  if (int e = write_all(fd, header.data(), header.size())) abandon("write", e);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (sizes[i] > 0)
+      if (int e = write_all(fd, tensors[i].data, sizes[i])) abandon("write", e);
+  if (::fsync(fd) != 0) abandon("fsync", errno);
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) abandon("close", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) abandon("rename", errno);
+
+  // The new file is in place; make the rename itself durable.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) throw_io("open directory", dir + " to sync " + path + " in", errno);
+  // Some file systems cannot fsync a directory (EINVAL); the data is safe.
+  if (::fsync(dfd) != 0 && errno != EINVAL) {
+    int e = errno;
+    ::close(dfd);
+    throw_io("fsync directory", dir + " after writing " + path + " in", e);
+  }
+  ::close(dfd);
+}
+
+// ------------------------------------------------------------ reading ----
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept { *this = std::move(o); }
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
+  if (this != &o) {
+    release();
+    path_ = std::move(o.path_);
+    map_ = std::exchange(o.map_, nullptr);
+    map_size_ = std::exchange(o.map_size_, 0);
+    data_start_ = std::exchange(o.data_start_, 0);
+    tensors_ = std::move(o.tensors_);
+    index_ = std::move(o.index_);
+    metadata_ = std::move(o.metadata_);
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+  map_ = nullptr;
+  map_size_ = 0;
+}
+
+SafetensorsFile SafetensorsFile::load(const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  auto bad = [&](const std::string& what) -> std::runtime_error {
+    return std::runtime_error(path + ": " + what);
+  };
+
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw bad(std::string("cannot open: ") + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw bad(std::string("cannot stat: ") + errno_text(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw bad("not a regular file");
+  }
+  const uint64_t file_size = uint64_t(st.st_size);
+  if (file_size < 8) {
+    ::close(fd);
+    throw bad("file is " + std::to_string(file_size) +
+              " bytes, shorter than the 8-byte header length; not a safetensors file "
+              "or truncated");
+  }
+  void* m = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_err = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) throw bad(std::string("cannot map: ") + errno_text(map_err));
+  f.map_ = static_cast<const uint8_t*>(m);
+  f.map_size_ = file_size;
+
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t(f.map_[i]) << (8 * i);
+  if (n > file_size - 8)
+    throw bad("header length " + std::to_string(n) + " is larger than the " +
+              std::to_string(file_size - 8) + " bytes after it; truncated or not safetensors");
+  if (n > kMaxHeaderBytes)
+    throw bad("header length " + std::to_string(n) + " exceeds the " +
+              std::to_string(kMaxHeaderBytes) + "-byte limit");
+  if (n == 0 || f.map_[8] != '{') throw bad("header does not start with '{'; not safetensors");
+  f.data_start_ = size_t(8 + n);
+  const uint64_t data_size = file_size - 8 - n;
+
+  std::string_view text(reinterpret_cast<const char*>(f.map_ + 8), size_t(n));
+  Json root = JsonParser(text, path).parse_document();
+  if (root.kind != Json::Object) throw bad("header is not a JSON object");
+
+  for (auto& [name, v] : root.fields) {
+    if (name == "__metadata__") {
+      if (v.kind != Json::Object)
+        throw bad(std::string("__metadata__ is ") + kind_name(v.kind) + ", expected an object");
+      for (auto& [k, s] : v.fields) {
+        if (s.kind != Json::String)
+          throw bad("__metadata__ value of '" + k + "' is " + kind_name(s.kind) +
+                    ", expected a string");
+        f.metadata_[k] = s.text;
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    if (v.kind != Json::Object)
+      throw bad(where + " is " + kind_name(v.kind) + ", expected an object");
+    const Json* dtype = nullptr;
+    const Json* shape = nullptr;
+    const Json* offsets = nullptr;
+    for (auto& [k, x] : v.fields) {
+      if (k == "dtype") dtype = &x;
+      else if (k == "shape") shape = &x;
+      else if (k == "data_offsets") offsets = &x;
+      else throw bad(where + " has unknown field '" + k + "'");
+    }
+    if (!dtype || !shape || !offsets)
+      throw bad(where + " lacks '" +
+                std::string(!dtype ? "dtype" : !shape ? "shape" : "data_offsets") + "'");
+
+    TensorInfo info;
+    info.name = name;
+    if (dtype->kind != Json::String)
+      throw bad(where + " dtype is " + kind_name(dtype->kind) + ", expected a string");
+    auto dt = parse_dtype(dtype->text);
+    if (!dt) throw bad(where + " has unknown dtype '" + dtype->text + "'");
+    info.dtype = *dt;
+
+    if (shape->kind != Json::Array) throw bad(where + " shape is not an array");
+    uint64_t bytes = dtype_size(info.dtype);
+    for (const Json& d : shape->items) {
+      auto x = to_index(d);
+      if (!x)
+        throw bad(where + " shape has " +
+                  (d.kind == Json::Number ? "'" + d.text + "'" : std::string(kind_name(d.kind))) +
+                  ", expected a non-negative integer");
+      info.shape.push_back(int64_t(*x));
+      if (__builtin_mul_overflow(bytes, *x, &bytes))
+        throw bad(where + " shape " + shape_str(info.shape) + " overflows 64-bit size");
+    }
+
+    if (offsets->kind != Json::Array || offsets->items.size() != 2)
+      throw bad(where + " data_offsets is not an array [begin, end]");
+    auto b = to_index(offsets->items[0]);
+    auto e = to_index(offsets->items[1]);
+    if (!b || !e) throw bad(where + " data_offsets are not non-negative integers");
+    info.begin = *b;
+    info.end = *e;
+    const std::string off = "[" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
+    if (info.end < info.begin) throw bad(where + " data_offsets " + off + " end before they begin");
+    if (info.end > data_size)
+      throw bad(where + " data_offsets " + off + " run past the end of the data (" +
+                std::to_string(data_size) + " bytes after the header); truncated file?");
+    if (info.end - info.begin != bytes)
+      throw bad(where + " data_offsets " + off + " do not match shape " + shape_str(info.shape) +
+                " x " + std::string(dtype_name(info.dtype)) + " = " + std::to_string(bytes) +
+                " bytes");
+    f.index_[name] = f.tensors_.size();
+    f.tensors_.push_back(std::move(info));
+  }
+
+  // Tensors must tile the data section exactly: no overlap, no gap, nothing after.
+  std::vector<const TensorInfo*> order;
+  for (const auto& t : f.tensors_) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo* t : order) {
+    if (t->begin < covered)
+      throw bad("tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " +
+                std::to_string(prev->end) + "] and '" + t->name + "' [" +
+                std::to_string(t->begin) + ", " + std::to_string(t->end) + "] overlap");
+    if (t->begin > covered)
+      throw bad("data bytes [" + std::to_string(covered) + ", " + std::to_string(t->begin) +
+                ") belong to no tensor");
+    covered = t->end;
+    prev = t;
+  }
+  if (covered != data_size)
+    throw bad("data section is " + std::to_string(data_size) + " bytes but tensors cover only " +
+              std::to_string(covered) + "; trailing bytes");
+  return f;
+}
+
+const TensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& SafetensorsFile::at(const std::string& name) const {
+  if (const TensorInfo* t = find(name)) return *t;
+  throw std::runtime_error(path_ + ": no tensor named '" + name + "'");
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  out.reserve(tensors_.size());
+  for (const auto& t : tensors_) out.push_back(t.name);
+  return out;
+}
+
+const void* SafetensorsFile::data(const TensorInfo& info) const {
+  return map_ + data_start_ + info.begin;
+}
+
+}  // namespace memfit::io

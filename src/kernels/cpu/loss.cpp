@@ -1,0 +1,91 @@
+// N rows, C classes; s = smoothing, q = (1-s) onehot(label) + s/C.
+// Rows are independent and split across threads; the per-row losses are
+// summed in double (OpenMP reduction, so the order of that sum differs from
+// the reference's by rounding only). An out-of-range label makes its row's
+// loss and gradient NaN, as in the reference.
+#include "kernels/cpu/loss.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/parallel.hpp"
+
+namespace memfit::kernels::cpu {
+namespace {
+
+// in: logits[N,C], labels[N] (i32)  out: loss[1], probs[N,C]
+class SoftmaxXent final : public Kernel {
+ public:
+  explicit SoftmaxXent(const XentParams& p) : p_(p) {}
+  const char* name() const override { return "cpu.softmax_xent"; }
+  void run(const StepContext&) override {
+    const float* z = in<float>(0);
+    const int32_t* labels = in<int32_t>(1);
+    float* probs = out<float>(1);
+    const int64_t N = p_.N, C = p_.C;
+    const double s = p_.smoothing, on = 1.0 - s, off = s / static_cast<double>(C);
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (N * C >= kParallelMin)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* zi = z + i * C;
+      float* pi = probs + i * C;
+      double mx = static_cast<double>(zi[0]);
+      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(zi[c]));
+      double sum = 0.0, sum_shifted = 0.0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = static_cast<double>(zi[c]) - mx;
+        sum += std::exp(d);
+        sum_shifted += d;
+      }
+      const double lse = std::log(sum);
+      for (int64_t c = 0; c < C; ++c) pi[c] = static_cast<float>(std::exp(static_cast<double>(zi[c]) - mx) / sum);
+      const int32_t y = labels[i];
+      if (y < 0 || y >= C) {
+        total += std::numeric_limits<double>::quiet_NaN();
+        continue;
+      }
+      // -sum_c q_c log p_c = (1-s) (lse - d_y) + s/C (C lse - sum_c d_c)
+      total += on * (lse - (static_cast<double>(zi[y]) - mx)) + off * (static_cast<double>(C) * lse - sum_shifted);
+    }
+    out<float>(0)[0] = static_cast<float>(total / static_cast<double>(N));
+  }
+
+ private:
+  XentParams p_;
+};
+
+// in: probs, labels, dloss[1]  out: dlogits = (p - q) dloss / N (may be probs' buffer)
+class SoftmaxXentBwd final : public Kernel {
+ public:
+  explicit SoftmaxXentBwd(const XentParams& p) : p_(p) {}
+  const char* name() const override { return "cpu.softmax_xent_bwd"; }
+  void run(const StepContext&) override {
+    const float* probs = in<float>(0);
+    const int32_t* labels = in<int32_t>(1);
+    const double g = static_cast<double>(in<float>(2)[0]) / static_cast<double>(p_.N);
+    float* dz = out<float>(0);
+    const int64_t N = p_.N, C = p_.C;
+    const double on = 1.0 - p_.smoothing, off = p_.smoothing / static_cast<double>(C);
+    constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
+    for (int64_t i = 0; i < N; ++i) {
+      const int32_t y = labels[i];
+      const bool valid = y >= 0 && y < C;
+      for (int64_t c = 0; c < C; ++c) {
+        const double q = (c == y ? on : 0.0) + off;
+        dz[i * C + c] = valid ? static_cast<float>((static_cast<double>(probs[i * C + c]) - q) * g) : kNaN;
+      }
+    }
+  }
+
+ private:
+  XentParams p_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_softmax_xent(const XentParams& p) { return std::make_unique<SoftmaxXent>(p); }
+std::unique_ptr<Kernel> make_softmax_xent_bwd(const XentParams& p) { return std::make_unique<SoftmaxXentBwd>(p); }
+
+}  // namespace memfit::kernels::cpu

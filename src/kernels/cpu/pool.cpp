@@ -1,0 +1,160 @@
+// N batch, C channels, H/W input size, R/S window, OH/OW output size.
+//
+// Padding is symmetric (pad_l = pad_r = pad), so oneDNN's output size is the
+// graph's floor((H + 2 pad - R) / stride) + 1 and every window lies inside
+// the padded input: "include padding" divides by R*S, as the graph's
+// count_include_pad does; "exclude padding" by the valid elements.
+#include "kernels/cpu/pool.hpp"
+
+#include "kernels/cpu/dnnl_util.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+namespace memfit::kernels::cpu {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+
+struct PoolPds {
+  dnnl::memory::desc x, y;
+  dnnl::pooling_forward::primitive_desc fwd;
+  dnnl::pooling_backward::primitive_desc bwd;
+};
+
+// Both directions are always built, so that forward and backward kernels for
+// the same params agree on whether oneDNN handles them.
+PoolPds pool_pds(const PoolParams& p, algorithm alg) {
+  PoolPds d;
+  d.x = plain_f32({p.N, p.C, p.H, p.W});
+  d.y = plain_f32({p.N, p.C, p.OH, p.OW});
+  const dims strides{p.stride_h, p.stride_w}, kernel{p.R, p.S}, pad{p.pad_h, p.pad_w};
+  dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, d.x, d.y, strides, kernel, pad, pad);
+  d.fwd = {fd, user_scratchpad_attr(), engine()};
+  dnnl::pooling_backward::desc bd(alg, d.x, d.y, strides, kernel, pad, pad);
+  d.bwd = {bd, user_scratchpad_attr(), engine(), d.fwd};
+  // The graph gives the workspace 4 bytes per output element.
+  if (alg == algorithm::pooling_max &&
+      d.fwd.workspace_desc().get_size() > static_cast<size_t>(p.N * p.C * p.OH * p.OW) * 4)
+    throw Unsupported{};
+  return d;
+}
+
+algorithm avg_alg(const PoolParams& p) {
+  return p.count_include_pad ? algorithm::pooling_avg_include_padding : algorithm::pooling_avg_exclude_padding;
+}
+
+// in: x  out: y (, workspace)
+class PoolFwd final : public Kernel {
+ public:
+  PoolFwd(const PoolParams& p, algorithm alg) : max_(alg == algorithm::pooling_max), d_(pool_pds(p, alg)) {
+    call_.set(dnnl::pooling_forward(d_.fwd));
+  }
+  const char* name() const override { return max_ ? "dnnl.max_pool2d" : "dnnl.avg_pool2d"; }
+  size_t scratch_bytes() const override { return scratchpad_bytes(d_.fwd); }
+  void run(const StepContext&) override { call_.run(); }
+
+ private:
+  void on_bind() override {
+    call_.clear_args();
+    call_.arg(DNNL_ARG_SRC, d_.x, in_[0]);
+    call_.arg(DNNL_ARG_DST, d_.y, out_[0]);
+    if (max_) call_.arg(DNNL_ARG_WORKSPACE, d_.fwd.workspace_desc(), out_[1]);
+    call_.arg(DNNL_ARG_SCRATCHPAD, d_.fwd.scratchpad_desc(), scratch_);
+  }
+  bool max_;
+  PoolPds d_;
+  Call call_;
+};
+
+// in: dy (, workspace)  out: dx
+class PoolBwd final : public Kernel {
+ public:
+  PoolBwd(const PoolParams& p, algorithm alg) : max_(alg == algorithm::pooling_max), d_(pool_pds(p, alg)) {
+    call_.set(dnnl::pooling_backward(d_.bwd));
+  }
+  const char* name() const override { return max_ ? "dnnl.max_pool2d_bwd" : "dnnl.avg_pool2d_bwd"; }
+  size_t scratch_bytes() const override { return scratchpad_bytes(d_.bwd); }
+  void run(const StepContext&) override { call_.run(); }
+
+ private:
+  void on_bind() override {
+    call_.clear_args();
+    call_.arg(DNNL_ARG_DIFF_DST, d_.y, in_[0]);
+    if (max_) call_.arg(DNNL_ARG_WORKSPACE, d_.bwd.workspace_desc(), in_[1]);
+    call_.arg(DNNL_ARG_DIFF_SRC, d_.x, out_[0]);
+    call_.arg(DNNL_ARG_SCRATCHPAD, d_.bwd.scratchpad_desc(), scratch_);
+  }
+  bool max_;
+  PoolPds d_;
+  Call call_;
+};
+
+// Rows of HW elements, one per (n, c).
+class GlobalAvgPool final : public Kernel {
+ public:
+  explicit GlobalAvgPool(const GlobalPoolParams& p) : p_(p) {}
+  const char* name() const override { return "cpu.global_avg_pool"; }
+  void run(const StepContext&) override {
+    const float* x = in<float>(0);
+    float* y = out<float>(0);
+    const int64_t rows = p_.N * p_.C, hw = p_.HW;
+    const float count = static_cast<float>(hw);
+#pragma omp parallel for schedule(static) if (rows * hw >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * hw;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < hw; ++i) s += xr[i];
+      y[r] = s / count;
+    }
+  }
+
+ private:
+  GlobalPoolParams p_;
+};
+
+class GlobalAvgPoolBwd final : public Kernel {
+ public:
+  explicit GlobalAvgPoolBwd(const GlobalPoolParams& p) : p_(p) {}
+  const char* name() const override { return "cpu.global_avg_pool_bwd"; }
+  void run(const StepContext&) override {
+    const float* dy = in<float>(0);
+    float* dx = out<float>(0);
+    const int64_t rows = p_.N * p_.C, hw = p_.HW;
+    const float count = static_cast<float>(hw);
+#pragma omp parallel for schedule(static) if (rows * hw >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = dy[r] / count;
+      float* dxr = dx + r * hw;
+#pragma omp simd
+      for (int64_t i = 0; i < hw; ++i) dxr[i] = g;
+    }
+  }
+
+ private:
+  GlobalPoolParams p_;
+};
+
+template <class K>
+std::unique_ptr<Kernel> try_pool(const PoolParams& p, algorithm alg) {
+  try {
+    return std::make_unique<K>(p, alg);
+  } catch (const dnnl::error&) {
+    return nullptr;
+  } catch (const Unsupported&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_max_pool2d(const PoolParams& p) { return try_pool<PoolFwd>(p, algorithm::pooling_max); }
+std::unique_ptr<Kernel> make_max_pool2d_bwd(const PoolParams& p) { return try_pool<PoolBwd>(p, algorithm::pooling_max); }
+std::unique_ptr<Kernel> make_avg_pool2d(const PoolParams& p) { return try_pool<PoolFwd>(p, avg_alg(p)); }
+std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p) { return try_pool<PoolBwd>(p, avg_alg(p)); }
+std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p) { return std::make_unique<GlobalAvgPool>(p); }
+std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p) {
+  return std::make_unique<GlobalAvgPoolBwd>(p);
+}
+
+}  // namespace memfit::kernels::cpu

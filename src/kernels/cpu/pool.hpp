@@ -1,0 +1,21 @@
+// Pooling kernels: oneDNN max/avg pooling (f32, NCHW) and hand-written global
+// average pooling. The max-pool index output holds oneDNN's workspace, so it
+// is only meaningful to the Cpu max-pool backward: both factories make the
+// same decision for the same params (either both oneDNN or both nullptr).
+#pragma once
+
+#include <memory>
+
+#include "kernels/kernel.hpp"
+#include "kernels/params.hpp"
+
+namespace memfit::kernels::cpu {
+
+std::unique_ptr<Kernel> make_max_pool2d(const PoolParams& p);
+std::unique_ptr<Kernel> make_max_pool2d_bwd(const PoolParams& p);
+std::unique_ptr<Kernel> make_avg_pool2d(const PoolParams& p);
+std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p);
+std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p);
+std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p);
+
+}  // namespace memfit::kernels::cpu

@@ -1,0 +1,26 @@
+#include "kernels/cpu/dropout.hpp"
+#include "runtime/lower_cpu/cpu_util.hpp"
+
+namespace memfit {
+namespace {
+
+// The stream attribute holds the layer-name hash bit-cast to int64.
+kernels::DropoutParams dropout_params(const Graph& g, const Node& n) {
+  return {numel(shape_of(g, n.outputs[0])), n.attrs.f("p"), static_cast<uint64_t>(n.attrs.i("stream"))};
+}
+
+}  // namespace
+
+void register_cpu_dropout_kernels() {
+  using KPtr = std::unique_ptr<kernels::Kernel>;
+  register_cpu_kernel("dropout", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_dropout(dropout_params(g, n));
+  });
+  register_cpu_kernel("dropout_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_dropout_bwd(dropout_params(g, n));
+  });
+}
+
+}  // namespace memfit

@@ -1,0 +1,56 @@
+#include "kernels/cpu/pool.hpp"
+#include "runtime/lower_cpu/cpu_util.hpp"
+
+namespace memfit {
+namespace {
+
+// x[N,C,H,W] (input) and y[N,C,OH,OW] (output) with the window attributes.
+kernels::PoolParams pool_params(const Node& n, const Shape& x, const Shape& y) {
+  const auto& k = n.attrs.ints("kernel");
+  const auto& st = n.attrs.ints("stride");
+  const auto& pd = n.attrs.ints("pad");
+  kernels::PoolParams p{x[0], x[1], x[2], x[3], y[2], y[3], k[0], k[1]};
+  p.stride_h = st[0];
+  p.stride_w = st[1];
+  p.pad_h = pd[0];
+  p.pad_w = pd[1];
+  p.count_include_pad = n.attrs.i("count_include_pad", 1) != 0;
+  return p;
+}
+
+}  // namespace
+
+void register_cpu_pool_kernels() {
+  using KPtr = std::unique_ptr<kernels::Kernel>;
+  // The index output of a Cpu max_pool2d is oneDNN's workspace: the forward
+  // and backward factories decide alike (see kernels/cpu/pool.hpp), and both
+  // depend only on the shapes, which the two nodes share.
+  register_cpu_kernel("max_pool2d", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_max_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
+  });
+  register_cpu_kernel("max_pool2d_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_max_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
+  });
+  register_cpu_kernel("avg_pool2d", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_avg_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
+  });
+  register_cpu_kernel("avg_pool2d_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_avg_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
+  });
+  register_cpu_kernel("global_avg_pool", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    const Shape& x = shape_of(g, n.inputs[0]);
+    return kernels::cpu::make_global_avg_pool({x[0], x[1], x[2] * x[3]});
+  });
+  register_cpu_kernel("global_avg_pool_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+    if (!all_f32(g, n)) return nullptr;
+    const Shape& x = n.attrs.ints("x_shape");
+    return kernels::cpu::make_global_avg_pool_bwd({x[0], x[1], x[2] * x[3]});
+  });
+}
+
+}  // namespace memfit

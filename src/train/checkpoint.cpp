@@ -1,0 +1,153 @@
+#include "train/checkpoint.hpp"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "io/safetensors.hpp"
+
+namespace memfit::train {
+namespace {
+
+constexpr const char* kFormat = "memfit-checkpoint-1";
+
+uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool is_state(const Value& v) {
+  return v.cls == VClass::Param || v.cls == VClass::Buffer || v.cls == VClass::OptState;
+}
+
+void require_f32_storage(Executor& ex) {
+  if (ex.config().backend == Backend::Reference64)
+    throw std::runtime_error("checkpoints are written from f32 storage only");
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st) {
+  require_f32_storage(ex);
+  const Graph& g = ex.graph();
+  ::mkdir(dir.c_str(), 0755);
+  std::vector<io::TensorView> all, weights;
+  uint64_t sum = 0xcbf29ce484222325ull;
+  std::vector<int64_t> batches_tracked;  // one value per batch-norm layer
+  batches_tracked.reserve(g.num_values());
+  for (size_t i = 0; i < g.num_values(); ++i) {
+    const Value& v = g.value(static_cast<ValueId>(i));
+    if (!is_state(v)) continue;
+    io::TensorView t{v.name, io::DType::F32, v.shape, ex.data(static_cast<ValueId>(i))};
+    sum = fnv1a(sum, t.data, v.bytes());
+    all.push_back(t);
+    if (v.cls != VClass::OptState) weights.push_back(t);
+  }
+  // PyTorch's BatchNorm keeps a step counter next to its running statistics.
+  for (const auto& w : std::vector<io::TensorView>(weights)) {
+    const std::string suffix = ".running_mean";
+    if (w.name.size() > suffix.size() && w.name.compare(w.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      batches_tracked.push_back(st.step);
+  }
+  size_t bi = 0;
+  for (const auto& w : std::vector<io::TensorView>(weights)) {
+    const std::string suffix = ".running_mean";
+    if (w.name.size() > suffix.size() && w.name.compare(w.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      weights.push_back({w.name.substr(0, w.name.size() - suffix.size()) + ".num_batches_tracked", io::DType::I64, {},
+                         &batches_tracked[bi++]});
+  }
+  std::map<std::string, std::string> meta = st.extra;
+  meta["format"] = kFormat;
+  meta["model"] = st.model;
+  meta["step"] = std::to_string(st.step);
+  meta["epoch"] = std::to_string(st.epoch);
+  meta["sample"] = std::to_string(st.sample);
+  meta["seed"] = std::to_string(st.seed);
+  meta["checksum"] = hex(sum);
+  // The resume file first: a failure in between leaves a newer resume file
+  // beside the previous weights file, each of them whole.
+  io::write_safetensors(dir + "/checkpoint.safetensors", all, meta);
+  io::write_safetensors(dir + "/model.safetensors", weights, {{"format", "pt"}, {"model", st.model}});
+}
+
+TrainState load_checkpoint(const std::string& dir, Executor& ex) {
+  require_f32_storage(ex);
+  const std::string path = dir + "/checkpoint.safetensors";
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0)
+    throw std::runtime_error("no checkpoint to resume from: " + path + " does not exist");
+  io::SafetensorsFile f = io::SafetensorsFile::load(path);
+  const auto& meta = f.metadata();
+  auto get = [&](const std::string& k) -> std::string {
+    auto it = meta.find(k);
+    if (it == meta.end()) throw std::runtime_error(path + ": not a memfit checkpoint (no '" + k + "' in its metadata)");
+    return it->second;
+  };
+  if (get("format") != kFormat) throw std::runtime_error(path + ": unsupported checkpoint format '" + get("format") + "'");
+  const Graph& g = ex.graph();
+  TrainState st;
+  st.model = get("model");
+  if (!g.model_name.empty() && st.model != g.model_name)
+    throw std::runtime_error(path + " is a checkpoint of model '" + st.model + "', but this run trains '" + g.model_name + "'");
+  // Verify every tensor first, then copy: a bad file changes nothing.
+  uint64_t sum = 0xcbf29ce484222325ull;
+  std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
+  for (size_t i = 0; i < g.num_values(); ++i) {
+    const Value& v = g.value(static_cast<ValueId>(i));
+    if (!is_state(v)) continue;
+    const io::TensorInfo* t = f.find(v.name);
+    if (!t) throw std::runtime_error(path + " has no tensor '" + v.name + "' (checkpoint of a different model or optimizer)");
+    if (t->dtype != io::DType::F32 || t->shape != v.shape)
+      throw std::runtime_error(path + ": tensor '" + v.name + "' is " + shape_str(t->shape) + " but the model has " +
+                               shape_str(v.shape));
+    sum = fnv1a(sum, f.data(*t), t->nbytes());
+    todo.push_back({static_cast<ValueId>(i), t});
+  }
+  if (hex(sum) != get("checksum"))
+    throw std::runtime_error(path + " is corrupted: its checksum does not match its contents");
+  for (auto& [v, t] : todo) std::memcpy(ex.data(v), f.data(*t), t->nbytes());
+  st.step = std::stoll(get("step"));
+  st.epoch = std::stoull(get("epoch"));
+  st.sample = std::stoull(get("sample"));
+  st.seed = std::stoull(get("seed"));
+  for (auto& [k, val] : meta)
+    if (k != "format" && k != "model" && k != "step" && k != "epoch" && k != "sample" && k != "seed" && k != "checksum")
+      st.extra[k] = val;
+  return st;
+}
+
+size_t load_weights(const std::string& path, Executor& ex, bool allow_missing) {
+  require_f32_storage(ex);
+  io::SafetensorsFile f = io::SafetensorsFile::load(path);
+  const Graph& g = ex.graph();
+  std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
+  for (size_t i = 0; i < g.num_values(); ++i) {
+    const Value& v = g.value(static_cast<ValueId>(i));
+    if (v.cls != VClass::Param && v.cls != VClass::Buffer) continue;
+    const io::TensorInfo* t = f.find(v.name);
+    if (!t) {
+      if (allow_missing) continue;
+      throw std::runtime_error(path + " has no tensor '" + v.name + "'");
+    }
+    if (t->dtype != io::DType::F32 || t->shape != v.shape)
+      throw std::runtime_error(path + ": tensor '" + v.name + "' is " + std::string(io::dtype_name(t->dtype)) + " " +
+                               shape_str(t->shape) + " but the model expects F32 " + shape_str(v.shape));
+    todo.push_back({static_cast<ValueId>(i), t});
+  }
+  for (auto& [v, t] : todo) std::memcpy(ex.data(v), f.data(*t), t->nbytes());
+  return todo.size();
+}
+
+}  // namespace memfit::train

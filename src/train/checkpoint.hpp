@@ -1,0 +1,38 @@
+// Checkpoints. A run directory holds
+//   model.safetensors       the weights under PyTorch state_dict names
+//                           (torch.load_state_dict(safetensors.torch.load_file(..)))
+//   checkpoint.safetensors  everything exact resume needs: weights, buffers,
+//                           optimizer state, and in its metadata the step,
+//                           the position in the data order, the seed and a
+//                           checksum of all tensor bytes.
+// Each file is written atomically (temp file, fsync, rename): a failed write
+// (a full disk) leaves the previous checkpoint as it was.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "memfit/runtime.hpp"
+
+namespace memfit::train {
+
+struct TrainState {
+  int64_t step = 0;         // optimizer steps done
+  uint64_t epoch = 0;       // data position: epoch and samples delivered in it
+  uint64_t sample = 0;
+  uint64_t seed = 0;
+  std::string model;
+  std::map<std::string, std::string> extra;  // settings that must match on resume
+};
+
+void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st);
+// Loads weights, buffers and optimizer state into ex and returns the state.
+// Throws std::runtime_error naming the file when it is missing, corrupted
+// (checksum), for another model, or its tensors do not match this graph.
+TrainState load_checkpoint(const std::string& dir, Executor& ex);
+// Loads parameters (and buffers) by name from a weights file; names and
+// shapes must match. Returns the number of tensors loaded.
+size_t load_weights(const std::string& path, Executor& ex, bool allow_missing = false);
+
+}  // namespace memfit::train

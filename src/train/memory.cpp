@@ -1,0 +1,126 @@
+#include "train/memory.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+namespace memfit::train {
+
+std::optional<size_t> parse_bytes(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  char* end = nullptr;
+  std::string num = s.substr(0, i);
+  double v = std::strtod(num.c_str(), &end);
+  if (end != num.c_str() + num.size() || !(v >= 0)) return std::nullopt;
+  std::string unit = s.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mul;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kib") mul = 1024.0;
+  else if (unit == "m" || unit == "mib") mul = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mul = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mul = 1e3;
+  else if (unit == "mb") mul = 1e6;
+  else if (unit == "gb") mul = 1e9;
+  else if (unit == "tb") mul = 1e12;
+  else return std::nullopt;
+  double b = v * mul;
+  if (b > 1e18) return std::nullopt;
+  return static_cast<size_t>(std::llround(b));
+}
+
+std::string format_bytes(size_t b) {
+  char buf[64];
+  const double d = static_cast<double>(b);
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", d / (1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", d / (1ull << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", d / 1024);
+  else std::snprintf(buf, sizeof buf, "%zu B", b);
+  return buf;
+}
+
+namespace {
+
+std::optional<size_t> read_limit(const char* path) {
+  std::ifstream f(path);
+  std::string s;
+  if (!(f >> s) || s == "max") return std::nullopt;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (*end || v == 0 || v >= (1ull << 60)) return std::nullopt;  // v1 reports ~2^63 for "no limit"
+  return static_cast<size_t>(v);
+}
+
+size_t mem_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  size_t kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+// Reads "Key:   123 kB" from /proc/self/status without allocating.
+size_t status_field(const char* key) {
+  static thread_local char buf[8192];
+  int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* p = std::strstr(buf, key);
+  if (!p) return 0;
+  p += std::strlen(key);
+  while (*p == ' ' || *p == '\t' || *p == ':') ++p;
+  size_t kb = 0;
+  while (*p >= '0' && *p <= '9') kb = kb * 10 + static_cast<size_t>(*p++ - '0');
+  return kb * 1024;
+}
+
+}  // namespace
+
+Budget detect_budget(std::optional<size_t> flag) {
+  Budget b;
+  if (flag) {
+    b.bytes = b.limit = *flag;
+    b.source = "--memory";
+    return b;
+  }
+  if (auto v = read_limit("/sys/fs/cgroup/memory.max")) {
+    b.limit = *v;
+    b.source = "cgroup memory.max";
+  } else if (auto v1 = read_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
+    b.limit = *v1;
+    b.source = "cgroup memory.limit_in_bytes";
+  } else {
+    b.limit = mem_available();
+    b.source = "MemAvailable";
+  }
+  b.margin = std::min<size_t>(b.limit / 10, 128ull << 20);
+  b.bytes = b.limit - b.margin;
+  return b;
+}
+
+size_t current_rss() { return status_field("VmRSS"); }
+size_t peak_rss() { return status_field("VmHWM"); }
+
+bool reset_peak_rss() {
+  int fd = ::open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, "5", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace memfit::train

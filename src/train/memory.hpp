@@ -1,0 +1,36 @@
+// Memory facts of this process and machine: byte-size parsing, the budget
+// (--memory, else the container limit, else available memory, minus a
+// margin), and resident set size (current and peak) read from /proc.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace memfit::train {
+
+// "512MiB", "1GiB", "1.5G", "300MB", "1000000" -> bytes. Binary units for
+// K/M/G/T with or without "iB"; "KB/MB/GB" are decimal. nullopt if malformed.
+std::optional<size_t> parse_bytes(const std::string& s);
+std::string format_bytes(size_t b);  // "123.4 MiB"
+
+struct Budget {
+  size_t bytes = 0;         // what the plan must fit in
+  size_t limit = 0;         // the limit before the margin
+  size_t margin = 0;
+  std::string source;       // "--memory", "cgroup memory.max", "MemAvailable"
+};
+// When `flag` is set it is the budget as given (no margin). Otherwise the
+// cgroup limit (v2 memory.max, v1 memory.limit_in_bytes) if one is set, else
+// MemAvailable; minus a margin of 10% capped at 128 MiB, for what memfit
+// cannot plan (the kernel's page tables, allocator slack).
+Budget detect_budget(std::optional<size_t> flag);
+
+// VmRSS and VmHWM of this process in bytes (0 if /proc is unreadable).
+// Allocation-free: safe to call inside a training step.
+size_t current_rss();
+size_t peak_rss();
+// Resets VmHWM to the current RSS (Linux: writes 5 to /proc/self/clear_refs).
+bool reset_peak_rss();
+
+}  // namespace memfit::train

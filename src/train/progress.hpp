@@ -1,0 +1,31 @@
+// Progress display: a bar redrawn in place on a terminal (step/total, loss,
+// images/s, ETA, RSS against the budget), plain log lines otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace memfit::train {
+
+class Progress {
+ public:
+  // mode: -1 auto (bar if stderr/stdout is a terminal), 0 lines, 1 bar.
+  Progress(std::ostream& out, int mode, int64_t total_steps, size_t batch, size_t budget);
+  void step(int64_t step, double loss, double images_per_second, size_t rss);
+  void message(const std::string& line);  // a line that stays (evaluation results)
+  void finish();
+
+ private:
+  std::ostream& out_;
+  bool bar_;
+  int64_t total_;
+  size_t batch_, budget_;
+  std::chrono::steady_clock::time_point start_, last_;
+  int64_t last_step_ = 0, first_step_ = -1;
+  bool drawn_ = false;
+  std::string line_;
+};
+
+}  // namespace memfit::train

@@ -1,0 +1,122 @@
+#include "train/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace memfit::train {
+
+MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) {
+  MemoryReport r;
+  r.baseline = in.baseline;
+  r.params = p.arena_bytes[static_cast<size_t>(Arena::Params)];
+  r.grads = p.arena_bytes[static_cast<size_t>(Arena::Grads)];
+  r.optstate = p.arena_bytes[static_cast<size_t>(Arena::OptState)];
+  r.inputs = p.arena_bytes[static_cast<size_t>(Arena::Inputs)];
+  r.arena = p.arena_bytes[static_cast<size_t>(Arena::Transient)];
+  r.data = in.data_bytes;
+  r.eval = in.eval_bytes;
+
+  // Live transient bytes at every node, by kind; the report shows the peak.
+  const size_t nn = g.num_nodes();
+  std::vector<size_t> saved(nn + 1, 0), trans(nn + 1, 0), scr(nn + 1, 0);
+  std::vector<BufferInfo> bufs;
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    const Placement& pl = p.values[v];
+    if (pl.arena != Arena::Transient || pl.root != static_cast<ValueId>(v) || pl.bytes == 0) continue;
+    const Value& val = g.value(static_cast<ValueId>(v));
+    bool fwd = val.producer >= 0 && (g.node(val.producer).phase == Phase::Forward);
+    bool into_bwd = pl.last >= 0 && pl.last < static_cast<int32_t>(nn) &&
+                    g.node(static_cast<NodeId>(pl.last)).phase == Phase::Backward;
+    bool is_saved = fwd && into_bwd;
+    auto& arr = is_saved ? saved : trans;
+    for (int32_t t = std::max(pl.first, 0); t <= std::min<int32_t>(pl.last, static_cast<int32_t>(nn)); ++t)
+      arr[static_cast<size_t>(t)] += pl.bytes;
+    bufs.push_back({val.name, val.producer >= 0 ? g.node(val.producer).layer : "", pl.bytes, is_saved ? "saved" : "transient"});
+  }
+  for (size_t k = 0; k < nn; ++k) {
+    scr[k] += p.scratch[k].bytes;
+    if (p.scratch[k].bytes) bufs.push_back({"scratch", g.node(static_cast<NodeId>(k)).layer, p.scratch[k].bytes, "scratch"});
+  }
+  size_t best = 0, at = 0;
+  for (size_t k = 0; k <= nn; ++k)
+    if (saved[k] + trans[k] + scr[k] > best) {
+      best = saved[k] + trans[k] + scr[k];
+      at = k;
+    }
+  r.saved = saved[at];
+  r.transient = trans[at];
+  r.scratch = scr[at];
+  r.fragmentation = r.arena > best ? r.arena - best : 0;
+  std::stable_sort(bufs.begin(), bufs.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
+  if (bufs.size() > 10) bufs.resize(10);
+  r.largest = bufs;
+  const size_t persistent = r.params + r.grads + r.optstate + r.inputs;
+  r.total = r.baseline + persistent + r.arena + r.data + r.eval;
+  r.naive = r.baseline + persistent + p.naive_transient_bytes + r.data + r.eval;
+  return r;
+}
+
+namespace {
+void row(std::ostringstream& o, const char* name, size_t bytes, const char* note = "") {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  %-22s %12s  %s\n", name, format_bytes(bytes).c_str(), note);
+  o << buf;
+}
+}  // namespace
+
+std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
+                          const std::string& optimizer, const std::string& backend) {
+  std::ostringstream o;
+  o << "memfit plan: " << model << ", batch " << batch << ", " << optimizer << ", " << backend << " fp32\n";
+  row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
+  row(o, "parameters", r.params);
+  row(o, "gradients", r.grads);
+  row(o, "optimizer state", r.optstate);
+  row(o, "activations arena", r.arena, "one planned arena; at its peak:");
+  row(o, "  saved for backward", r.saved);
+  row(o, "  transient", r.transient);
+  row(o, "  kernel scratch", r.scratch);
+  row(o, "  fragmentation", r.fragmentation);
+  row(o, "batch inputs", r.inputs);
+  row(o, "data pipeline", r.data, "dataset in memory + loader buffers");
+  row(o, "evaluation", r.eval, r.eval ? "" : "runs in the activations arena");
+  o << "  ------------------------------------\n";
+  row(o, "predicted peak", r.total);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "  %-22s %12s  (%s)\n", "budget", format_bytes(b.bytes).c_str(), b.source.c_str());
+  o << buf;
+  std::snprintf(buf, sizeof buf, "  without planning: %s (reuse factor %.2fx on activations)\n",
+                format_bytes(r.naive).c_str(),
+                r.arena ? static_cast<double>(r.naive - (r.total - r.arena)) / static_cast<double>(r.arena) : 1.0);
+  o << buf;
+  return o.str();
+}
+
+std::string largest_classes(const MemoryReport& r, size_t k) {
+  std::vector<std::pair<size_t, const char*>> c{{r.arena, "activations"}, {r.params, "parameters"},
+                                                {r.grads, "gradients"},  {r.optstate, "optimizer state"},
+                                                {r.data, "data"},        {r.baseline, "baseline"},
+                                                {r.inputs, "inputs"},    {r.eval, "evaluation"}};
+  std::stable_sort(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::string s;
+  for (size_t i = 0; i < k && i < c.size(); ++i) s += (i ? ", " : "") + std::string(c[i].second) + " " + format_bytes(c[i].first);
+  return s;
+}
+
+std::string report_json(const MemoryReport& r, const Budget& b) {
+  std::ostringstream o;
+  o << "{\"total_bytes\": " << r.total << ", \"naive_bytes\": " << r.naive << ", \"budget_bytes\": " << b.bytes
+    << ", \"by_class\": {\"baseline\": " << r.baseline << ", \"parameters\": " << r.params << ", \"gradients\": " << r.grads
+    << ", \"optimizer_state\": " << r.optstate << ", \"activations_arena\": " << r.arena << ", \"saved_activations\": "
+    << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch
+    << ", \"fragmentation\": " << r.fragmentation << ", \"inputs\": " << r.inputs << ", \"data_pipeline\": " << r.data
+    << ", \"evaluation\": " << r.eval << "}, \"largest\": [";
+  for (size_t i = 0; i < r.largest.size(); ++i)
+    o << (i ? ", " : "") << "{\"name\": \"" << r.largest[i].name << "\", \"layer\": \"" << r.largest[i].layer
+      << "\", \"bytes\": " << r.largest[i].bytes << ", \"kind\": \"" << r.largest[i].kind << "\"}";
+  o << "]}";
+  return o.str();
+}
+
+}  // namespace memfit::train

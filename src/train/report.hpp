@@ -1,0 +1,49 @@
+// The memory report printed before step one: every byte of the predicted
+// peak by class, against the budget.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "memfit/graph.hpp"
+#include "memfit/plan.hpp"
+#include "train/memory.hpp"
+
+namespace memfit::train {
+
+struct MemoryInputs {
+  size_t baseline = 0;      // measured: binary, libraries, kernel code, thread stacks
+  size_t rss_at_start = 0;  // measured before anything was loaded
+  size_t data_bytes = 0;    // dataset in memory + loader buffers
+  size_t eval_bytes = 0;    // evaluation's own arenas (0 when it borrows)
+};
+
+struct BufferInfo {
+  std::string name, layer;
+  size_t bytes = 0;
+  std::string kind;  // "saved", "transient", "scratch"
+};
+
+struct MemoryReport {
+  size_t baseline = 0, params = 0, grads = 0, optstate = 0, inputs = 0;
+  size_t arena = 0;           // the transient arena
+  size_t saved = 0;           // at the arena's peak: forward values kept for backward
+  size_t transient = 0;       // ... other live activations and gradients
+  size_t scratch = 0;         // ... kernel scratch
+  size_t fragmentation = 0;   // arena - (saved + transient + scratch)
+  size_t data = 0, eval = 0;
+  size_t total = 0;
+  size_t naive = 0;           // the same run with every buffer its own memory
+  std::vector<BufferInfo> largest;  // ten largest transient buffers
+};
+
+MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in);
+std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
+                          const std::string& optimizer, const std::string& backend);
+// "activations 120.3 MiB, params 12.0 MiB, ..." (the k largest classes).
+std::string largest_classes(const MemoryReport& r, size_t k);
+// One JSON object: total_bytes, by_class, naive_bytes, budget, largest buffers.
+std::string report_json(const MemoryReport& r, const Budget& b);
+
+}  // namespace memfit::train

@@ -1,0 +1,363 @@
+#include "train/trainer.hpp"
+
+#include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <memory>
+#include <ostream>
+#include <sstream>
+
+#include "data/dataset.hpp"
+#include "data/idx.hpp"
+#include "data/image_folder.hpp"
+#include "data/loader.hpp"
+#include "kernels/kernel.hpp"
+#include "train/checkpoint.hpp"
+#include "train/memory.hpp"
+#include "train/progress.hpp"
+#include "train/report.hpp"
+#include "train/step_graph.hpp"
+
+namespace fs = std::filesystem;
+
+namespace memfit::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Datasets {
+  std::unique_ptr<data::Dataset> train_base, test_base;
+  std::unique_ptr<data::Subset> train_sub, test_sub;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;
+};
+
+bool has_idx(const std::string& dir) {
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"})
+    if (fs::exists(fs::path(dir) / f)) return true;
+  return false;
+}
+
+Datasets open_data(const TrainOptions& o) {
+  Datasets d;
+  if (!fs::exists(o.data))
+    throw std::runtime_error("dataset not found at " + o.data +
+                             (o.data == data::kFashionMnistDir ? ": install the Debian package dataset-fashion-mnist (make deps does) or pass --data DIR"
+                                                                : ": pass --data with an IDX directory or an image folder"));
+  if (has_idx(o.data)) {
+    d.train_base = std::make_unique<data::IdxDataset>(data::IdxDataset::open(o.data, "train"));
+    d.test_base = std::make_unique<data::IdxDataset>(data::IdxDataset::open(o.data, "t10k"));
+  } else if (fs::is_directory(fs::path(o.data) / "train")) {
+    data::ImageFolderOptions io;
+    io.channels = o.channels ? static_cast<int>(o.channels) : 3;
+    io.height = io.width = o.image_size ? static_cast<int>(o.image_size) : 32;
+    d.train_base = std::make_unique<data::ImageFolderDataset>((fs::path(o.data) / "train").string(), io);
+    fs::path test = fs::path(o.data) / "test";
+    if (!fs::is_directory(test)) test = fs::path(o.data) / "val";
+    if (fs::is_directory(test)) d.test_base = std::make_unique<data::ImageFolderDataset>(test.string(), io);
+  } else {
+    throw std::runtime_error("no dataset recognised at " + o.data +
+                             ": expected MNIST-style IDX files (train-images-idx3-ubyte[.gz], ...) or an image folder "
+                             "with train/<class>/ (and test/<class>/) subfolders");
+  }
+  d.train = d.train_base.get();
+  d.test = d.test_base.get();
+  if (!o.subset.empty()) {
+    d.train_sub = std::make_unique<data::Subset>(data::Subset::from_spec(*d.train, data::parse_subset(o.subset), o.seed));
+    d.train = d.train_sub.get();
+  }
+  if (d.test && !o.test_subset.empty()) {
+    d.test_sub = std::make_unique<data::Subset>(data::Subset::from_spec(*d.test, data::parse_subset(o.test_subset), o.seed));
+    d.test = d.test_sub.get();
+  }
+  return d;
+}
+
+void check_run_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw std::runtime_error("cannot create the run directory " + dir + ": " + (ec ? ec.message() : "not a directory"));
+  const std::string probe = dir + "/.memfit-write-test";
+  FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f || std::fputs("ok", f) < 0 || std::fclose(f) != 0)
+    throw std::runtime_error("the run directory " + dir + " is not writable");
+  std::remove(probe.c_str());
+}
+
+struct EvalResult {
+  double loss = 0.0, accuracy = 0.0;
+  size_t count = 0;
+};
+
+EvalResult evaluate(Executor& ex, const StepGraph& sg, data::Loader& loader, int64_t classes) {
+  EvalResult r;
+  loader.seek({0, 0});
+  kernels::StepContext ctx;
+  double loss_sum = 0.0;
+  size_t correct = 0;
+  float* x = ex.ptr<float>(sg.x);
+  int32_t* y = ex.ptr<int32_t>(sg.labels);
+  while (size_t n = loader.next(x, y)) {
+    ex.run(ctx);
+    const float* logits = ex.ptr<float>(sg.logits);
+    for (size_t i = 0; i < n; ++i) {
+      const float* l = logits + i * static_cast<size_t>(classes);
+      int best = 0;
+      double mx = l[0];
+      for (int c = 1; c < classes; ++c)
+        if (l[c] > mx) {
+          mx = l[c];
+          best = c;
+        }
+      double se = 0.0;
+      for (int c = 0; c < classes; ++c) se += std::exp(static_cast<double>(l[c]) - mx);
+      loss_sum += std::log(se) + mx - static_cast<double>(l[y[i]]);
+      correct += best == y[i];
+    }
+    r.count += n;
+  }
+  if (r.count) {
+    r.loss = loss_sum / static_cast<double>(r.count);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
+  }
+  return r;
+}
+
+std::string json_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream o;
+  o << std::setprecision(8) << v;
+  return o.str();
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o, std::ostream& log) {
+  if (o.threads > 0) omp_set_num_threads(static_cast<int>(o.threads));
+  if (o.batch <= 0) throw std::invalid_argument("--batch must be positive");
+  if (!Schedule::valid_kind(o.schedule))
+    throw std::invalid_argument("unknown schedule '" + o.schedule + "' (expected constant, step or cosine)");
+  optimizer_state_floats(o.optimizer);  // validates the optimizer kind
+  const size_t rss_start = current_rss();
+
+  Datasets ds = open_data(o);
+  const data::SampleShape shape = ds.train->sample_shape();
+  const int64_t classes = ds.train->num_classes();
+
+  StepSpec spec;
+  spec.model = o.model;
+  spec.batch = o.batch;
+  spec.channels = shape[0];
+  spec.height = shape[1];
+  spec.width = shape[2];
+  spec.classes = classes;
+  spec.optimizer = o.optimizer;
+  spec.label_smoothing = o.label_smoothing;
+  auto train_g = build_step_graph(spec);
+  StepSpec espec = spec;
+  espec.training = false;
+  espec.with_loss = false;
+  espec.batch = o.eval_batch > 0 ? o.eval_batch : o.batch;
+  auto eval_g = build_step_graph(espec);
+
+  ExecConfig cfg;
+  cfg.backend = o.backend;
+  cfg.plan = o.plan;
+  cfg.defer_allocation = true;
+  Executor ex(train_g->g, cfg);
+
+  data::LoaderOptions lo;
+  lo.batch_size = static_cast<size_t>(o.batch);
+  lo.seed = o.seed;
+  lo.drop_last = true;
+  lo.shuffle = true;
+  if (o.augment) {
+    lo.crop_padding = 4;
+    lo.hflip = true;
+  }
+  data::LoaderOptions teo;
+  teo.batch_size = static_cast<size_t>(espec.batch);
+  teo.shuffle = false;
+  teo.drop_last = false;
+  data::LoaderMemory train_mem = data::Loader::plan_memory(*ds.train, lo);
+  data::LoaderMemory test_mem = ds.test ? data::Loader::plan_memory(*ds.test, teo) : data::LoaderMemory{};
+
+  // Evaluation runs inside the training executor's transient arena when it
+  // fits there, and always reads the training parameters in place.
+  Executor eval_ex(eval_g->g, cfg);
+  const size_t eval_transient = eval_ex.plan().arena_bytes[0];
+  const bool eval_shares = eval_transient <= ex.plan().arena_bytes[0];
+  const size_t rss_kernels = current_rss();
+
+  MemoryInputs mi;
+  mi.baseline = rss_kernels > ds.train->resident_bytes() ? rss_kernels - ds.train->resident_bytes() -
+                                                                 (ds.test ? ds.test->resident_bytes() : 0)
+                                                           : rss_kernels;
+  mi.rss_at_start = rss_start;
+  mi.data_bytes = train_mem.total() + test_mem.pipeline() + test_mem.dataset_resident + test_mem.dataset_transient;
+  mi.eval_bytes = (eval_shares ? 0 : eval_transient) + eval_ex.plan().arena_bytes[static_cast<size_t>(Arena::Inputs)];
+  MemoryReport rep = make_report(train_g->g, ex.plan(), mi);
+  Budget budget = detect_budget(o.memory);
+
+  if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind, backend_name(o.backend));
+  if (o.plan_only) {
+    TrainResult r;
+    r.report = rep;
+    r.budget = budget;
+    r.planned_peak_bytes = rep.total;
+    r.budget_bytes = budget.bytes;
+    return r;
+  }
+  if (rep.total > budget.bytes) {
+    std::ostringstream m;
+    m << "the plan needs " << format_bytes(rep.total) << " but the budget is " << format_bytes(budget.bytes) << " ("
+      << budget.source << "); largest parts: " << largest_classes(rep, 3)
+      << ". Try a smaller --batch, or raise --memory to at least " << format_bytes(rep.total);
+    throw BudgetError(m.str());
+  }
+
+  check_run_dir(o.out);
+  ex.allocate();
+  eval_ex.borrow(Arena::Params, ex.arena(Arena::Params));
+  if (eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));
+  eval_ex.allocate();
+  // The evaluation graph has the same parameters in the same order, so the
+  // same offsets; check rather than trust.
+  for (ValueId p : eval_g->g.params()) {
+    ValueId q = train_g->g.find(eval_g->g.value(p).name);
+    if (q == kNone || ex.data(q) != eval_ex.data(p))
+      throw std::logic_error("evaluation graph parameter layout differs from training: " + eval_g->g.value(p).name);
+  }
+  ex.init_params(o.seed);
+
+  data::Loader loader(*ds.train, lo);
+  std::unique_ptr<data::Loader> test_loader;
+  if (ds.test) test_loader = std::make_unique<data::Loader>(*ds.test, teo);
+
+  const int64_t per_epoch = static_cast<int64_t>(loader.batches_per_epoch());
+  const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
+  Schedule sched;
+  sched.kind = o.schedule;
+  sched.base_lr = o.lr;
+  sched.warmup = o.warmup;
+  sched.total = total_steps;
+  sched.step_every = std::max<int64_t>(1, total_steps / 3);
+
+  TrainState st;
+  st.model = o.model;
+  st.seed = o.seed;
+  st.extra["batch"] = std::to_string(o.batch);
+  st.extra["optimizer"] = o.optimizer.kind;
+  st.extra["dataset_size"] = std::to_string(ds.train->size());
+  if (!o.resume.empty()) {
+    TrainState r = load_checkpoint(o.resume, ex);
+    for (const char* k : {"batch", "optimizer", "dataset_size"})
+      if (r.extra[k] != st.extra[k])
+        throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with " + k + " " + r.extra[k] +
+                                 ", this run has " + st.extra[k]);
+    if (r.seed != o.seed) throw std::runtime_error("cannot resume from " + o.resume + ": it used --seed " + std::to_string(r.seed));
+    st.step = r.step;
+    st.epoch = r.epoch;
+    st.sample = r.sample;
+    data::Position p{r.epoch, r.sample};
+    if (p.sample >= loader.epoch_size()) p = {p.epoch + 1, 0};
+    loader.seek(p);
+    log << "resumed from " << o.resume << " at step " << st.step << " (epoch " << p.epoch + 1 << ")\n";
+  }
+
+  Progress prog(log, o.progress, total_steps, static_cast<size_t>(o.batch), budget.bytes);
+  std::ofstream metrics(o.out + "/metrics.jsonl", std::ios::app);
+  TrainResult res;
+  res.planned_peak_bytes = rep.total;
+  res.budget_bytes = budget.bytes;
+  res.report = rep;
+  res.budget = budget;
+
+  kernels::StepContext ctx;
+  ctx.seed = o.seed;
+  float* x = ex.ptr<float>(train_g->x);
+  int32_t* y = ex.ptr<int32_t>(train_g->labels);
+  const float* loss_p = ex.ptr<float>(train_g->loss);
+  double loss_sum = 0.0, last_loss = 0.0;
+  int64_t loss_n = 0, images = 0;
+  double train_seconds = 0.0;
+  const auto t_start = Clock::now();
+
+  auto do_eval = [&](uint64_t epoch) {
+    if (!test_loader) return;
+    EvalResult e = evaluate(eval_ex, *eval_g, *test_loader, classes);
+    res.evaluated = true;
+    res.test_loss = e.loss;
+    res.test_accuracy = e.accuracy;
+    const double ips = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;
+    const double tl = loss_n ? loss_sum / static_cast<double>(loss_n) : last_loss;
+    prog.message("eval step " + std::to_string(st.step) + ": test_loss " + json_num(e.loss) + " test_accuracy " +
+                 json_num(e.accuracy) + " (" + std::to_string(e.count) + " images)");
+    metrics << "{\"epoch\": " << epoch << ", \"step\": " << st.step << ", \"train_loss\": " << json_num(tl)
+            << ", \"test_loss\": " << json_num(e.loss) << ", \"test_accuracy\": " << json_num(e.accuracy)
+            << ", \"images_per_second\": " << json_num(ips) << ", \"peak_rss_bytes\": " << peak_rss()
+            << ", \"planned_peak_bytes\": " << rep.total << "}\n";
+    metrics.flush();
+    loss_sum = 0.0;
+    loss_n = 0;
+  };
+  auto do_checkpoint = [&]() {
+    data::Position p = loader.position();
+    st.epoch = p.epoch;
+    st.sample = p.sample;
+    save_checkpoint(o.out, ex, st);
+  };
+
+  while (st.step < total_steps) {
+    const auto t0 = Clock::now();
+    size_t n = loader.next(x, y);
+    if (n == 0) {  // end of an epoch
+      const uint64_t finished = loader.position().epoch;
+      if (o.eval_every == 0) do_eval(finished + 1);
+      do_checkpoint();
+      continue;
+    }
+    ctx.step = st.step;
+    ctx.lr = sched.lr(st.step);
+    ex.run(ctx);
+    last_loss = *loss_p;
+    if (!std::isfinite(last_loss))
+      throw std::runtime_error("training diverged at step " + std::to_string(st.step) + " (loss " + json_num(last_loss) +
+                               "); lower --lr or use --clip-grad-norm");
+    loss_sum += last_loss;
+    ++loss_n;
+    ++st.step;
+    images += static_cast<int64_t>(n);
+    train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    prog.step(st.step, last_loss, train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0, current_rss());
+    if (o.stop_after > 0 && st.step >= o.stop_after) {
+      prog.finish();
+      log << "stopping after step " << st.step << " (--stop-after)\n";
+      res.steps = st.step;
+      return res;
+    }
+    if (o.eval_every > 0 && st.step % o.eval_every == 0) do_eval(loader.position().epoch + 1);
+    if (o.checkpoint_every > 0 && st.step % o.checkpoint_every == 0) do_checkpoint();
+  }
+  // The last step may end mid-epoch (--steps): evaluate and save once more.
+  if (!res.evaluated || loss_n > 0) do_eval(loader.position().epoch + 1);
+  do_checkpoint();
+  prog.finish();
+
+  res.steps = st.step;
+  res.final_train_loss = last_loss;
+  res.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  res.images_per_second = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;
+  res.peak_rss_bytes = peak_rss();
+  return res;
+}
+
+}  // namespace memfit::train

@@ -1,0 +1,74 @@
+// The training loop: data, plan, steps, evaluation, metrics, checkpoints,
+// exact resume. The only layer that knows about epochs.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "memfit/optim.hpp"
+#include "memfit/runtime.hpp"
+#include "memfit/schedule.hpp"
+#include "train/report.hpp"
+
+namespace memfit::train {
+
+struct TrainOptions {
+  std::string model = "convnet";
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  int64_t epochs = 3;
+  int64_t steps = 0;           // > 0: stop after this many optimizer steps
+  int64_t batch = 64;
+  int64_t eval_batch = 0;      // 0: same as batch
+  double lr = 0.05;
+  OptimizerConfig optimizer{.kind = "sgd", .momentum = 0.9, .weight_decay = 5e-4};
+  std::string schedule = "cosine";
+  int64_t warmup = 0;
+  uint64_t seed = 42;
+  std::string subset;          // "" all, "2000" count, "0.1" / "10%" fraction
+  std::string test_subset;     // same for the test split
+  int64_t threads = 0;         // 0: all cores
+  std::optional<size_t> memory;
+  std::string out = "runs/latest";
+  std::string resume;          // run directory to continue from
+  int64_t eval_every = 0;      // 0: after every epoch
+  int64_t checkpoint_every = 0;  // > 0: also every N steps
+  bool json = false;
+  int progress = -1;           // -1: bar on a terminal, log lines otherwise; 0 lines; 1 bar
+  int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
+  int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
+  bool augment = false;        // random crop (pad 4) and horizontal flip
+  double label_smoothing = 0.0;
+  Backend backend = Backend::Cpu;
+  PlanOptions plan;
+  bool plan_only = false;      // stop after printing the plan (memfit plan)
+  // Testing hook: stop (as if killed) after this many steps, without a checkpoint.
+  int64_t stop_after = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_train_loss = 0.0;
+  bool evaluated = false;
+  double test_loss = 0.0, test_accuracy = 0.0;
+  double images_per_second = 0.0;
+  double seconds = 0.0;
+  size_t peak_rss_bytes = 0;
+  size_t planned_peak_bytes = 0;
+  size_t budget_bytes = 0;
+  MemoryReport report;
+  Budget budget;
+};
+
+// Thrown when the plan does not fit the budget; the message has the table.
+struct BudgetError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs a whole training job; progress goes to `log`. Throws
+// std::runtime_error (bad data, bad checkpoint), GraphError (bad model),
+// BudgetError (plan over budget, before any arena is allocated).
+TrainResult run_training(const TrainOptions& opt, std::ostream& log);
+
+}  // namespace memfit::train
