@@ -273,6 +273,18 @@ TEST(GradCheckMatmul, BroadcastSecondOperand) {
     }
 }
 
+TEST(GradCheckMatmul, BroadcastFirstOperand) {
+  // a has no batch axes; only b's gradient is checked.
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      SCOPED_TRACE("trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb));
+      GradInput a = f32(ta ? Shape{4, 2} : Shape{2, 4});
+      a.differentiable = false;
+      Shape c = tb ? Shape{3, 5, 4} : Shape{3, 4, 5};
+      grad_check({a, f32(c)}, [=](Builder& b, const Ins& in) { return matmul(b, in[0], in[1], ta, tb); });
+    }
+}
+
 TEST(GradCheckMatmul, BroadcastThenLinear) {
   // x[B, M, K] times a shared constant matrix, then a linear layer, so a
   // parameter gradient flows through matmul's a-gradient as well.

@@ -10,6 +10,7 @@
 
 #include "cli/args.hpp"
 #include "memfit/graph.hpp"
+#include "models/model_file.hpp"
 #include "models/zoo.hpp"
 #include "train/memory.hpp"
 #include "train/trainer.hpp"
@@ -34,7 +35,7 @@ const char* kTopUsage =
 void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   std::string models;
   for (auto& m : models::model_names()) models += (models.empty() ? "" : "|") + m;
-  a.add("model", &o.model, models, "model from the zoo (default convnet)");
+  a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
   a.add("data", &o.data, "DIR", "IDX directory or image folder (default Fashion-MNIST)");
   a.add("batch", &o.batch, "N", "batch size (default 64)");
   a.add(
@@ -126,7 +127,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (o.optimizer.kind != "sgd" && !a.given("lr")) o.lr = 1e-3;
   if (o.optimizer.kind == "adamw" && !a.given("weight-decay")) o.optimizer.weight_decay = 1e-2;
   if (o.optimizer.kind == "adam" && !a.given("weight-decay")) o.optimizer.weight_decay = 0.0;
-  if (models::find_model(o.model) == nullptr) return usage_error(a, "unknown model '" + o.model + "'");
+  try {
+    models::resolve_model(o.model);
+  } catch (const GraphError& e) {
+    return usage_error(a, e.what());
+  }
 
   train::TrainResult r = train::run_training(o, std::cout);
   std::cout << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
@@ -158,7 +163,11 @@ int cmd_plan(const std::vector<std::string>& argv) {
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
   if (o.batch <= 0) return usage_error(a, "--batch must be positive");
-  if (models::find_model(o.model) == nullptr) return usage_error(a, "unknown model '" + o.model + "'");
+  try {
+    models::resolve_model(o.model);
+  } catch (const GraphError& e) {
+    return usage_error(a, e.what());
+  }
   o.plan_only = true;
   train::TrainResult r = train::run_training(o, std::cout);
   if (o.json) {

@@ -1,7 +1,7 @@
 #include "train/step_graph.hpp"
 
 #include "memfit/builder.hpp"
-#include "models/zoo.hpp"
+#include "models/model_file.hpp"
 
 namespace memfit::train {
 
@@ -9,8 +9,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   auto sg = std::make_unique<StepGraph>();
   Graph& g = sg->g;
   g.model_name = s.model;
-  models::ModelFn fn = models::find_model(s.model);
-  if (!fn) throw GraphError("unknown model '" + s.model + "'");
+  models::ModelBuilder fn = models::resolve_model(s.model);
   Builder b(g, s.training);
   sg->x = g.input("input", {s.batch, s.channels, s.height, s.width});
   sg->labels = g.input("labels", {s.batch}, DType::i32);

@@ -98,6 +98,9 @@ class BatchNormBwd final : public Kernel {
     call_.arg(DNNL_ARG_SRC, data_, in_[0]);
     call_.arg(DNNL_ARG_DIFF_DST, data_, in_[1]);
     call_.arg(DNNL_ARG_SCALE, chan_, in_[2]);
+    // oneDNN 2.6 requires a shift argument whenever use_shift is set, though
+    // the backward never reads it: gamma's buffer stands in (read-only).
+    call_.arg(DNNL_ARG_SHIFT, chan_, in_[2]);
     call_.arg(DNNL_ARG_MEAN, chan_, in_[3]);
     call_.arg(DNNL_ARG_VARIANCE, chan_, in_[4]);
     call_.arg(DNNL_ARG_DIFF_SRC, data_, out_[0]);

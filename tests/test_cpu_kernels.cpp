@@ -1,0 +1,923 @@
+// The fast CPU kernels (Backend::Cpu: oneDNN and hand-written) against the
+// f32 reference kernels (the oracle), forward and backward, on small graphs of
+// one or two ops and on whole training steps.
+//
+// Each case builds a graph, fills every data input with the same random values
+// for both backends, runs it on Backend::Cpu (guard bytes after every planned
+// buffer, checked afterwards) and on Backend::Reference, and compares outputs.
+//
+// Tolerance: an output that sums products (conv, linear, matmul, pooling,
+// batch-norm reductions) may differ only by f32 rounding, which grows with the
+// number of terms and their size, not with the result (which may cancel):
+//   |cpu - ref| <= 1e-5 * sum over the reduction of |term|.
+// 1e-5 is ~80 ulps of the terms' total: f32 accumulation in any order (blocked,
+// threaded) stays far inside it for the reductions tested here (< 10^5 terms),
+// while a wrong index or a missing term is off by a whole term. The magnitude
+// sum|term| is obtained by running the reference on |inputs| for the ops that
+// are linear in each input. Element-wise ops (relu, add, dropout, optimizer
+// updates) perform the same few roundings in the same order as the reference:
+// they are compared to 1e-6 of the magnitudes involved (FMA contraction may
+// differ), masks and selections exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.hpp"
+#include "memfit/autodiff.hpp"
+#include "memfit/builder.hpp"
+#include "memfit/optim.hpp"
+#include "memfit/runtime.hpp"
+#include "runtime/kernel_table.hpp"
+#include "train/step_graph.hpp"
+
+using namespace memfit;
+
+namespace {
+
+constexpr double kRtol = 1e-5;    // reductions, relative to sum |term|
+constexpr double kEltTol = 1e-6;  // element-wise ops, relative to the magnitudes involved
+
+// Values fed to a graph: f32 and i32 data by value id.
+struct Feed {
+  std::map<ValueId, std::vector<float>> f32;
+  std::map<ValueId, std::vector<int32_t>> i32;
+};
+
+// Random data for every input, parameter and buffer of the graph: uniform in
+// [-1, 1] (positive for values listed in `positive`), labels in [0, classes).
+Feed random_feed(const Graph& g, uint64_t seed, int32_t classes = 10, std::vector<ValueId> positive = {}) {
+  Feed f;
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> U(-1.0f, 1.0f), P(0.5f, 1.5f);
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    const Value& val = g.value(static_cast<ValueId>(v));
+    if (val.cls != VClass::Input && val.cls != VClass::Param && val.cls != VClass::Buffer) continue;
+    const size_t n = static_cast<size_t>(numel(val.shape));
+    const bool pos = std::find(positive.begin(), positive.end(), static_cast<ValueId>(v)) != positive.end();
+    if (val.dtype == DType::i32) {
+      auto& d = f.i32[static_cast<ValueId>(v)];
+      for (size_t i = 0; i < n; ++i) d.push_back(static_cast<int32_t>(gen() % static_cast<uint64_t>(classes)));
+    } else if (val.dtype == DType::f32) {
+      auto& d = f.f32[static_cast<ValueId>(v)];
+      for (size_t i = 0; i < n; ++i) d.push_back(pos ? P(gen) : U(gen));
+    }
+  }
+  return f;
+}
+
+Feed abs_feed(Feed f) {
+  for (auto& [v, d] : f.f32)
+    for (float& x : d) x = std::abs(x);
+  return f;
+}
+
+struct Outputs {
+  std::map<ValueId, std::vector<float>> f32;
+  std::map<ValueId, std::vector<uint8_t>> u8;
+};
+
+// Runs the schedule node by node. Before each node the guard bytes after its
+// transient outputs and its scratch are set; afterwards they must be intact,
+// so a kernel that writes past its planned buffers fails the test. (Guards are
+// set per node: a buffer's guard may legitimately be overwritten while the
+// buffer is dead, by a value that shares its memory at another time.)
+void run_guarded(Executor& ex, const kernels::StepContext& ctx) {
+  const Plan& plan = ex.plan();
+  const size_t gb = ex.config().plan.guard_bytes;
+  auto* base = static_cast<uint8_t*>(ex.arena(Arena::Transient).ptr);
+  const Graph& g = ex.graph();
+  std::vector<size_t> guards;  // offsets of this node's guard regions
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    guards.clear();
+    for (ValueId v : g.node(static_cast<NodeId>(k)).outputs) {
+      const Placement& r = plan.values[static_cast<size_t>(plan.values[static_cast<size_t>(v)].root)];
+      if (r.arena == Arena::Transient && r.bytes) guards.push_back(r.offset + r.bytes);
+    }
+    if (plan.scratch[k].bytes) guards.push_back(plan.scratch[k].offset + plan.scratch[k].bytes);
+    if (gb && base)
+      for (size_t off : guards) std::memset(base + off, 0xA5, gb);
+    ex.run_nodes(k, k + 1, ctx);
+    if (!gb || !base) continue;
+    for (size_t off : guards)
+      for (size_t i = 0; i < gb; ++i)
+        if (base[off + i] != 0xA5) {
+          ADD_FAILURE() << backend_name(ex.config().backend) << " node " << k << " ("
+                        << g.node(static_cast<NodeId>(k)).op << ") wrote past a planned buffer";
+          return;
+        }
+  }
+}
+
+kernels::StepContext default_ctx() {
+  kernels::StepContext ctx;
+  ctx.seed = 1234;
+  ctx.step = 3;
+  ctx.lr = 0.05;
+  return ctx;
+}
+
+// Runs the graph `steps` times (ctx.step advancing) on one backend and reads
+// the listed values back.
+Outputs run_on(const Graph& g, Backend b, const Feed& feed, const std::vector<ValueId>& read, int steps = 1,
+               kernels::StepContext ctx = default_ctx()) {
+  ExecConfig cfg;
+  cfg.backend = b;
+  cfg.verify = true;
+  cfg.plan.guard_bytes = 64;
+  Executor ex(g, cfg);
+  ex.init_params(7);
+  for (auto& [v, d] : feed.f32) ex.write_f32(v, d.data());
+  for (auto& [v, d] : feed.i32) std::memcpy(ex.data(v), d.data(), d.size() * sizeof(int32_t));
+  for (int s = 0; s < steps; ++s) {
+    run_guarded(ex, ctx);
+    ++ctx.step;
+  }
+  Outputs o;
+  for (ValueId v : read) {
+    const Value& val = g.value(v);
+    const size_t n = static_cast<size_t>(numel(val.shape));
+    if (val.dtype == DType::u8) {
+      const auto* p = ex.ptr<uint8_t>(v);
+      o.u8[v].assign(p, p + n);
+    } else {
+      o.f32[v].resize(n);
+      ex.read_f32(v, o.f32[v].data());
+    }
+  }
+  return o;
+}
+
+// |a - b| <= tol[i] for every element (tol: per-element bound), both finite.
+void expect_close(const std::string& what, const std::vector<float>& cpu, const std::vector<float>& ref,
+                  const std::vector<double>& tol) {
+  ASSERT_EQ(cpu.size(), ref.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double d = std::abs(static_cast<double>(cpu[i]) - static_cast<double>(ref[i]));
+    if (!std::isfinite(cpu[i]) || !(d <= tol[i])) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]: cpu " << cpu[i] << " ref " << ref[i] << " diff " << d << " > tol "
+                      << tol[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " elements differ";
+}
+
+std::vector<double> scaled(const std::vector<float>& mag, double rtol) {
+  std::vector<double> t(mag.size());
+  for (size_t i = 0; i < mag.size(); ++i) t[i] = rtol * std::abs(static_cast<double>(mag[i]));
+  return t;
+}
+
+// The kernel Backend::Cpu makes for the first node running `op`.
+std::string cpu_kernel_name(const Graph& g, const std::string& op) {
+  for (const Node& n : g.nodes())
+    if (n.op == op) {
+      auto k = make_kernel(g, n, Backend::Cpu);
+      return k ? k->name() : "(none)";
+    }
+  return "(no node " + op + ")";
+}
+
+void expect_kernel(const Graph& g, const std::string& op, const std::string& name) {
+  EXPECT_EQ(cpu_kernel_name(g, op), name) << "Cpu lowering of " << op;
+}
+
+// For graphs whose outputs are linear in each input (conv, linear, matmul,
+// avg pooling): compares Cpu with Reference, tolerance kRtol times the
+// reference run on |inputs| (= sum over the reduction of |term|).
+void compare_multilinear(const Graph& g, const std::vector<ValueId>& outs, uint64_t seed) {
+  Feed f = random_feed(g, seed);
+  Outputs cpu = run_on(g, Backend::Cpu, f, outs);
+  Outputs ref = run_on(g, Backend::Reference, f, outs);
+  Outputs mag = run_on(g, Backend::Reference, abs_feed(f), outs);
+  for (ValueId v : outs) expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], scaled(mag.f32[v], kRtol));
+}
+
+void mark_outputs(Graph& g, const std::vector<ValueId>& vs) {
+  for (ValueId v : vs) g.value(v).is_output = true;
+}
+
+// ---------------------------------------------------------------- conv2d
+
+struct ConvCase {
+  int64_t N, C, H, W, K, R, S;
+  int64_t stride = 1, pad = 0, dil = 1, groups = 1;
+  bool bias = true;
+};
+
+std::string conv_str(const ConvCase& c) {
+  return "N" + std::to_string(c.N) + " C" + std::to_string(c.C) + " " + std::to_string(c.H) + "x" +
+         std::to_string(c.W) + " K" + std::to_string(c.K) + " " + std::to_string(c.R) + "x" + std::to_string(c.S) +
+         " s" + std::to_string(c.stride) + " p" + std::to_string(c.pad) + " d" + std::to_string(c.dil) + " g" +
+         std::to_string(c.groups) + (c.bias ? " bias" : "");
+}
+
+Attrs conv_attrs(const ConvCase& c) {
+  return {{"stride", Shape{c.stride, c.stride}},
+          {"pad", Shape{c.pad, c.pad}},
+          {"dilation", Shape{c.dil, c.dil}},
+          {"groups", c.groups}};
+}
+
+Shape conv_out(const ConvCase& c) {
+  auto o = [&](int64_t in, int64_t k) { return (in + 2 * c.pad - c.dil * (k - 1) - 1) / c.stride + 1; };
+  return {c.N, c.K, o(c.H, c.R), o(c.W, c.S)};
+}
+
+const std::vector<ConvCase>& conv_cases() {
+  static const std::vector<ConvCase> cases = {
+      {1, 3, 7, 9, 4, 3, 3, 1, 1},                                    // odd sizes, batch 1
+      {3, 4, 9, 7, 6, 3, 3, 2, 1, 1, 1, false},                       // stride 2, batch 3, no bias
+      {2, 3, 11, 10, 5, 3, 3, 1, 2, 2},                               // dilation 2
+      {2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 2},                              // groups 2
+      {2, 8, 9, 9, 8, 3, 3, 2, 1, 1, 8},                              // depthwise, stride 2
+      {3, 16, 5, 5, 32, 1, 1},                                        // 1x1
+      {2, 1, 28, 28, 8, 5, 5, 1, 2},                                  // ConvNet conv1
+      {2, 32, 14, 14, 64, 5, 5, 1, 2},                                // ConvNet conv2
+      {2, 16, 8, 8, 32, 1, 1, 2, 0, 1, 1, false},                     // ResNet downsample 1x1 stride 2
+      {1, 5, 6, 13, 7, 3, 5, 1, 0, 1, 1},                             // non-square kernel
+  };
+  return cases;
+}
+
+TEST(CpuKernels, Conv2dForward) {
+  for (const ConvCase& c : conv_cases()) {
+    SCOPED_TRACE(conv_str(c));
+    Graph g;
+    ValueId x = g.input("x", {c.N, c.C, c.H, c.W});
+    ValueId w = g.input("w", {c.K, c.C / c.groups, c.R, c.S});
+    std::vector<ValueId> ins{x, w};
+    if (c.bias) ins.push_back(g.input("b", {c.K}));
+    ValueId y = g.add1("conv2d", ins, conv_attrs(c), "conv");
+    ASSERT_EQ(g.value(y).shape, conv_out(c));
+    mark_outputs(g, {y});
+    expect_kernel(g, "conv2d", "dnnl.conv2d");
+    compare_multilinear(g, {y}, 11);
+  }
+}
+
+TEST(CpuKernels, Conv2dBackwardData) {
+  for (const ConvCase& c : conv_cases()) {
+    SCOPED_TRACE(conv_str(c));
+    Graph g;
+    ValueId dy = g.input("dy", conv_out(c));
+    ValueId w = g.input("w", {c.K, c.C / c.groups, c.R, c.S});
+    Attrs a = conv_attrs(c);
+    a.set("x_shape", Shape{c.N, c.C, c.H, c.W});
+    ValueId dx = g.add1("conv2d_bwd_data", {dy, w}, a, "conv");
+    mark_outputs(g, {dx});
+    expect_kernel(g, "conv2d_bwd_data", "dnnl.conv2d_bwd_data");
+    compare_multilinear(g, {dx}, 12);
+  }
+}
+
+TEST(CpuKernels, Conv2dBackwardWeight) {
+  for (const ConvCase& c : conv_cases()) {
+    SCOPED_TRACE(conv_str(c));
+    Graph g;
+    ValueId x = g.input("x", {c.N, c.C, c.H, c.W});
+    ValueId dy = g.input("dy", conv_out(c));
+    Attrs a = conv_attrs(c);
+    a.set("w_shape", Shape{c.K, c.C / c.groups, c.R, c.S});
+    a.set("bias", int64_t(c.bias));
+    auto outs = g.add_node("conv2d_bwd_weight", {x, dy}, a, "conv");
+    ASSERT_EQ(outs.size(), c.bias ? 2u : 1u);
+    mark_outputs(g, outs);
+    expect_kernel(g, "conv2d_bwd_weight", "dnnl.conv2d_bwd_weight");
+    compare_multilinear(g, outs, 13);
+  }
+}
+
+// ---------------------------------------------------------------- linear, matmul
+
+struct LinearCase {
+  Shape x;  // [..., K]
+  int64_t N;
+  bool bias;
+};
+
+const std::vector<LinearCase>& linear_cases() {
+  static const std::vector<LinearCase> cases = {
+      {{5, 7}, 3, true},       {{2, 3, 4}, 6, false},  // 3-d input: M = 6
+      {{1, 9}, 5, true},       {{64, 3136}, 1024, true},  // ConvNet fc1
+      {{64, 1024}, 10, true},  {{17, 33}, 1, false},
+  };
+  return cases;
+}
+
+TEST(CpuKernels, LinearForward) {
+  for (const LinearCase& c : linear_cases()) {
+    SCOPED_TRACE(shape_str(c.x) + " -> " + std::to_string(c.N));
+    Graph g;
+    ValueId x = g.input("x", c.x);
+    std::vector<ValueId> ins{x, g.input("w", {c.N, c.x.back()})};
+    if (c.bias) ins.push_back(g.input("b", {c.N}));
+    ValueId y = g.add1("linear", ins, {}, "fc");
+    mark_outputs(g, {y});
+    expect_kernel(g, "linear", "dnnl.linear");
+    compare_multilinear(g, {y}, 21);
+  }
+}
+
+TEST(CpuKernels, LinearBackward) {
+  for (const LinearCase& c : linear_cases()) {
+    SCOPED_TRACE(shape_str(c.x) + " -> " + std::to_string(c.N));
+    Shape ys = c.x;
+    ys.back() = c.N;
+    {
+      Graph g;
+      ValueId dy = g.input("dy", ys);
+      ValueId w = g.input("w", {c.N, c.x.back()});
+      ValueId dx = g.add1("linear_bwd_data", {dy, w}, {}, "fc");
+      EXPECT_EQ(g.value(dx).shape, c.x);
+      mark_outputs(g, {dx});
+      expect_kernel(g, "linear_bwd_data", "dnnl.linear_bwd_data");
+      compare_multilinear(g, {dx}, 22);
+    }
+    {
+      Graph g;
+      ValueId x = g.input("x", c.x);
+      ValueId dy = g.input("dy", ys);
+      auto outs = g.add_node("linear_bwd_weight", {x, dy}, {{"bias", int64_t(c.bias)}}, "fc");
+      mark_outputs(g, outs);
+      expect_kernel(g, "linear_bwd_weight", "dnnl.linear_bwd_weight");
+      compare_multilinear(g, outs, 23);
+    }
+  }
+}
+
+TEST(CpuKernels, Matmul) {
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  const std::vector<Case> cases = {
+      {{3, 5, 7}, {3, 7, 4}, false, false}, {{3, 7, 5}, {3, 7, 4}, true, false},
+      {{3, 5, 7}, {3, 4, 7}, false, true},  {{3, 7, 5}, {3, 4, 7}, true, true},
+      {{2, 3, 5, 7}, {7, 4}, false, false},  // b broadcast over a 2-axis batch
+      {{4, 6, 9}, {5, 9}, false, true},      // b broadcast, transposed
+      {{5, 7}, {7, 4}, false, false},        // plain 2-d
+      {{2, 64, 32}, {2, 64, 48}, true, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_str(c.a) + (c.ta ? "^T" : "") + " x " + shape_str(c.b) + (c.tb ? "^T" : ""));
+    Graph g;
+    ValueId a = g.input("a", c.a);
+    ValueId b = g.input("b", c.b);
+    ValueId y = g.add1("matmul", {a, b}, {{"trans_a", int64_t(c.ta)}, {"trans_b", int64_t(c.tb)}}, "mm");
+    mark_outputs(g, {y});
+    expect_kernel(g, "matmul", "dnnl.matmul");
+    compare_multilinear(g, {y}, 31);
+  }
+}
+
+// ---------------------------------------------------------------- pooling
+
+struct PoolCase {
+  int64_t N, C, H, W, R, S, sh, sw, ph, pw;
+  bool include_pad = true;
+};
+
+Attrs pool_attrs(const PoolCase& c) {
+  return {{"kernel", Shape{c.R, c.S}},
+          {"stride", Shape{c.sh, c.sw}},
+          {"pad", Shape{c.ph, c.pw}},
+          {"count_include_pad", int64_t(c.include_pad)}};
+}
+
+std::string pool_str(const PoolCase& c) {
+  return "N" + std::to_string(c.N) + " C" + std::to_string(c.C) + " " + std::to_string(c.H) + "x" +
+         std::to_string(c.W) + " win " + std::to_string(c.R) + "x" + std::to_string(c.S) + " s" +
+         std::to_string(c.sh) + "," + std::to_string(c.sw) + " p" + std::to_string(c.ph) + "," +
+         std::to_string(c.pw) + (c.include_pad ? " incl" : " excl");
+}
+
+Shape pool_out(const PoolCase& c) {
+  return {c.N, c.C, (c.H + 2 * c.ph - c.R) / c.sh + 1, (c.W + 2 * c.pw - c.S) / c.sw + 1};
+}
+
+const std::vector<PoolCase>& pool_cases() {
+  static const std::vector<PoolCase> cases = {
+      {2, 3, 28, 28, 2, 2, 2, 2, 0, 0},        // ConvNet
+      {1, 2, 7, 9, 2, 2, 2, 2, 0, 0},          // odd sizes: last row/column unused
+      {3, 4, 8, 8, 3, 3, 2, 2, 1, 1},          // padded, overlapping
+      {2, 3, 7, 9, 3, 3, 1, 1, 1, 1},          // stride 1, heavy overlap
+      {2, 2, 9, 10, 2, 3, 2, 1, 1, 1},         // non-square window and stride
+      {2, 3, 7, 9, 3, 3, 2, 2, 1, 1, false},   // exclude padding (avg)
+  };
+  return cases;
+}
+
+// Max pooling: y must equal the reference exactly (a selection); dx adds dy
+// over the windows that selected each element: at most ceil(R/s) ceil(S/s)
+// terms of |dy| <= 1.
+TEST(CpuKernels, MaxPool) {
+  for (const PoolCase& c : pool_cases()) {
+    SCOPED_TRACE(pool_str(c));
+    Graph g;
+    ValueId x = g.input("x", {c.N, c.C, c.H, c.W});
+    auto outs = g.add_node("max_pool2d", {x}, pool_attrs(c), "pool");
+    ValueId dy = g.input("dy", g.value(outs[0]).shape);
+    Attrs a = pool_attrs(c);
+    a.set("x_shape", Shape{c.N, c.C, c.H, c.W});
+    ValueId dx = g.add1("max_pool2d_bwd", {dy, outs[1]}, a, "pool", Phase::Backward);
+    mark_outputs(g, {outs[0], dx});
+    expect_kernel(g, "max_pool2d", "dnnl.max_pool2d");
+    expect_kernel(g, "max_pool2d_bwd", "dnnl.max_pool2d_bwd");
+    Feed f = random_feed(g, 41);
+    Outputs cpu = run_on(g, Backend::Cpu, f, {outs[0], dx});
+    Outputs ref = run_on(g, Backend::Reference, f, {outs[0], dx});
+    EXPECT_EQ(cpu.f32[outs[0]], ref.f32[outs[0]]);
+    const double terms = std::ceil(double(c.R) / c.sh) * std::ceil(double(c.S) / c.sw);
+    expect_close("dx", cpu.f32[dx], ref.f32[dx], std::vector<double>(cpu.f32[dx].size(), kRtol * terms));
+  }
+}
+
+TEST(CpuKernels, AvgPool) {
+  for (const PoolCase& c : pool_cases()) {
+    SCOPED_TRACE(pool_str(c));
+    {
+      Graph g;
+      ValueId x = g.input("x", {c.N, c.C, c.H, c.W});
+      ValueId y = g.add1("avg_pool2d", {x}, pool_attrs(c), "pool");
+      mark_outputs(g, {y});
+      expect_kernel(g, "avg_pool2d", "dnnl.avg_pool2d");
+      compare_multilinear(g, {y}, 42);
+    }
+    {
+      Graph g;
+      ValueId dy = g.input("dy", pool_out(c));
+      Attrs a = pool_attrs(c);
+      a.set("x_shape", Shape{c.N, c.C, c.H, c.W});
+      ValueId dx = g.add1("avg_pool2d_bwd", {dy}, a, "pool");
+      mark_outputs(g, {dx});
+      expect_kernel(g, "avg_pool2d_bwd", "dnnl.avg_pool2d_bwd");
+      compare_multilinear(g, {dx}, 43);
+    }
+  }
+}
+
+TEST(CpuKernels, GlobalAvgPool) {
+  for (Shape xs : {Shape{2, 3, 7, 9}, Shape{64, 512, 4, 4}, Shape{1, 5, 1, 1}}) {
+    SCOPED_TRACE(shape_str(xs));
+    {
+      Graph g;
+      ValueId y = g.add1("global_avg_pool", {g.input("x", xs)}, {}, "gap");
+      mark_outputs(g, {y});
+      expect_kernel(g, "global_avg_pool", "cpu.global_avg_pool");
+      compare_multilinear(g, {y}, 44);
+    }
+    {
+      Graph g;
+      ValueId dx = g.add1("global_avg_pool_bwd", {g.input("dy", {xs[0], xs[1]})}, {{"x_shape", xs}}, "gap");
+      mark_outputs(g, {dx});
+      expect_kernel(g, "global_avg_pool_bwd", "cpu.global_avg_pool_bwd");
+      compare_multilinear(g, {dx}, 45);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- batch norm
+
+// Per-channel statistics of x viewed as [N, C, HW], in double.
+struct ChannelStats {
+  std::vector<double> mean, var, abs_mean;
+};
+ChannelStats channel_stats(const std::vector<float>& x, int64_t N, int64_t C, int64_t HW) {
+  ChannelStats s{std::vector<double>(C), std::vector<double>(C), std::vector<double>(C)};
+  const double n = static_cast<double>(N * HW);
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0, asum = 0, ss = 0;
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t i = 0; i < HW; ++i) {
+        sum += x[(b * C + c) * HW + i];
+        asum += std::abs(x[(b * C + c) * HW + i]);
+      }
+    s.mean[c] = sum / n;
+    s.abs_mean[c] = asum / n;
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t i = 0; i < HW; ++i) ss += std::pow(x[(b * C + c) * HW + i] - s.mean[c], 2);
+    s.var[c] = ss / n;
+  }
+  return s;
+}
+
+// Tolerances (in the reduction sense): mean: kRtol mean|x|; var: kRtol (var +
+// mean^2 + mean|x|^2); y: each value is (x - mean) gamma / std + beta with the
+// statistics within the tolerances above, so kRtol (|x - mean| + mean|x|)
+// |gamma| / std + |beta|, plus the relative error of 1/std.
+TEST(CpuKernels, BatchNormForward) {
+  for (Shape xs : {Shape{3, 5, 7, 9}, Shape{4, 6}, Shape{64, 32, 14, 14}}) {
+    for (int training : {1, 0}) {
+      SCOPED_TRACE(shape_str(xs) + (training ? " training" : " eval"));
+      Graph g;
+      const int64_t N = xs[0], C = xs[1], HW = numel(xs) / (N * C);
+      ValueId x = g.input("x", xs);
+      ValueId gamma = g.param("bn.weight", {C});
+      ValueId beta = g.param("bn.bias", {C});
+      ValueId rm = g.buffer("bn.running_mean", {C});
+      ValueId rv = g.buffer("bn.running_var", {C});
+      auto outs = g.add_node("batch_norm", {x, gamma, beta, rm, rv},
+                             {{"eps", 1e-5}, {"momentum", 0.1}, {"training", int64_t(training)}}, "bn");
+      mark_outputs(g, outs);
+      expect_kernel(g, "batch_norm", "dnnl.batch_norm");
+      Feed f = random_feed(g, 51, 10, {rv});
+      // Shift the data off zero so the mean matters.
+      for (float& v : f.f32[x]) v = 0.5f + 2.0f * v;
+      std::vector<ValueId> read = {outs[0], outs[1], outs[2], rm, rv};
+      Outputs cpu = run_on(g, Backend::Cpu, f, read);
+      Outputs ref = run_on(g, Backend::Reference, f, read);
+      ChannelStats st = channel_stats(f.f32[x], N, C, HW);
+      const auto& gam = f.f32[gamma];
+      const auto& bet = f.f32[beta];
+      std::vector<double> tm(C), tv(C), trm(C), trv(C), ty(static_cast<size_t>(numel(xs)));
+      for (int64_t c = 0; c < C; ++c) {
+        const double mean = training ? st.mean[c] : f.f32[rm][c];
+        const double var = training ? st.var[c] : f.f32[rv][c];
+        tm[c] = kRtol * st.abs_mean[c];
+        tv[c] = kRtol * (var + mean * mean + st.abs_mean[c] * st.abs_mean[c]);
+        trm[c] = kRtol * (std::abs(f.f32[rm][c]) + st.abs_mean[c]);
+        trv[c] = kRtol * (std::abs(f.f32[rv][c]) + tv[c] / kRtol);
+        const double inv = 1.0 / std::sqrt(var + 1e-5);
+        for (int64_t b = 0; b < N; ++b)
+          for (int64_t i = 0; i < HW; ++i) {
+            const size_t k = static_cast<size_t>((b * C + c) * HW + i);
+            const double xm = std::abs(f.f32[x][k] - mean) + st.abs_mean[c];
+            ty[k] = kRtol * (xm * std::abs(gam[c]) * inv * (1.0 + tv[c] * inv * inv) + std::abs(bet[c]));
+          }
+      }
+      expect_close("y", cpu.f32[outs[0]], ref.f32[outs[0]], ty);
+      expect_close("mean", cpu.f32[outs[1]], ref.f32[outs[1]], tm);
+      expect_close("var", cpu.f32[outs[2]], ref.f32[outs[2]], tv);
+      expect_close("running_mean", cpu.f32[rm], ref.f32[rm], trm);
+      expect_close("running_var", cpu.f32[rv], ref.f32[rv], trv);
+    }
+  }
+}
+
+// dbeta = sum dy: kRtol sum|dy|; dgamma = sum dy xhat: kRtol sum|dy xhat|;
+// dx = gamma/std (dy - dbeta/n - xhat dgamma/n): kRtol |gamma|/std (|dy| +
+// sum|dy|/n + |xhat| sum|dy xhat|/n).
+TEST(CpuKernels, BatchNormBackward) {
+  for (Shape xs : {Shape{3, 5, 7, 9}, Shape{4, 6}, Shape{64, 32, 14, 14}}) {
+    for (int training : {1, 0}) {
+      SCOPED_TRACE(shape_str(xs) + (training ? " training" : " eval"));
+      Graph g;
+      const int64_t N = xs[0], C = xs[1], HW = numel(xs) / (N * C);
+      ValueId x = g.input("x", xs);
+      ValueId dy = g.input("dy", xs);
+      ValueId gamma = g.input("gamma", {C});
+      ValueId mean = g.input("mean", {C});
+      ValueId var = g.input("var", {C});
+      auto outs = g.add_node("batch_norm_bwd", {x, dy, gamma, mean, var},
+                             {{"eps", 1e-5}, {"momentum", 0.1}, {"training", int64_t(training)}}, "bn");
+      mark_outputs(g, outs);
+      expect_kernel(g, "batch_norm_bwd", "dnnl.batch_norm_bwd");
+      Feed f = random_feed(g, 52, 10, {var});
+      // The statistics the forward would have produced for x.
+      ChannelStats st = channel_stats(f.f32[x], N, C, HW);
+      for (int64_t c = 0; c < C; ++c) {
+        f.f32[mean][c] = static_cast<float>(st.mean[c]);
+        f.f32[var][c] = static_cast<float>(st.var[c]);
+      }
+      Outputs cpu = run_on(g, Backend::Cpu, f, outs);
+      Outputs ref = run_on(g, Backend::Reference, f, outs);
+      const double n = static_cast<double>(N * HW);
+      std::vector<double> tdx(static_cast<size_t>(numel(xs))), tdg(C), tdb(C);
+      for (int64_t c = 0; c < C; ++c) {
+        const double inv = 1.0 / std::sqrt(f.f32[var][c] + 1e-5);
+        double sdy = 0, sdyx = 0;
+        for (int64_t b = 0; b < N; ++b)
+          for (int64_t i = 0; i < HW; ++i) {
+            const size_t k = static_cast<size_t>((b * C + c) * HW + i);
+            sdy += std::abs(f.f32[dy][k]);
+            sdyx += std::abs(f.f32[dy][k] * (f.f32[x][k] - f.f32[mean][c]) * inv);
+          }
+        tdb[c] = kRtol * sdy;
+        tdg[c] = kRtol * sdyx;
+        for (int64_t b = 0; b < N; ++b)
+          for (int64_t i = 0; i < HW; ++i) {
+            const size_t k = static_cast<size_t>((b * C + c) * HW + i);
+            const double xhat = std::abs((f.f32[x][k] - f.f32[mean][c]) * inv);
+            tdx[k] = kRtol * std::abs(f.f32[gamma][c]) * inv * (std::abs(f.f32[dy][k]) + sdy / n + xhat * sdyx / n);
+          }
+      }
+      expect_close("dx", cpu.f32[outs[0]], ref.f32[outs[0]], tdx);
+      expect_close("dgamma", cpu.f32[outs[1]], ref.f32[outs[1]], tdg);
+      expect_close("dbeta", cpu.f32[outs[2]], ref.f32[outs[2]], tdb);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- element-wise
+
+// Compares element-wise results to kEltTol of the magnitudes involved.
+void compare_eltwise(const Graph& g, const std::vector<ValueId>& outs, uint64_t seed) {
+  Feed f = random_feed(g, seed);
+  Outputs cpu = run_on(g, Backend::Cpu, f, outs);
+  Outputs ref = run_on(g, Backend::Reference, f, outs);
+  for (ValueId v : outs) {
+    if (g.value(v).dtype == DType::u8) {
+      EXPECT_EQ(cpu.u8[v], ref.u8[v]) << g.value(v).name;
+      continue;
+    }
+    std::vector<double> tol(ref.f32[v].size());
+    for (size_t i = 0; i < tol.size(); ++i) tol[i] = kEltTol * (std::abs(ref.f32[v][i]) + 1e-30);
+    expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], tol);
+  }
+}
+
+TEST(CpuKernels, EltwiseOps) {
+  for (int64_t n : {int64_t(1000), int64_t(100003)}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    {
+      Graph g;
+      ValueId y = g.add1("relu", {g.input("x", {n})}, {}, "relu");
+      mark_outputs(g, {y});
+      expect_kernel(g, "relu", "dnnl.relu");
+      compare_eltwise(g, {y}, 61);
+    }
+    {
+      Graph g;
+      ValueId dx = g.add1("relu_bwd", {g.input("y", {n}), g.input("dy", {n})}, {}, "relu");
+      mark_outputs(g, {dx});
+      expect_kernel(g, "relu_bwd", "cpu.relu_bwd");
+      compare_eltwise(g, {dx}, 62);
+    }
+    {
+      Graph g;
+      ValueId y = g.add1("add", {g.input("a", {n}), g.input("b", {n})}, {}, "add");
+      mark_outputs(g, {y});
+      expect_kernel(g, "add", "cpu.add");
+      compare_eltwise(g, {y}, 63);
+    }
+    {
+      Graph g;
+      ValueId y = g.add1("scale", {g.input("x", {n})}, {{"alpha", 0.37}}, "scale");
+      mark_outputs(g, {y});
+      expect_kernel(g, "scale", "cpu.scale");
+      compare_eltwise(g, {y}, 64);
+    }
+    {
+      Graph g;
+      ValueId y = g.add1("fill", {}, {{"shape", Shape{n}}, {"value", 1.25}}, "fill");
+      mark_outputs(g, {y});
+      expect_kernel(g, "fill", "cpu.fill");
+      compare_eltwise(g, {y}, 65);
+    }
+  }
+}
+
+// relu then relu_bwd in place (the planner lets y overwrite x and dx
+// overwrite dy), inside a graph whose buffers are reused.
+TEST(CpuKernels, ReluInPlaceChain) {
+  Graph g;
+  Builder b(g);
+  ValueId x = g.input("x", {8, 37});
+  ValueId h = linear(b, x, 53, {.name = "fc1"});
+  h = relu(b, h);
+  h = relu(b, linear(b, h, 41, {.name = "fc2"}));
+  ValueId y = linear(b, h, 5, {.name = "fc3"});
+  ValueId labels = g.input("labels", {8}, DType::i32);
+  ValueId loss = softmax_xent(b, y, labels);
+  g.value(loss).is_output = true;
+  g.value(loss).is_loss = true;
+  BackwardResult bw = build_backward(g, loss);
+  std::vector<ValueId> grads;
+  for (auto& [leaf, gv] : bw.grads) {
+    grads.push_back(gv);
+    g.value(gv).is_output = true;
+  }
+  Feed f = random_feed(g, 66, 5);
+  std::vector<ValueId> read = grads;
+  read.push_back(loss);
+  Outputs cpu = run_on(g, Backend::Cpu, f, read);
+  Outputs ref = run_on(g, Backend::Reference, f, read);
+  // Three layers of f32 products: a few times the single-op tolerance, relative
+  // to the largest gradient element of each tensor.
+  for (ValueId v : read) {
+    double mx = 0;
+    for (float r : ref.f32[v]) mx = std::max(mx, static_cast<double>(std::abs(r)));
+    expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], std::vector<double>(ref.f32[v].size(), 1e-4 * mx));
+  }
+}
+
+TEST(CpuKernels, Dropout) {
+  for (double p : {0.4, 0.1}) {
+    Graph g;
+    ValueId x = g.input("x", {3, 33335});
+    auto outs = g.add_node("dropout", {x}, {{"p", p}, {"stream", int64_t(987654321)}}, "drop");
+    ValueId dy = g.input("dy", {3, 33335});
+    ValueId dx = g.add1("dropout_bwd", {dy, outs[1]}, {{"p", p}, {"stream", int64_t(987654321)}}, "drop",
+                        Phase::Backward);
+    mark_outputs(g, {outs[0], outs[1], dx});
+    expect_kernel(g, "dropout", "cpu.dropout");
+    expect_kernel(g, "dropout_bwd", "cpu.dropout_bwd");
+    Feed f = random_feed(g, 71);
+    Outputs cpu = run_on(g, Backend::Cpu, f, {outs[0], outs[1], dx});
+    Outputs ref = run_on(g, Backend::Reference, f, {outs[0], outs[1], dx});
+    // The same f32 operations in the same order: bitwise equal.
+    EXPECT_EQ(cpu.u8[outs[1]], ref.u8[outs[1]]);
+    EXPECT_EQ(cpu.f32[outs[0]], ref.f32[outs[0]]);
+    EXPECT_EQ(cpu.f32[dx], ref.f32[dx]);
+  }
+}
+
+TEST(CpuKernels, SoftmaxXent) {
+  for (double s : {0.0, 0.1}) {
+    for (Shape zs : {Shape{64, 10}, Shape{3, 7}, Shape{512, 1000}}) {
+      SCOPED_TRACE(shape_str(zs) + " smoothing " + std::to_string(s));
+      Graph g;
+      ValueId z = g.input("z", zs);
+      ValueId labels = g.input("labels", {zs[0]}, DType::i32);
+      auto outs = g.add_node("softmax_xent", {z, labels}, {{"smoothing", s}}, "loss");
+      ValueId dl = g.input("dloss", {1});
+      ValueId dz = g.add1("softmax_xent_bwd", {outs[1], labels, dl}, {{"smoothing", s}}, "loss", Phase::Backward);
+      mark_outputs(g, {outs[0], dz});
+      g.value(outs[1]).is_output = true;
+      expect_kernel(g, "softmax_xent", "cpu.softmax_xent");
+      expect_kernel(g, "softmax_xent_bwd", "cpu.softmax_xent_bwd");
+      Feed f = random_feed(g, 72, static_cast<int32_t>(zs[1]));
+      for (float& v : f.f32[z]) v *= 8.0f;
+      Outputs cpu = run_on(g, Backend::Cpu, f, {outs[0], outs[1], dz});
+      Outputs ref = run_on(g, Backend::Reference, f, {outs[0], outs[1], dz});
+      // Double arithmetic rounded to f32 once; the loss sum over rows is
+      // reordered across threads (double): 1 ulp of f32 either way.
+      for (ValueId v : {outs[0], outs[1], dz}) {
+        std::vector<double> tol(ref.f32[v].size());
+        for (size_t i = 0; i < tol.size(); ++i) tol[i] = kEltTol * std::abs(ref.f32[v][i]);
+        expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], tol);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- optimizers
+
+// Params of several sizes (one above the threading threshold), their
+// gradients as inputs, an update node; three steps.
+void check_optimizer(const OptimizerConfig& oc, const std::string& kernel) {
+  SCOPED_TRACE(oc.kind + " momentum " + std::to_string(oc.momentum) + (oc.nesterov ? " nesterov" : "") + " wd " +
+               std::to_string(oc.weight_decay) + " clip " + std::to_string(oc.clip_grad_norm));
+  Graph g;
+  Builder b(g);
+  ValueId x = g.input("x", {4, 300});
+  ValueId h = relu(b, linear(b, x, 211, {.name = "fc1"}));
+  ValueId y = linear(b, h, 7, {.name = "fc2"});
+  ValueId labels = g.input("labels", {4}, DType::i32);
+  ValueId loss = softmax_xent(b, y, labels);
+  g.value(loss).is_loss = true;
+  g.value(loss).is_output = true;
+  build_backward(g, loss);
+  append_optimizer(g, oc);
+  expect_kernel(g, oc.kind == "sgd" ? "sgd_update" : "adam_update", kernel);
+  std::vector<ValueId> read;
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    VClass c = g.value(static_cast<ValueId>(v)).cls;
+    if (c == VClass::Param || c == VClass::OptState) read.push_back(static_cast<ValueId>(v));
+  }
+  Feed f = random_feed(g, 81, 7);
+  kernels::StepContext ctx = default_ctx();
+  ctx.step = 0;
+  ctx.grad_scale = 0.5;
+  Outputs cpu = run_on(g, Backend::Cpu, f, read, 3, ctx);
+  Outputs ref = run_on(g, Backend::Reference, f, read, 3, ctx);
+  // The whole step runs three times (forward and backward included), so the
+  // gradients carry the linear layers' rounding: 1e-4 of each tensor's largest
+  // element covers it; a wrong formula (a missing bias correction, a wrong
+  // decay) moves the values by far more.
+  for (ValueId v : read) {
+    double mx = 0;
+    for (float r : ref.f32[v]) mx = std::max(mx, static_cast<double>(std::abs(r)));
+    expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], std::vector<double>(ref.f32[v].size(), 1e-4 * mx + 1e-12));
+  }
+}
+
+TEST(CpuKernels, Optimizers) {
+  OptimizerConfig sgd;
+  sgd.kind = "sgd";
+  sgd.momentum = 0.0;
+  check_optimizer(sgd, "cpu.sgd_update");
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 5e-4;
+  check_optimizer(sgd, "cpu.sgd_update");
+  sgd.nesterov = true;
+  sgd.clip_grad_norm = 0.1;
+  check_optimizer(sgd, "cpu.sgd_update");
+  OptimizerConfig adam;
+  adam.kind = "adam";
+  adam.weight_decay = 1e-2;
+  check_optimizer(adam, "cpu.adam_update");
+  adam.kind = "adamw";
+  adam.clip_grad_norm = 0.05;
+  check_optimizer(adam, "cpu.adam_update");
+}
+
+// The update alone, on fixed gradients: the same roundings in the same order
+// as the reference, so 1e-6 of the magnitudes involved.
+TEST(CpuKernels, OptimizerUpdateOnly) {
+  for (std::string kind : {"sgd", "adam", "adamw"}) {
+    for (double clip : {0.0, 1.0}) {
+      SCOPED_TRACE(kind + " clip " + std::to_string(clip));
+      Graph g;
+      std::vector<Shape> shapes = {{100003}, {17, 3}, {5}};
+      std::vector<ValueId> ins, params;
+      for (size_t t = 0; t < shapes.size(); ++t) params.push_back(g.param("p" + std::to_string(t), shapes[t]));
+      ins = params;
+      for (size_t t = 0; t < shapes.size(); ++t) ins.push_back(g.input("g" + std::to_string(t), shapes[t]));
+      const int states = kind == "sgd" ? 1 : 2;
+      for (int s = 0; s < states; ++s)
+        for (size_t t = 0; t < shapes.size(); ++t) {
+          Value v;
+          v.name = "p" + std::to_string(t) + ".state" + std::to_string(s);
+          v.shape = shapes[t];
+          v.cls = VClass::OptState;
+          ins.push_back(g.add_value(v));
+        }
+      Attrs a{{"kind", kind},       {"momentum", 0.9},     {"nesterov", int64_t(0)},
+              {"weight_decay", 0.01}, {"decay", std::vector<int64_t>{1, 1, 0}},
+              {"beta1", 0.9},       {"beta2", 0.999},      {"eps", 1e-8},
+              {"count", int64_t(shapes.size())}, {"states", int64_t(states)}, {"clip_norm", clip}};
+      g.add_node(kind == "sgd" ? "sgd_update" : "adam_update", ins, a, "optimizer", Phase::Update);
+      std::vector<ValueId> read;
+      for (size_t i = 0; i < ins.size(); ++i)
+        if (i < shapes.size() || i >= 2 * shapes.size()) read.push_back(ins[i]);
+      Feed f = random_feed(g, 82);
+      kernels::StepContext ctx = default_ctx();
+      ctx.grad_scale = 0.7;
+      Outputs cpu = run_on(g, Backend::Cpu, f, read, 4, ctx);
+      Outputs ref = run_on(g, Backend::Reference, f, read, 4, ctx);
+      for (ValueId v : read) {
+        // Magnitudes involved: the value itself and the parameter scale 1.
+        std::vector<double> tol(ref.f32[v].size());
+        for (size_t i = 0; i < tol.size(); ++i) tol[i] = 4 * kEltTol * (std::abs(ref.f32[v][i]) + 1.0);
+        expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], tol);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- whole steps
+
+// A full training step (forward, loss, backward, SGD update) of a zoo model on
+// both backends from the same weights and data: the loss and every updated
+// parameter agree. Errors compound through the layers, so the bound is 1e-3 of
+// each tensor's largest element for the parameters' change (lr times the
+// gradient) and 1e-4 relative for the loss.
+void check_model_step(const std::string& model, int64_t batch, int64_t channels, int64_t hw, int steps) {
+  train::StepSpec spec;
+  spec.model = model;
+  spec.batch = batch;
+  spec.channels = channels;
+  spec.height = spec.width = hw;
+  spec.optimizer.kind = "sgd";
+  spec.optimizer.momentum = 0.9;
+  auto sg = train::build_step_graph(spec);
+  const Graph& g = sg->g;
+  int onednn = 0;
+  for (const Node& n : g.nodes()) {
+    auto k = make_kernel(g, n, Backend::Cpu);
+    if (k && std::string(k->name()).rfind("dnnl.", 0) == 0) ++onednn;
+  }
+  EXPECT_GT(onednn, 0);
+  std::vector<ValueId> read{sg->loss};
+  for (ValueId p : g.params()) read.push_back(p);
+  Feed f = random_feed(g, 91);
+  // Parameters start from the model's initialisation, not from U(-1, 1).
+  for (ValueId p : g.params()) f.f32.erase(p);
+  for (float& v : f.f32[sg->x]) v = 0.5f * (v + 1.0f);
+  Outputs cpu = run_on(g, Backend::Cpu, f, read, steps);
+  Outputs ref = run_on(g, Backend::Reference, f, read, steps);
+  EXPECT_NEAR(cpu.f32[sg->loss][0], ref.f32[sg->loss][0], 1e-4 * std::abs(ref.f32[sg->loss][0]));
+  // Compare the parameters' change from their initial values.
+  ExecConfig cfg;
+  cfg.backend = Backend::Reference;
+  Executor init(g, cfg);
+  init.init_params(7);
+  for (ValueId p : g.params()) {
+    const size_t n = static_cast<size_t>(numel(g.value(p).shape));
+    std::vector<float> w0(n);
+    init.read_f32(p, w0.data());
+    std::vector<float> dc(n), dr(n);
+    double mx = 0;
+    for (size_t i = 0; i < n; ++i) {
+      dc[i] = cpu.f32[p][i] - w0[i];
+      dr[i] = ref.f32[p][i] - w0[i];
+      mx = std::max(mx, static_cast<double>(std::abs(dr[i])));
+    }
+    expect_close(g.value(p).name + " change", dc, dr, std::vector<double>(n, 1e-3 * mx + 1e-7));
+  }
+}
+
+TEST(CpuKernels, ConvNetTrainingSteps) { check_model_step("convnet", 8, 1, 28, 2); }
+
+TEST(CpuKernels, ResNet18TrainingStep) { check_model_step("resnet18", 2, 3, 16, 1); }
+
+}  // namespace

@@ -1,0 +1,194 @@
+// Golden checks against PyTorch (fixtures: tests/golden/make_golden.py).
+// The same model, initial weights, batch and dropout masks; memfit must
+// reproduce the initial weights bitwise, the step-0 logits, loss and every
+// parameter gradient, and the 20-step SGD loss trajectory.
+//
+// Tolerances (f32 on both sides, different summation orders):
+//  - init: bitwise (same generator, same float operations).
+//  - logits: |d| <= 1e-4 * max|logit|; loss: 1e-5 relative. One forward pass
+//    of f32 accumulations over <= 4608 terms differs by ~1e-6 relative.
+//  - gradients: ||g - g_ref|| <= 1e-3 ||g_ref|| per tensor (norm, sum and
+//    samples for large tensors). Backward chains two or three reductions
+//    over up to 50k terms; relative errors of 1e-5..1e-4 are expected, an
+//    indexing or formula error is O(1).
+//  - losses over 20 steps: ConvNet 1e-4 relative, ResNet-18 1e-3 relative
+//    (as the issue states). Errors compound through 20 updates; ResNet-18's
+//    loss falls to ~1e-3, where the comparison is also given an absolute
+//    floor of 2e-6 (0.2% of the smallest loss).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.hpp"
+#include "kernels/kernel.hpp"
+#include "memfit/runtime.hpp"
+#include "train/step_graph.hpp"
+
+using namespace memfit;
+
+namespace {
+
+std::vector<float> f32(const io::SafetensorsFile& f, const std::string& name) {
+  const io::TensorInfo& t = f.at(name);
+  EXPECT_EQ(t.dtype, io::DType::F32) << name;
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), f.data(t), t.nbytes());
+  return v;
+}
+double f64(const io::SafetensorsFile& f, const std::string& name) {
+  const io::TensorInfo& t = f.at(name);
+  double v;
+  std::memcpy(&v, f.data(t), 8);
+  return v;
+}
+std::vector<int64_t> i64(const io::SafetensorsFile& f, const std::string& name) {
+  const io::TensorInfo& t = f.at(name);
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), f.data(t), t.nbytes());
+  return v;
+}
+double norm(const float* p, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * p[i];
+  return std::sqrt(s);
+}
+
+struct GoldenCase {
+  std::string model, file, last_fc;
+  double loss_rtol, loss_atol;
+};
+
+void run_golden(const GoldenCase& c, Backend backend) {
+  io::SafetensorsFile f = io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/" + c.file);
+  train::StepSpec spec;
+  spec.model = c.model;
+  spec.batch = 16;
+  spec.optimizer.kind = "sgd";
+  spec.optimizer.momentum = 0.9;
+  spec.optimizer.weight_decay = 5e-4;
+  auto sg = train::build_step_graph(spec);
+  const Graph& g = sg->g;
+  ExecConfig cfg;
+  cfg.backend = backend;
+  Executor ex(g, cfg);
+  ex.init_params(42);
+
+  // Initial weights: bitwise.
+  for (ValueId v : g.params()) {
+    const Value& val = g.value(v);
+    const float* p = ex.ptr<float>(v);
+    const size_t n = static_cast<size_t>(numel(val.shape));
+    EXPECT_NEAR(norm(p, n), f64(f, "init_norm." + val.name), 1e-9 * f64(f, "init_norm." + val.name) + 1e-12) << val.name;
+    if (f.find("init." + val.name)) {
+      auto ref = f32(f, "init." + val.name);
+      ASSERT_EQ(ref.size(), n);
+      EXPECT_EQ(std::memcmp(ref.data(), p, n * 4), 0) << val.name << " initial values differ";
+    } else {
+      auto idx = i64(f, "init_sample_idx." + val.name);
+      auto ref = f32(f, "init_sample." + val.name);
+      for (size_t k = 0; k < idx.size(); ++k) EXPECT_EQ(ref[k], p[idx[k]]) << val.name << "[" << idx[k] << "]";
+    }
+  }
+
+  auto input = f32(f, "input");
+  ex.write_f32(sg->x, input.data());
+  const io::TensorInfo& lt = f.at("labels");
+  std::memcpy(ex.data(sg->labels), f.data(lt), lt.nbytes());
+
+  // Step 0 without the update: logits, loss, gradients.
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  ctx.lr = 0.01;
+  ctx.step = 0;
+  const size_t n_nodes = g.num_nodes();
+  ASSERT_EQ(g.node(static_cast<NodeId>(n_nodes - 1)).phase, Phase::Update);
+  ex.run_nodes(0, n_nodes - 1, ctx);
+  {
+    auto ref = f32(f, "logits");
+    const float* l = ex.ptr<float>(sg->logits);
+    double mx = 0;
+    for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
+    const double loss = ex.ptr<float>(sg->loss)[0], rl = f32(f, "loss")[0];
+    EXPECT_NEAR(loss, rl, 1e-5 * rl) << "step-0 loss";
+  }
+  int checked = 0;
+  for (ValueId v : g.trainable_params()) {
+    const Value& val = g.value(v);
+    ASSERT_NE(val.grad, kNone) << val.name;
+    const float* gp = ex.ptr<float>(val.grad);
+    const size_t n = static_cast<size_t>(numel(val.shape));
+    if (f.find("grad." + val.name)) {
+      auto ref = f32(f, "grad." + val.name);
+      ASSERT_EQ(ref.size(), n);
+      double d = 0, r = 0;
+      for (size_t i = 0; i < n; ++i) {
+        d += (static_cast<double>(gp[i]) - ref[i]) * (static_cast<double>(gp[i]) - ref[i]);
+        r += static_cast<double>(ref[i]) * ref[i];
+      }
+      EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
+    } else {
+      const double rn = f64(f, "grad_norm." + val.name), rs = f64(f, "grad_sum." + val.name);
+      double s = 0;
+      for (size_t i = 0; i < n; ++i) s += gp[i];
+      EXPECT_NEAR(norm(gp, n), rn, 1e-3 * rn) << val.name << " gradient norm";
+      EXPECT_NEAR(s, rs, 1e-3 * rn * std::sqrt(static_cast<double>(n)) * 1e-2 + 1e-3 * std::abs(rs)) << val.name << " gradient sum";
+      auto idx = i64(f, "grad_sample_idx." + val.name);
+      auto ref = f32(f, "grad_sample." + val.name);
+      const double rms = rn / std::sqrt(static_cast<double>(n));
+      for (size_t k = 0; k < idx.size(); ++k)
+        EXPECT_NEAR(gp[idx[k]], ref[k], 1e-3 * std::abs(ref[k]) + 1e-2 * rms) << val.name << "[" << idx[k] << "]";
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  ex.run_nodes(n_nodes - 1, n_nodes, ctx);  // the step-0 update
+
+  // The 20-step trajectory.
+  auto losses = f32(f, "losses");
+  ASSERT_EQ(losses.size(), 20u);
+  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], losses[0], 1e-5 * losses[0]);
+  for (int t = 1; t < 20; ++t) {
+    ctx.step = t;
+    ex.run(ctx);
+    const double l = ex.ptr<float>(sg->loss)[0];
+    EXPECT_NEAR(l, losses[static_cast<size_t>(t)], c.loss_rtol * losses[static_cast<size_t>(t)] + c.loss_atol)
+        << c.model << " loss at step " << t;
+  }
+  // After the 20th update: final weights and batch-norm statistics.
+  {
+    ValueId fc = g.find(c.last_fc);
+    const size_t n = static_cast<size_t>(numel(g.value(fc).shape));
+    const double rn = f64(f, "final_norm." + c.last_fc);
+    EXPECT_NEAR(norm(ex.ptr<float>(fc), n), rn, 1e-3 * rn) << "final " << c.last_fc;
+  }
+  for (const char* bn : {"bn1", "layer4.1.bn2"}) {
+    for (const char* stat : {"running_mean", "running_var"}) {
+      std::string name = std::string(bn) + "." + stat;
+      if (!f.find("final." + name)) continue;
+      auto ref = f32(f, "final." + name);
+      const float* p = ex.ptr<float>(g.find(name));
+      double mx = 0;
+      for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+      for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(p[i], ref[i], 1e-3 * mx) << name << "[" << i << "]";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Golden, ConvNetCpu) { run_golden({"convnet", "convnet.safetensors", "fc2.weight", 1e-4, 0.0}, Backend::Cpu); }
+TEST(Golden, ResNet18Cpu) { run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 2e-6}, Backend::Cpu); }
+// The scalar reference kernels reproduce PyTorch too (ConvNet: the ResNet-18
+// reference run takes minutes).
+TEST(Golden, ConvNetReference) {
+  run_golden({"convnet", "convnet.safetensors", "fc2.weight", 1e-4, 0.0}, Backend::Reference);
+}
+// Minutes long on the scalar kernels; run by hand with
+// --gtest_also_run_disabled_tests when changing a reference kernel.
+TEST(Golden, DISABLED_ResNet18Reference) {
+  run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 2e-6}, Backend::Reference);
+}
