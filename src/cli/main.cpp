@@ -82,6 +82,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   bool nesterov = false;
   cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 3 epochs.");
   add_common(a, o, memory);
+  a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
   a.add("epochs", &o.epochs, "N", "epochs (default 3)");
   a.add("steps", &o.steps, "N", "stop after N optimizer steps (overrides --epochs)");
   a.add("lr", &o.lr, "LR", "learning rate (default 0.05)");
@@ -94,7 +95,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   a.add("label-smoothing", &o.label_smoothing, "S", "label smoothing (default 0)");
   int64_t seed = static_cast<int64_t>(o.seed);
   a.add("seed", &seed, "N", "seed for init, shuffling, dropout (default 42)");
-  a.add("out", &o.out, "DIR", "run directory: checkpoints, metrics.jsonl (default runs/latest)");
+  a.add("out", &o.out, "DIR", "run directory: checkpoints, metrics.jsonl (default runs/latest, or the --resume DIR)");
   a.add("resume", &o.resume, "DIR", "continue the run saved in DIR exactly");
   a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps (default: every epoch)");
   a.add("checkpoint-every", &o.checkpoint_every, "STEPS", "checkpoint every N steps too (default: every epoch)");
@@ -109,7 +110,6 @@ int cmd_train(const std::vector<std::string>& argv) {
         return std::string();
       },
       "auto|bar|lines", "progress display (default: bar on a terminal)");
-  a.add("stop-after", &o.stop_after, "STEPS", "testing: stop after N steps without a final checkpoint");
   if (auto err = a.parse(argv)) return usage_error(a, *err);
   if (a.help_requested()) {
     std::cout << a.usage();
@@ -120,7 +120,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (!Schedule::valid_kind(sched)) return usage_error(a, "--schedule expects constant, step or cosine, got '" + sched + "'");
   if (o.batch <= 0 || o.epochs <= 0 || o.steps < 0 || !(o.lr > 0))
     return usage_error(a, "--batch, --epochs and --lr must be positive");
+  if (o.accumulate <= 0 || o.batch % o.accumulate)
+    return usage_error(a, "--accumulate must be positive and divide --batch");
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
+  if (!o.resume.empty() && !a.given("out")) o.out = o.resume;
   o.schedule = sched;
   o.optimizer.nesterov = nesterov;
   o.seed = static_cast<uint64_t>(seed);

@@ -1,5 +1,6 @@
 #include "train/step_graph.hpp"
 
+#include "memfit/accumulate.hpp"
 #include "memfit/builder.hpp"
 #include "models/model_file.hpp"
 
@@ -21,6 +22,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   g.value(sg->loss).is_loss = true;
   if (s.training) {
     sg->backward = build_backward(g, sg->loss);
+    if (s.accumulation > 1) add_gradient_accumulation(g);
     if (s.with_update) append_optimizer(g, s.optimizer);
   }
   return sg;

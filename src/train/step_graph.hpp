@@ -20,6 +20,7 @@ struct StepSpec {
   double label_smoothing = 0.0;
   OptimizerConfig optimizer;
   bool with_update = true;  // append the optimizer update (training only)
+  int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
   bool with_loss = true;    // false: logits only (evaluation computes its metrics from them)
 };
 

@@ -143,6 +143,9 @@ std::string json_num(double v) {
 TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (o.threads > 0) omp_set_num_threads(static_cast<int>(o.threads));
   if (o.batch <= 0) throw std::invalid_argument("--batch must be positive");
+  if (o.accumulate <= 0 || o.batch % o.accumulate)
+    throw std::invalid_argument("--accumulate must divide --batch (" + std::to_string(o.batch) + ")");
+  const int64_t micro = o.batch / o.accumulate;
   if (!Schedule::valid_kind(o.schedule))
     throw std::invalid_argument("unknown schedule '" + o.schedule + "' (expected constant, step or cosine)");
   optimizer_state_floats(o.optimizer);  // validates the optimizer kind
@@ -154,7 +157,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
 
   StepSpec spec;
   spec.model = o.model;
-  spec.batch = o.batch;
+  spec.batch = micro;
+  spec.accumulation = o.accumulate;
   spec.channels = shape[0];
   spec.height = shape[1];
   spec.width = shape[2];
@@ -165,7 +169,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   StepSpec espec = spec;
   espec.training = false;
   espec.with_loss = false;
-  espec.batch = o.eval_batch > 0 ? o.eval_batch : o.batch;
+  espec.accumulation = 1;
+  espec.batch = o.eval_batch > 0 ? o.eval_batch : micro;
   auto eval_g = build_step_graph(espec);
 
   ExecConfig cfg;
@@ -175,7 +180,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   Executor ex(train_g->g, cfg);
 
   data::LoaderOptions lo;
-  lo.batch_size = static_cast<size_t>(o.batch);
+  lo.batch_size = static_cast<size_t>(micro);
   lo.seed = o.seed;
   lo.drop_last = true;
   lo.shuffle = true;
@@ -242,7 +247,13 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   std::unique_ptr<data::Loader> test_loader;
   if (ds.test) test_loader = std::make_unique<data::Loader>(*ds.test, teo);
 
-  const int64_t per_epoch = static_cast<int64_t>(loader.batches_per_epoch());
+  // Optimizer steps per epoch; a last group of fewer than `accumulate`
+  // micro-batches is dropped, as drop_last drops a partial batch.
+  const int64_t per_epoch = static_cast<int64_t>(loader.batches_per_epoch()) / o.accumulate;
+  if (per_epoch == 0)
+    throw std::invalid_argument("the training set (" + std::to_string(ds.train->size()) + " samples) is smaller than one batch of " +
+                                std::to_string(o.batch));
+  const size_t update_node = o.accumulate > 1 ? train_g->g.num_nodes() - 1 : train_g->g.num_nodes();
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   Schedule sched;
   sched.kind = o.schedule;
@@ -255,11 +266,12 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   st.model = o.model;
   st.seed = o.seed;
   st.extra["batch"] = std::to_string(o.batch);
+  st.extra["accumulate"] = std::to_string(o.accumulate);
   st.extra["optimizer"] = o.optimizer.kind;
   st.extra["dataset_size"] = std::to_string(ds.train->size());
   if (!o.resume.empty()) {
     TrainState r = load_checkpoint(o.resume, ex);
-    for (const char* k : {"batch", "optimizer", "dataset_size"})
+    for (const char* k : {"batch", "accumulate", "optimizer", "dataset_size"})
       if (r.extra[k] != st.extra[k])
         throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with " + k + " " + r.extra[k] +
                                  ", this run has " + st.extra[k]);
@@ -316,10 +328,14 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     save_checkpoint(o.out, ex, st);
   };
 
+  int64_t group = 0;        // micro-batches done in this optimizer step
+  double group_loss = 0.0;
   while (st.step < total_steps) {
     const auto t0 = Clock::now();
     size_t n = loader.next(x, y);
-    if (n == 0) {  // end of an epoch
+    if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
+      group = 0;
+      group_loss = 0.0;
       const uint64_t finished = loader.position().epoch;
       if (o.eval_every == 0) do_eval(finished + 1);
       do_checkpoint();
@@ -327,23 +343,28 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     }
     ctx.step = st.step;
     ctx.lr = sched.lr(st.step);
-    ex.run(ctx);
-    last_loss = *loss_p;
+    ctx.micro = group;
+    ctx.grad_scale = 1.0;
+    ex.run_nodes(0, update_node, ctx);
+    group_loss += *loss_p;
+    images += static_cast<int64_t>(n);
+    if (++group < o.accumulate) {
+      train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      continue;
+    }
+    ctx.grad_scale = 1.0 / static_cast<double>(o.accumulate);
+    ex.run_nodes(update_node, train_g->g.num_nodes(), ctx);
+    last_loss = group_loss / static_cast<double>(o.accumulate);
+    group = 0;
+    group_loss = 0.0;
     if (!std::isfinite(last_loss))
       throw std::runtime_error("training diverged at step " + std::to_string(st.step) + " (loss " + json_num(last_loss) +
                                "); lower --lr or use --clip-grad-norm");
     loss_sum += last_loss;
     ++loss_n;
     ++st.step;
-    images += static_cast<int64_t>(n);
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     prog.step(st.step, last_loss, train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0, current_rss());
-    if (o.stop_after > 0 && st.step >= o.stop_after) {
-      prog.finish();
-      log << "stopping after step " << st.step << " (--stop-after)\n";
-      res.steps = st.step;
-      return res;
-    }
     if (o.eval_every > 0 && st.step % o.eval_every == 0) do_eval(loader.position().epoch + 1);
     if (o.checkpoint_every > 0 && st.step % o.checkpoint_every == 0) do_checkpoint();
   }

@@ -19,7 +19,8 @@ struct TrainOptions {
   std::string data = "/usr/share/datasets/fashion-mnist";
   int64_t epochs = 3;
   int64_t steps = 0;           // > 0: stop after this many optimizer steps
-  int64_t batch = 64;
+  int64_t batch = 64;          // effective batch of one optimizer step
+  int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
   int64_t eval_batch = 0;      // 0: same as batch
   double lr = 0.05;
   OptimizerConfig optimizer{.kind = "sgd", .momentum = 0.9, .weight_decay = 5e-4};
@@ -43,8 +44,6 @@ struct TrainOptions {
   Backend backend = Backend::Cpu;
   PlanOptions plan;
   bool plan_only = false;      // stop after printing the plan (memfit plan)
-  // Testing hook: stop (as if killed) after this many steps, without a checkpoint.
-  int64_t stop_after = 0;
 };
 
 struct TrainResult {

@@ -11,6 +11,15 @@ void register_optim_ops() {
     d.infer = [](const Graph&, const Node&) { return std::vector<ValueMeta>{}; };
     register_op(d);
   }
+  // grad_accumulate(acc, g): acc = g on micro-batch 0, acc += g after (in place).
+  OpDef acc;
+  acc.name = "grad_accumulate";
+  acc.traits.mutates_inputs = true;
+  acc.infer = [](const Graph& g, const Node& n) {
+    if (g.value(n.inputs[0]).shape != g.value(n.inputs[1]).shape) shape_fail(g, n, "accumulator and gradient differ");
+    return std::vector<ValueMeta>{};
+  };
+  register_op(acc);
 }
 
 }  // namespace memfit

@@ -88,4 +88,23 @@ class AdamUpdate final : public Kernel {
   AdamParams p_;
 };
 
+// grad_accumulate  in: acc[n], g[n]; acc = g when ctx.micro == 0, else acc += g.
+template <class T>
+class GradAccumulate final : public Kernel {
+ public:
+  explicit GradAccumulate(EltwiseParams p) : p_(p) {}
+  const char* name() const override { return "ref.grad_accumulate"; }
+  void run(const StepContext& ctx) override {
+    T* acc = in<T>(0);
+    const T* g = in<T>(1);
+    if (ctx.micro == 0)
+      for (int64_t i = 0; i < p_.n; ++i) acc[i] = g[i];
+    else
+      for (int64_t i = 0; i < p_.n; ++i) acc[i] += g[i];
+  }
+
+ private:
+  EltwiseParams p_;
+};
+
 }  // namespace memfit::kernels::ref

@@ -25,6 +25,9 @@ void register_optim_kernels() {
     p.nesterov = n.attrs.i("nesterov") != 0;
     return make_ref<kernels::ref::SgdUpdate>(b, p);
   });
+  register_kernel("grad_accumulate", [](const Graph& g, const Node& n, Backend b) {
+    return make_ref<kernels::ref::GradAccumulate>(b, kernels::EltwiseParams{numel(g.value(n.inputs[0]).shape)});
+  });
   register_kernel("adam_update", [](const Graph& g, const Node& n, Backend b) {
     kernels::AdamParams p;
     fill_common(g, n, p);
