@@ -48,7 +48,9 @@ TEST(Accumulate, FourMicroBatchesEqualOneBatch) {
     Net big, small;
     build(big, 64, 1);
     build(small, 16, 4);
-    Executor eb(big.g, {.backend = backend}), es(small.g, {.backend = backend});
+    ExecConfig cfg;
+    cfg.backend = backend;
+    Executor eb(big.g, cfg), es(small.g, cfg);
     eb.init_params(3);
     es.init_params(3);
     std::mt19937 gen(5);

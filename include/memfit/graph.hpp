@@ -134,6 +134,10 @@ class Graph {
   size_t num_values() const { return values_.size(); }
   size_t num_nodes() const { return nodes_.size(); }
 
+  // Permutes the schedule: order[i] is the old id of the node that runs i-th.
+  // Throws GraphError if the order runs a node before a producer of its inputs.
+  void reorder(const std::vector<NodeId>& order);
+
   // Lookup by name; kNone if absent.
   ValueId find(const std::string& name) const;
   // Parameters (trainable and frozen) and buffers in creation order.

@@ -1,8 +1,11 @@
 #include "memfit/accumulate.hpp"
 
+#include <vector>
+
 namespace memfit {
 
 void add_gradient_accumulation(Graph& g) {
+  const size_t before = g.num_nodes();
   for (ValueId p : g.trainable_params()) {
     ValueId micro = g.value(p).grad;
     if (micro == kNone) continue;
@@ -20,6 +23,19 @@ void add_gradient_accumulation(Graph& g) {
     g.value(p).grad = a;
     g.add_node("grad_accumulate", {a, micro}, {}, g.value(p).name, Phase::Backward);
   }
+  // Run each grad_accumulate right after the node that makes its gradient, so
+  // a micro-batch gradient lives for one node, not until the end of backward.
+  std::vector<std::vector<NodeId>> after(before);
+  for (size_t k = before; k < g.num_nodes(); ++k) {
+    NodeId prod = g.value(g.node(static_cast<NodeId>(k)).inputs[1]).producer;
+    after[static_cast<size_t>(prod)].push_back(static_cast<NodeId>(k));
+  }
+  std::vector<NodeId> order;
+  for (size_t k = 0; k < before; ++k) {
+    order.push_back(static_cast<NodeId>(k));
+    for (NodeId a : after[k]) order.push_back(a);
+  }
+  g.reorder(order);
 }
 
 }  // namespace memfit

@@ -53,6 +53,18 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
 }
 
+// Options that change what a step keeps in memory; train and plan take them.
+void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
+  a.add(
+      "freeze", [&o](const std::string& v) {
+        o.freeze.push_back(v);
+        return std::string();
+      },
+      "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
+  a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
+  a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
+}
+
 int usage_error(const cli::Args& a, const std::string& msg) {
   std::cerr << "memfit: " << msg << "\n\n" << a.usage();
   return 2;
@@ -82,7 +94,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   bool nesterov = false;
   cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 3 epochs.");
   add_common(a, o, memory);
-  a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
+  add_memory_policy(a, o);
+  a.add("init-from", &o.init_from, "FILE", "start from these weights (safetensors; PyTorch names)");
+  a.add(
+      "reinit", [&o](const std::string& v) {
+        o.reinit.push_back(v);
+        return std::string();
+      },
+      "PATTERN", "with --init-from: keep fresh weights for matching layers (a new head); repeatable");
   a.add("epochs", &o.epochs, "N", "epochs (default 3)");
   a.add("steps", &o.steps, "N", "stop after N optimizer steps (overrides --epochs)");
   a.add("lr", &o.lr, "LR", "learning rate (default 0.05)");
@@ -158,6 +177,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   cli::Args a("plan", "Print the memory plan of a training run: the predicted peak by class, the largest\n"
                       "buffers, and the total without planning. Nothing is trained.");
   add_common(a, o, memory);
+  add_memory_policy(a, o);
   if (auto err = a.parse(argv)) return usage_error(a, *err);
   if (a.help_requested()) {
     std::cout << a.usage();

@@ -108,7 +108,13 @@ std::vector<ValueId> Graph::add_node(const std::string& op, std::vector<ValueId>
   NodeId id = static_cast<NodeId>(nodes_.size());
   for (size_t i = 0; i < metas.size(); ++i) {
     Value v;
-    v.name = layer + ":" + op + (metas.size() > 1 ? ":" + std::to_string(i) : "");
+    v.name = layer;
+    v.name += ':';
+    v.name += op;
+    if (metas.size() > 1) {
+      v.name += ':';
+      v.name += std::to_string(i);
+    }
     v.shape = metas[i].shape;
     v.dtype = metas[i].dtype;
     v.producer = id;
@@ -144,6 +150,30 @@ ValueId Graph::buffer(const std::string& name, Shape shape, DType dt) {
   v.dtype = dt;
   v.cls = VClass::Buffer;
   return add_value(std::move(v));
+}
+
+void Graph::reorder(const std::vector<NodeId>& order) {
+  if (order.size() != nodes_.size()) throw GraphError("reorder: wrong number of nodes");
+  std::vector<NodeId> new_id(nodes_.size(), -1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    NodeId o = order[i];
+    if (o < 0 || static_cast<size_t>(o) >= nodes_.size() || new_id[static_cast<size_t>(o)] >= 0)
+      throw GraphError("reorder: not a permutation");
+    new_id[static_cast<size_t>(o)] = static_cast<NodeId>(i);
+  }
+  std::vector<Node> nn;
+  nn.reserve(nodes_.size());
+  for (NodeId o : order) nn.push_back(std::move(nodes_[static_cast<size_t>(o)]));
+  nodes_ = std::move(nn);
+  for (auto& v : values_)
+    if (v.producer >= 0) v.producer = new_id[static_cast<size_t>(v.producer)];
+  for (auto& n : nodes_)
+    if (n.fwd >= 0) n.fwd = new_id[static_cast<size_t>(n.fwd)];
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    for (ValueId v : nodes_[i].inputs)
+      if (values_[static_cast<size_t>(v)].producer >= static_cast<NodeId>(i))
+        throw GraphError("reorder: node " + nodes_[i].op + " @" + nodes_[i].layer + " runs before its input '" +
+                         values_[static_cast<size_t>(v)].name + "' is made");
 }
 
 ValueId Graph::find(const std::string& name) const {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "train/step_graph.hpp"
 
 namespace memfit::train {
 namespace {
@@ -128,7 +129,7 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
   return st;
 }
 
-size_t load_weights(const std::string& path, Executor& ex, bool allow_missing) {
+size_t load_weights(const std::string& path, Executor& ex, const std::vector<std::string>& keep) {
   require_f32_storage(ex);
   io::SafetensorsFile f = io::SafetensorsFile::load(path);
   const Graph& g = ex.graph();
@@ -136,14 +137,17 @@ size_t load_weights(const std::string& path, Executor& ex, bool allow_missing) {
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (v.cls != VClass::Param && v.cls != VClass::Buffer) continue;
+    bool kept = false;
+    for (const auto& k : keep) kept = kept || name_matches(k, v.name);
+    if (kept) continue;
     const io::TensorInfo* t = f.find(v.name);
-    if (!t) {
-      if (allow_missing) continue;
-      throw std::runtime_error(path + " has no tensor '" + v.name + "'");
-    }
+    if (!t)
+      throw std::runtime_error(path + " has no tensor '" + v.name +
+                               "' (weights of another architecture? --reinit PATTERN keeps a layer's fresh weights)");
     if (t->dtype != io::DType::F32 || t->shape != v.shape)
       throw std::runtime_error(path + ": tensor '" + v.name + "' is " + std::string(io::dtype_name(t->dtype)) + " " +
-                               shape_str(t->shape) + " but the model expects F32 " + shape_str(v.shape));
+                               shape_str(t->shape) + " but the model expects F32 " + shape_str(v.shape) +
+                               " (--reinit " + v.name.substr(0, v.name.rfind('.')) + " keeps this layer's fresh weights)");
     todo.push_back({static_cast<ValueId>(i), t});
   }
   for (auto& [v, t] : todo) std::memcpy(ex.data(v), f.data(*t), t->nbytes());

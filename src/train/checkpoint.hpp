@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "memfit/runtime.hpp"
 
@@ -31,8 +32,11 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
 // Throws std::runtime_error naming the file when it is missing, corrupted
 // (checksum), for another model, or its tensors do not match this graph.
 TrainState load_checkpoint(const std::string& dir, Executor& ex);
-// Loads parameters (and buffers) by name from a weights file; names and
-// shapes must match. Returns the number of tensors loaded.
-size_t load_weights(const std::string& path, Executor& ex, bool allow_missing = false);
+// Loads parameters and buffers by name from a weights file (memfit's or
+// one saved by PyTorch for the same architecture). Every one must be present
+// with the same shape, except those matching a `keep` pattern, which keep
+// their fresh initialisation (a new head). Nothing is changed on error.
+// Returns the number of tensors loaded.
+size_t load_weights(const std::string& path, Executor& ex, const std::vector<std::string>& keep = {});
 
 }  // namespace memfit::train

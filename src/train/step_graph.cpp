@@ -1,10 +1,17 @@
 #include "train/step_graph.hpp"
 
+#include <fnmatch.h>
+
 #include "memfit/accumulate.hpp"
 #include "memfit/builder.hpp"
 #include "models/model_file.hpp"
 
 namespace memfit::train {
+
+bool name_matches(const std::string& pattern, const std::string& name) {
+  if (::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
+  return name.size() > pattern.size() && name.compare(0, pattern.size(), pattern) == 0 && name[pattern.size()] == '.';
+}
 
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   auto sg = std::make_unique<StepGraph>();
@@ -20,6 +27,17 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   sg->loss = softmax_xent(b, sg->logits, sg->labels, s.label_smoothing);
   g.value(sg->loss).is_output = true;
   g.value(sg->loss).is_loss = true;
+  for (const auto& pat : s.freeze) {
+    bool any = false;
+    for (ValueId p : g.params()) any = any || name_matches(pat, g.value(p).name);
+    if (!any) throw GraphError("--freeze '" + pat + "' matches no parameter of " + s.model);
+  }
+  for (ValueId p : g.params()) {
+    Value& v = g.value(p);
+    for (const auto& pat : s.freeze)
+      if (name_matches(pat, v.name)) v.trainable = false;
+    if (s.bias_only && !(v.name.size() >= 5 && v.name.compare(v.name.size() - 5, 5, ".bias") == 0)) v.trainable = false;
+  }
   if (s.training) {
     sg->backward = build_backward(g, sg->loss);
     if (s.accumulation > 1) add_gradient_accumulation(g);

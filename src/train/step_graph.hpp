@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "memfit/autodiff.hpp"
 #include "memfit/graph.hpp"
@@ -20,6 +21,11 @@ struct StepSpec {
   double label_smoothing = 0.0;
   OptimizerConfig optimizer;
   bool with_update = true;  // append the optimizer update (training only)
+  // Transfer learning: parameters whose names match one of these patterns
+  // (glob, or a module prefix: "layer1" matches "layer1.0.conv1.weight") are
+  // frozen; bias_only freezes every parameter that is not a bias.
+  std::vector<std::string> freeze;
+  bool bias_only = false;
   int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
   bool with_loss = true;    // false: logits only (evaluation computes its metrics from them)
 };
@@ -29,6 +35,9 @@ struct StepGraph {
   ValueId x = kNone, labels = kNone, logits = kNone, loss = kNone;
   BackwardResult backward;
 };
+
+// True if a parameter name matches a --freeze pattern.
+bool name_matches(const std::string& pattern, const std::string& name);
 
 // Throws GraphError for a bad model or an unknown model name.
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& spec);

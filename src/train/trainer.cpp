@@ -159,6 +159,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   spec.model = o.model;
   spec.batch = micro;
   spec.accumulation = o.accumulate;
+  spec.freeze = o.freeze;
+  spec.bias_only = o.bias_only;
   spec.channels = shape[0];
   spec.height = shape[1];
   spec.width = shape[2];
@@ -242,6 +244,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       throw std::logic_error("evaluation graph parameter layout differs from training: " + eval_g->g.value(p).name);
   }
   ex.init_params(o.seed);
+  if (!o.init_from.empty() && o.resume.empty()) {
+    size_t n = load_weights(o.init_from, ex, o.reinit);
+    log << "initialised " << n << " tensors from " << o.init_from << "\n";
+  }
 
   data::Loader loader(*ds.train, lo);
   std::unique_ptr<data::Loader> test_loader;

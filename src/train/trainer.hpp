@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
@@ -20,6 +21,10 @@ struct TrainOptions {
   int64_t epochs = 3;
   int64_t steps = 0;           // > 0: stop after this many optimizer steps
   int64_t batch = 64;          // effective batch of one optimizer step
+  std::string init_from;       // weights to start from (safetensors)
+  std::vector<std::string> reinit;  // with init_from: layers that keep their fresh init
+  std::vector<std::string> freeze;  // parameter patterns that do not train
+  bool bias_only = false;      // train biases only
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
   int64_t eval_batch = 0;      // 0: same as batch
   double lr = 0.05;
