@@ -54,11 +54,13 @@ double time_steps(const train::StepGraph& sg, Backend b, int steps, std::map<std
   ++ctx.step;
   const size_t nodes = sg.g.num_nodes();
   double total = 0;
+  std::vector<double> each;
   for (int s = 0; s < steps; ++s, ++ctx.step) {
     if (!per_op) {
       auto t0 = Clock::now();
       ex.run(ctx);
-      total += seconds_since(t0);
+      each.push_back(seconds_since(t0));
+      total += each.back();
       continue;
     }
     for (size_t k = 0; k < nodes; ++k) {
@@ -69,8 +71,13 @@ double time_steps(const train::StepGraph& sg, Backend b, int steps, std::map<std
       total += dt;
     }
   }
-  std::printf("  %-10s arena %.1f MiB, %.2f ms/step\n", backend_name(b), static_cast<double>(ex.arena_bytes()) / (1 << 20),
-              1e3 * total / steps);
+  std::printf("  %-10s arena %.1f MiB, mean %.2f ms/step", backend_name(b),
+              static_cast<double>(ex.arena_bytes()) / (1 << 20), 1e3 * total / steps);
+  if (!each.empty()) {
+    std::sort(each.begin(), each.end());
+    std::printf(", median %.2f, min %.2f", 1e3 * each[each.size() / 2], 1e3 * each[0]);
+  }
+  std::printf("%s\n", per_op ? " (node by node)" : "");
   return total / steps;
 }
 

@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -182,7 +183,7 @@ std::string cpu_kernel_name(const Graph& g, const std::string& op) {
       auto k = make_kernel(g, n, Backend::Cpu);
       return k ? k->name() : "(none)";
     }
-  return "(no node " + op + ")";
+  return std::string("(no node ").append(op).append(")");
 }
 
 void expect_kernel(const Graph& g, const std::string& op, const std::string& name) {
@@ -213,10 +214,10 @@ struct ConvCase {
 };
 
 std::string conv_str(const ConvCase& c) {
-  return "N" + std::to_string(c.N) + " C" + std::to_string(c.C) + " " + std::to_string(c.H) + "x" +
-         std::to_string(c.W) + " K" + std::to_string(c.K) + " " + std::to_string(c.R) + "x" + std::to_string(c.S) +
-         " s" + std::to_string(c.stride) + " p" + std::to_string(c.pad) + " d" + std::to_string(c.dil) + " g" +
-         std::to_string(c.groups) + (c.bias ? " bias" : "");
+  std::ostringstream o;
+  o << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " " << c.R << "x" << c.S << " s"
+    << c.stride << " p" << c.pad << " d" << c.dil << " g" << c.groups << (c.bias ? " bias" : "");
+  return o.str();
 }
 
 Attrs conv_attrs(const ConvCase& c) {
@@ -393,10 +394,10 @@ Attrs pool_attrs(const PoolCase& c) {
 }
 
 std::string pool_str(const PoolCase& c) {
-  return "N" + std::to_string(c.N) + " C" + std::to_string(c.C) + " " + std::to_string(c.H) + "x" +
-         std::to_string(c.W) + " win " + std::to_string(c.R) + "x" + std::to_string(c.S) + " s" +
-         std::to_string(c.sh) + "," + std::to_string(c.sw) + " p" + std::to_string(c.ph) + "," +
-         std::to_string(c.pw) + (c.include_pad ? " incl" : " excl");
+  std::ostringstream o;
+  o << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " win " << c.R << "x" << c.S << " s" << c.sh << ","
+    << c.sw << " p" << c.ph << "," << c.pw << (c.include_pad ? " incl" : " excl");
+  return o.str();
 }
 
 Shape pool_out(const PoolCase& c) {
@@ -636,7 +637,7 @@ void compare_eltwise(const Graph& g, const std::vector<ValueId>& outs, uint64_t 
 
 TEST(CpuKernels, EltwiseOps) {
   for (int64_t n : {int64_t(1000), int64_t(100003)}) {
-    SCOPED_TRACE("n = " + std::to_string(n));
+    SCOPED_TRACE(std::string("n = ").append(std::to_string(n)));
     {
       Graph g;
       ValueId y = g.add1("relu", {g.input("x", {n})}, {}, "relu");
@@ -829,14 +830,14 @@ TEST(CpuKernels, OptimizerUpdateOnly) {
       Graph g;
       std::vector<Shape> shapes = {{100003}, {17, 3}, {5}};
       std::vector<ValueId> ins, params;
-      for (size_t t = 0; t < shapes.size(); ++t) params.push_back(g.param("p" + std::to_string(t), shapes[t]));
+      for (size_t t = 0; t < shapes.size(); ++t) params.push_back(g.param(std::string("p").append(std::to_string(t)), shapes[t]));
       ins = params;
-      for (size_t t = 0; t < shapes.size(); ++t) ins.push_back(g.input("g" + std::to_string(t), shapes[t]));
+      for (size_t t = 0; t < shapes.size(); ++t) ins.push_back(g.input(std::string("g").append(std::to_string(t)), shapes[t]));
       const int states = kind == "sgd" ? 1 : 2;
       for (int s = 0; s < states; ++s)
         for (size_t t = 0; t < shapes.size(); ++t) {
           Value v;
-          v.name = "p" + std::to_string(t) + ".state" + std::to_string(s);
+          v.name = std::string("p").append(std::to_string(t)).append(".state").append(std::to_string(s));
           v.shape = shapes[t];
           v.cls = VClass::OptState;
           ins.push_back(g.add_value(v));

@@ -1,7 +1,9 @@
 // Helpers shared by the oneDNN-backed kernels: plain f32 memory descriptors,
-// the user-scratchpad attribute, a layout for a kernel's scratch, and Call,
-// one primitive with its argument list bound once so that run() executes it
-// through the C API without building maps or vectors.
+// the user-scratchpad attribute, a layout for a kernel's scratch, Call (one
+// primitive with its argument list bound once, so that run() executes it
+// through the C API without building maps or vectors on our side), and
+// RelayoutKernel (a primitive whose operands live in oneDNN's own layouts in
+// scratch, reordered from and to the graph's plain buffers).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/engine.hpp"
+#include "kernels/kernel.hpp"
 
 namespace memfit::kernels::cpu {
 
@@ -62,7 +65,6 @@ class Call {
   // of raw handles stays valid as the vectors grow.
   void arg(int id, const dnnl::memory::desc& md, void* ptr);
   void run() const;
-  bool empty() const { return !prim_; }
 
  private:
   dnnl::primitive prim_;
@@ -85,5 +87,42 @@ std::unique_ptr<Base> try_make(const P& p) {
     return nullptr;
   }
 }
+
+// A kernel around one primitive whose operands may live in a layout of the
+// primitive's choosing (format_tag::any, e.g. channel-blocked for
+// convolution) while the graph's buffers stay plain. An operand whose layout
+// differs gets a buffer in the kernel's scratch and a reorder: graph -> buffer
+// before the primitive for inputs, buffer -> graph after it for outputs.
+// Scratch: [shared scratchpad of the primitive and the reorders (they run one
+// after another)][operand buffers].
+class RelayoutKernel : public Kernel {
+ public:
+  size_t scratch_bytes() const override { return scratch_total_; }
+  void run(const StepContext&) override;
+
+ protected:
+  struct Operand {
+    int arg;         // DNNL_ARG_*
+    bool input;      // in_[index] (else out_[index])
+    size_t index;
+    dnnl::memory::desc plain, inner;  // the graph's layout, the primitive's
+  };
+  // Call once from the derived constructor, after making the primitive.
+  void setup(dnnl::primitive prim, const dnnl::memory::desc& scratchpad, std::vector<Operand> ops);
+
+ private:
+  void on_bind() override;
+  struct Slot {
+    Operand op;
+    bool relayout = false;
+    size_t offset = 0;  // of the operand buffer in scratch
+    dnnl::memory::desc reorder_scratchpad;
+    Call reorder;
+  };
+  Call main_;
+  dnnl::memory::desc scratchpad_;
+  std::vector<Slot> slots_;
+  size_t shared_ = 0, scratch_total_ = 0;
+};
 
 }  // namespace memfit::kernels::cpu

@@ -24,12 +24,11 @@ class Dropout final : public Kernel {
     const float pf = static_cast<float>(p_.p);
     const float scale = 1.0f / (1.0f - pf);
     const int64_t n = p_.n;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
+    parallel_for_simd(n, [&](int64_t i) {
       const bool keep = rng::uniform01(key, static_cast<uint64_t>(i)) >= pf;
       mask[i] = keep ? 1 : 0;
       y[i] = keep ? x[i] * scale : 0.0f;
-    }
+    });
   }
 
  private:
@@ -47,8 +46,7 @@ class DropoutBwd final : public Kernel {
     float* dx = out<float>(0);
     const float scale = 1.0f / (1.0f - static_cast<float>(p_.p));
     const int64_t n = p_.n;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+    parallel_for_simd(n, [&](int64_t i) { dx[i] = mask[i] ? dy[i] * scale : 0.0f; });
   }
 
  private:

@@ -42,8 +42,7 @@ class ReluBwd final : public Kernel {
     const float* dy = in<float>(1);
     float* dx = out<float>(0);
     const int64_t n = n_;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    parallel_for_simd(n, [&](int64_t i) { dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; });
   }
 
  private:
@@ -60,8 +59,7 @@ class Add final : public Kernel {
     const float* b = in<float>(1);
     float* y = out<float>(0);
     const int64_t n = n_;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    parallel_for_simd(n, [&](int64_t i) { y[i] = a[i] + b[i]; });
   }
 
  private:
@@ -78,8 +76,7 @@ class Scale final : public Kernel {
     float* y = out<float>(0);
     const int64_t n = n_;
     const float alpha = alpha_;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = alpha * x[i];
+    parallel_for_simd(n, [&](int64_t i) { y[i] = alpha * x[i]; });
   }
 
  private:
@@ -96,8 +93,7 @@ class Fill final : public Kernel {
     float* y = out<float>(0);
     const int64_t n = n_;
     const float v = value_;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = v;
+    parallel_for_simd(n, [&](int64_t i) { y[i] = v; });
   }
 
  private:

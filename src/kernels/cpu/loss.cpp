@@ -25,29 +25,32 @@ class SoftmaxXent final : public Kernel {
     float* probs = out<float>(1);
     const int64_t N = p_.N, C = p_.C;
     const double s = p_.smoothing, on = 1.0 - s, off = s / static_cast<double>(C);
-    double total = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : total) if (N * C >= kParallelMin)
-    for (int64_t i = 0; i < N; ++i) {
-      const float* zi = z + i * C;
-      float* pi = probs + i * C;
-      double mx = static_cast<double>(zi[0]);
-      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(zi[c]));
-      double sum = 0.0, sum_shifted = 0.0;
-      for (int64_t c = 0; c < C; ++c) {
-        const double d = static_cast<double>(zi[c]) - mx;
-        sum += std::exp(d);
-        sum_shifted += d;
+    const double total = parallel_sum(N * C, [&] {
+      double part = 0.0;
+#pragma omp for schedule(static) nowait
+      for (int64_t i = 0; i < N; ++i) {
+        const float* zi = z + i * C;
+        float* pi = probs + i * C;
+        double mx = static_cast<double>(zi[0]);
+        for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(zi[c]));
+        double sum = 0.0, sum_shifted = 0.0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double d = static_cast<double>(zi[c]) - mx;
+          sum += std::exp(d);
+          sum_shifted += d;
+        }
+        const double lse = std::log(sum);
+        for (int64_t c = 0; c < C; ++c) pi[c] = static_cast<float>(std::exp(static_cast<double>(zi[c]) - mx) / sum);
+        const int32_t y = labels[i];
+        if (y < 0 || y >= C) {
+          part += std::numeric_limits<double>::quiet_NaN();
+          continue;
+        }
+        // -sum_c q_c log p_c = (1-s) (lse - d_y) + s/C (C lse - sum_c d_c)
+        part += on * (lse - (static_cast<double>(zi[y]) - mx)) + off * (static_cast<double>(C) * lse - sum_shifted);
       }
-      const double lse = std::log(sum);
-      for (int64_t c = 0; c < C; ++c) pi[c] = static_cast<float>(std::exp(static_cast<double>(zi[c]) - mx) / sum);
-      const int32_t y = labels[i];
-      if (y < 0 || y >= C) {
-        total += std::numeric_limits<double>::quiet_NaN();
-        continue;
-      }
-      // -sum_c q_c log p_c = (1-s) (lse - d_y) + s/C (C lse - sum_c d_c)
-      total += on * (lse - (static_cast<double>(zi[y]) - mx)) + off * (static_cast<double>(C) * lse - sum_shifted);
-    }
+      return part;
+    });
     out<float>(0)[0] = static_cast<float>(total / static_cast<double>(N));
   }
 
@@ -68,15 +71,14 @@ class SoftmaxXentBwd final : public Kernel {
     const int64_t N = p_.N, C = p_.C;
     const double on = 1.0 - p_.smoothing, off = p_.smoothing / static_cast<double>(C);
     constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-#pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
-    for (int64_t i = 0; i < N; ++i) {
+    parallel_for(N, N * C, [&](int64_t i) {
       const int32_t y = labels[i];
       const bool valid = y >= 0 && y < C;
       for (int64_t c = 0; c < C; ++c) {
         const double q = (c == y ? on : 0.0) + off;
         dz[i * C + c] = valid ? static_cast<float>((static_cast<double>(probs[i * C + c]) - q) * g) : kNaN;
       }
-    }
+    });
   }
 
  private:

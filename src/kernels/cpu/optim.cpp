@@ -20,22 +20,24 @@ double clipped_scale(const std::vector<void*>& in, const std::vector<int64_t>& s
                      double grad_scale, double clip_norm) {
   if (clip_norm <= 0.0) return grad_scale;
   const size_t k = sizes.size();
-  double ss = 0.0;
   constexpr int64_t kBlock = 4096;
-#pragma omp parallel if (total >= kParallelMin) reduction(+ : ss)
-  for (size_t t = 0; t < k; ++t) {
-    const float* g = static_cast<const float*>(in[k + t]);
-    const int64_t n = sizes[t];
-    // ss is private to each thread here; blocks are split across the team.
+  const double ss = parallel_sum(total, [&] {
+    double part = 0.0;
+    for (size_t t = 0; t < k; ++t) {
+      const float* g = static_cast<const float*>(in[k + t]);
+      const int64_t n = sizes[t];
+      // part is this thread's; blocks are split across the team.
 #pragma omp for schedule(static) nowait
-    for (int64_t b = 0; b < n; b += kBlock) {
-      const int64_t e = b + kBlock < n ? b + kBlock : n;
-      double s = 0.0;
+      for (int64_t b = 0; b < n; b += kBlock) {
+        const int64_t e = b + kBlock < n ? b + kBlock : n;
+        double s = 0.0;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = b; i < e; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-      ss += s;
+        for (int64_t i = b; i < e; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+        part += s;
+      }
     }
-  }
+    return part;
+  });
   const double norm = std::sqrt(ss) * std::abs(grad_scale);
   const double coef = clip_norm / (norm + 1e-6);
   return coef < 1.0 ? grad_scale * coef : grad_scale;
@@ -52,36 +54,37 @@ class SgdUpdate final : public Kernel {
     const float lr = static_cast<float>(ctx.lr), mom = static_cast<float>(p_.momentum);
     const float gs = static_cast<float>(clipped_scale(in_, p_.sizes, total_, ctx.grad_scale, p_.clip_norm));
     const bool use_m = p_.momentum != 0.0, nesterov = p_.nesterov;
-#pragma omp parallel if (total_ >= kParallelMin)
-    for (size_t t = 0; t < k; ++t) {
-      float* w = in<float>(t);
-      const float* g = in<float>(k + t);
-      float* m = use_m ? in<float>(2 * k + t) : nullptr;
-      const float wd = static_cast<float>(p_.weight_decay[t]);
-      const int64_t n = p_.sizes[t];
-      if (!use_m) {
+    parallel_region(total_, [&] {
+      for (size_t t = 0; t < k; ++t) {
+        float* w = in<float>(t);
+        const float* g = in<float>(k + t);
+        float* m = use_m ? in<float>(2 * k + t) : nullptr;
+        const float wd = static_cast<float>(p_.weight_decay[t]);
+        const int64_t n = p_.sizes[t];
+        if (!use_m) {
 #pragma omp for simd schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) {
-          float d = g[i] * gs + wd * w[i];
-          w[i] -= lr * d;
-        }
-      } else if (nesterov) {
+          for (int64_t i = 0; i < n; ++i) {
+            float d = g[i] * gs + wd * w[i];
+            w[i] -= lr * d;
+          }
+        } else if (nesterov) {
 #pragma omp for simd schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) {
-          float d = g[i] * gs + wd * w[i];
-          m[i] = mom * m[i] + d;
-          d = d + mom * m[i];
-          w[i] -= lr * d;
-        }
-      } else {
+          for (int64_t i = 0; i < n; ++i) {
+            float d = g[i] * gs + wd * w[i];
+            m[i] = mom * m[i] + d;
+            d = d + mom * m[i];
+            w[i] -= lr * d;
+          }
+        } else {
 #pragma omp for simd schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) {
-          float d = g[i] * gs + wd * w[i];
-          m[i] = mom * m[i] + d;
-          w[i] -= lr * m[i];
+          for (int64_t i = 0; i < n; ++i) {
+            float d = g[i] * gs + wd * w[i];
+            m[i] = mom * m[i] + d;
+            w[i] -= lr * m[i];
+          }
         }
       }
-    }
+    });
   }
 
  private:
@@ -104,34 +107,35 @@ class AdamUpdate final : public Kernel {
     const float lr = static_cast<float>(ctx.lr), eps = static_cast<float>(p_.eps);
     const float gs = static_cast<float>(clipped_scale(in_, p_.sizes, total_, ctx.grad_scale, p_.clip_norm));
     const bool decoupled = p_.decoupled;
-#pragma omp parallel if (total_ >= kParallelMin)
-    for (size_t t = 0; t < k; ++t) {
-      float* w = in<float>(t);
-      const float* g = in<float>(k + t);
-      float* m = in<float>(2 * k + t);
-      float* v = in<float>(3 * k + t);
-      const float wd = static_cast<float>(p_.weight_decay[t]);
-      const int64_t n = p_.sizes[t];
-      if (decoupled) {
+    parallel_region(total_, [&] {
+      for (size_t t = 0; t < k; ++t) {
+        float* w = in<float>(t);
+        const float* g = in<float>(k + t);
+        float* m = in<float>(2 * k + t);
+        float* v = in<float>(3 * k + t);
+        const float wd = static_cast<float>(p_.weight_decay[t]);
+        const int64_t n = p_.sizes[t];
+        if (decoupled) {
 #pragma omp for simd schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) {
-          const float d = g[i] * gs;
-          w[i] -= lr * wd * w[i];
-          m[i] = b1 * m[i] + (1.0f - b1) * d;
-          v[i] = b2 * v[i] + (1.0f - b2) * d * d;
-          w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-        }
-      } else {
+          for (int64_t i = 0; i < n; ++i) {
+            const float d = g[i] * gs;
+            w[i] -= lr * wd * w[i];
+            m[i] = b1 * m[i] + (1.0f - b1) * d;
+            v[i] = b2 * v[i] + (1.0f - b2) * d * d;
+            w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+          }
+        } else {
 #pragma omp for simd schedule(static) nowait
-        for (int64_t i = 0; i < n; ++i) {
-          float d = g[i] * gs;
-          d += wd * w[i];
-          m[i] = b1 * m[i] + (1.0f - b1) * d;
-          v[i] = b2 * v[i] + (1.0f - b2) * d * d;
-          w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+          for (int64_t i = 0; i < n; ++i) {
+            float d = g[i] * gs;
+            d += wd * w[i];
+            m[i] = b1 * m[i] + (1.0f - b1) * d;
+            v[i] = b2 * v[i] + (1.0f - b2) * d * d;
+            w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+          }
         }
       }
-    }
+    });
   }
 
  private:

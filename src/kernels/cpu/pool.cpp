@@ -99,14 +99,13 @@ class GlobalAvgPool final : public Kernel {
     float* y = out<float>(0);
     const int64_t rows = p_.N * p_.C, hw = p_.HW;
     const float count = static_cast<float>(hw);
-#pragma omp parallel for schedule(static) if (rows * hw >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * hw, [&](int64_t r) {
       const float* xr = x + r * hw;
       float s = 0.0f;
 #pragma omp simd reduction(+ : s)
       for (int64_t i = 0; i < hw; ++i) s += xr[i];
       y[r] = s / count;
-    }
+    });
   }
 
  private:
@@ -122,13 +121,12 @@ class GlobalAvgPoolBwd final : public Kernel {
     float* dx = out<float>(0);
     const int64_t rows = p_.N * p_.C, hw = p_.HW;
     const float count = static_cast<float>(hw);
-#pragma omp parallel for schedule(static) if (rows * hw >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * hw, [&](int64_t r) {
       const float g = dy[r] / count;
       float* dxr = dx + r * hw;
 #pragma omp simd
       for (int64_t i = 0; i < hw; ++i) dxr[i] = g;
-    }
+    });
   }
 
  private:

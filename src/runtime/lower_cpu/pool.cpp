@@ -18,19 +18,32 @@ kernels::PoolParams pool_params(const Node& n, const Shape& x, const Shape& y) {
   return p;
 }
 
+// The index output of a Cpu max_pool2d holds oneDNN's workspace, which only
+// the Cpu max_pool2d_bwd can read. Both factories therefore take the same
+// decision from the same facts: the forward node and every reader of its
+// index output compute in f32, and (inside kernels/cpu) oneDNN handles the
+// shapes, which the two nodes share.
+bool max_pool_on_cpu(const Graph& g, const Node& fwd) {
+  if (!all_f32(g, fwd)) return false;
+  const ValueId idx = fwd.outputs[1];
+  for (const Node& m : g.nodes())
+    for (ValueId v : m.inputs)
+      if (v == idx && !all_f32(g, m)) return false;
+  return true;
+}
+
 }  // namespace
 
 void register_cpu_pool_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
-  // The index output of a Cpu max_pool2d is oneDNN's workspace: the forward
-  // and backward factories decide alike (see kernels/cpu/pool.hpp), and both
-  // depend only on the shapes, which the two nodes share.
   register_cpu_kernel("max_pool2d", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    if (!max_pool_on_cpu(g, n)) return nullptr;
     return kernels::cpu::make_max_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
   });
+  // in: dy, idx (output 1 of the forward node)
   register_cpu_kernel("max_pool2d_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    const NodeId fwd = g.value(n.inputs[1]).producer;
+    if (fwd < 0 || !max_pool_on_cpu(g, g.node(fwd))) return nullptr;
     return kernels::cpu::make_max_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
   });
   register_cpu_kernel("avg_pool2d", [](const Graph& g, const Node& n, Backend) -> KPtr {
