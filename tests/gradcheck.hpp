@@ -43,6 +43,8 @@ struct GradCheckOptions {
   uint64_t seed = 7;
   // Keep inputs away from kinks (relu, max-pool ties): |x| >= margin.
   double margin = 0.0;
+  // Applied to the graph after autodiff (e.g. a recomputation pass).
+  std::function<void(Graph&)> after_backward;
 };
 
 inline void grad_check(const std::vector<GradInput>& ins, const BuildFn& build, GradCheckOptions opt = {}) {
@@ -63,6 +65,7 @@ inline void grad_check(const std::vector<GradInput>& ins, const BuildFn& build, 
   ValueId loss = reshape(b, l, {1});
   g.value(loss).is_output = true;
   BackwardResult bw = build_backward(g, loss, wrt);
+  if (opt.after_backward) opt.after_backward(g);
 
   ExecConfig cfg;
   cfg.backend = Backend::Reference64;

@@ -1,6 +1,7 @@
 // The memfit command: `memfit train` (the main job) and `memfit plan` (the
 // memory plan of a run, without running it).
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -10,6 +11,7 @@
 
 #include "cli/args.hpp"
 #include "memfit/graph.hpp"
+#include "memfit/recompute.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
 #include "train/memory.hpp"
@@ -47,6 +49,16 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
       "sgd|adam|adamw", "optimizer (default sgd with momentum 0.9)");
   a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
   a.add("threads", &o.threads, "N", "threads (default: all cores)");
+  a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
+  a.add(
+      "guard-bytes", [&o](const std::string& v) {
+        char* end = nullptr;
+        const long long n = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end || n < 0 || n > (1 << 20)) return "--guard-bytes expects 0..1048576, got '" + v + "'";
+        o.plan.guard_bytes = static_cast<size_t>(n);
+        return std::string();
+      },
+      "N", "debug: N guard bytes after every planned buffer, checked after every step");
   a.add("subset", &o.subset, "N|F", "train on N samples or a fraction F (0.1, 10%)");
   a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
   a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
@@ -62,6 +74,13 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       },
       "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
+  a.add(
+      "recompute", [&o](const std::string& v) {
+        if (!valid_recompute_policy(v)) return "--recompute expects none, cheap or segments, got '" + v + "'";
+        o.recompute = v;
+        return std::string();
+      },
+      "none|cheap|segments", "recompute activations in backward instead of keeping them (default none)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
 }
 

@@ -77,12 +77,13 @@ struct BatchNormParams {
   int64_t N, C, HW;
   double eps = 1e-5, momentum = 0.1;
   bool training = true;
+  bool update_stats = true;  // false: a recomputation, which leaves the running statistics alone
 };
 
 // dropout      in: x      out: y, mask[n] (u8: 1 kept)
 // dropout_bwd  in: dy, mask  out: dx
-// Element i is kept iff rng::uniform01(rng::stream_key(ctx.seed, stream, ctx.step), i) >= p;
-// kept values are scaled by 1/(1-p).
+// Element i is kept iff rng::uniform01(rng::stream_key(ctx.seed, stream, ctx.step), i) >= float(p)
+// (compared in f32, as tests/golden/make_golden.py does); kept values are scaled by 1/(1-p).
 struct DropoutParams {
   int64_t n;
   double p;
@@ -103,6 +104,8 @@ struct SliceParams {
 // softmax_xent      in: logits[N,C], labels[N] (i32)   out: loss[1], probs[N,C]
 //   loss = mean over N of -sum_c q_c log p_c, q = (1-s) onehot + s/C.
 // softmax_xent_bwd  in: probs, labels, dloss[1]        out: dlogits = (p - q) dloss / N
+//   Labels must lie in [0, C) (the data loader checks); a kernel never indexes with
+//   an out-of-range label: that row's loss and dlogits become NaN.
 struct XentParams {
   int64_t N, C;
   double smoothing = 0.0;

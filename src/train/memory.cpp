@@ -1,6 +1,8 @@
 #include "train/memory.hpp"
 
 #include <fcntl.h>
+#include <malloc.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -121,6 +123,21 @@ bool reset_peak_rss() {
   bool ok = ::write(fd, "5", 1) == 1;
   ::close(fd);
   return ok;
+}
+
+void configure_allocator() {
+  constexpr int kThreshold = 64 << 10;
+  mallopt(M_MMAP_THRESHOLD, kThreshold);
+  mallopt(M_TRIM_THRESHOLD, kThreshold);
+}
+
+void start_threads() {
+#pragma omp parallel
+  {
+    volatile char touch[4096];
+    touch[0] = static_cast<char>(omp_get_thread_num());
+    (void)touch[0];
+  }
 }
 
 }  // namespace memfit::train

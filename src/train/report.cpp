@@ -6,14 +6,19 @@
 
 namespace memfit::train {
 
+namespace {
+// Each arena is its own mapping: resident memory comes in whole pages.
+size_t pages(size_t b) { return (b + 4095) / 4096 * 4096; }
+}  // namespace
+
 MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) {
   MemoryReport r;
   r.baseline = in.baseline;
-  r.params = p.arena_bytes[static_cast<size_t>(Arena::Params)];
-  r.grads = p.arena_bytes[static_cast<size_t>(Arena::Grads)];
-  r.optstate = p.arena_bytes[static_cast<size_t>(Arena::OptState)];
-  r.inputs = p.arena_bytes[static_cast<size_t>(Arena::Inputs)];
-  r.arena = p.arena_bytes[static_cast<size_t>(Arena::Transient)];
+  r.params = pages(p.arena_bytes[static_cast<size_t>(Arena::Params)]);
+  r.grads = pages(p.arena_bytes[static_cast<size_t>(Arena::Grads)]);
+  r.optstate = pages(p.arena_bytes[static_cast<size_t>(Arena::OptState)]);
+  r.inputs = pages(p.arena_bytes[static_cast<size_t>(Arena::Inputs)]);
+  r.arena = pages(p.arena_bytes[static_cast<size_t>(Arena::Transient)]);
   r.data = in.data_bytes;
   r.eval = in.eval_bytes;
 
@@ -36,7 +41,9 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   }
   for (size_t k = 0; k < nn; ++k) {
     scr[k] += p.scratch[k].bytes;
-    if (p.scratch[k].bytes) bufs.push_back({"scratch", g.node(static_cast<NodeId>(k)).layer, p.scratch[k].bytes, "scratch"});
+    if (p.scratch[k].bytes)
+      bufs.push_back({"scratch of " + g.node(static_cast<NodeId>(k)).op, g.node(static_cast<NodeId>(k)).layer,
+                      p.scratch[k].bytes, "scratch"});
   }
   size_t best = 0, at = 0;
   for (size_t k = 0; k <= nn; ++k)
@@ -47,14 +54,19 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.saved = saved[at];
   r.transient = trans[at];
   r.scratch = scr[at];
-  r.fragmentation = r.arena > best ? r.arena - best : 0;
+  r.fragmentation = r.arena > best ? r.arena - best : 0;  // includes the page rounding
   std::stable_sort(bufs.begin(), bufs.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
   if (bufs.size() > 10) bufs.resize(10);
   r.largest = bufs;
   const size_t persistent = r.params + r.grads + r.optstate + r.inputs;
   r.total = r.baseline + persistent + r.arena + r.data + r.eval;
-  r.naive = r.baseline + persistent + p.naive_transient_bytes + r.data + r.eval;
+  r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.data + r.eval;
   return r;
+}
+
+double reuse_factor(const MemoryReport& r) {
+  const size_t naive_arena = r.naive - (r.total - r.arena);
+  return r.arena ? static_cast<double>(naive_arena) / static_cast<double>(r.arena) : 1.0;
 }
 
 namespace {
@@ -87,8 +99,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   std::snprintf(buf, sizeof buf, "  %-22s %12s  (%s)\n", "budget", format_bytes(b.bytes).c_str(), b.source.c_str());
   o << buf;
   std::snprintf(buf, sizeof buf, "  without planning: %s (reuse factor %.2fx on activations)\n",
-                format_bytes(r.naive).c_str(),
-                r.arena ? static_cast<double>(r.naive - (r.total - r.arena)) / static_cast<double>(r.arena) : 1.0);
+                format_bytes(r.naive).c_str(), reuse_factor(r));
   o << buf;
   return o.str();
 }
@@ -104,9 +115,24 @@ std::string largest_classes(const MemoryReport& r, size_t k) {
   return s;
 }
 
+std::string over_budget_message(const MemoryReport& r, const Budget& b) {
+  const size_t mib = size_t(1) << 20;
+  std::ostringstream m;
+  m << "predicted peak " << format_bytes(r.total) << " (" << r.total << " bytes) is over the budget of "
+    << format_bytes(b.bytes) << " (" << b.source << "); largest parts: " << largest_classes(r, 3)
+    << ". Nothing was allocated. The smallest budget that fits this plan is " << format_bytes(r.total)
+    << "; --memory " << (r.total + mib - 1) / mib + 1 << "MiB leaves room for the baseline's variation between runs";
+  if (b.margin) m << " (a limit of at least " << format_bytes(r.total + b.margin) << " with the default margin)";
+  m << "; or lower --batch, or keep the batch and split it with --accumulate.";
+  return m.str();
+}
+
 std::string report_json(const MemoryReport& r, const Budget& b) {
   std::ostringstream o;
-  o << "{\"total_bytes\": " << r.total << ", \"naive_bytes\": " << r.naive << ", \"budget_bytes\": " << b.bytes
+  char rf[32];
+  std::snprintf(rf, sizeof rf, "%.4f", reuse_factor(r));
+  o << "{\"total_bytes\": " << r.total << ", \"naive_bytes\": " << r.naive << ", \"reuse_factor\": " << rf
+    << ", \"budget_bytes\": " << b.bytes
     << ", \"by_class\": {\"baseline\": " << r.baseline << ", \"parameters\": " << r.params << ", \"gradients\": " << r.grads
     << ", \"optimizer_state\": " << r.optstate << ", \"activations_arena\": " << r.arena << ", \"saved_activations\": "
     << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch

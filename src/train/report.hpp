@@ -39,10 +39,16 @@ struct MemoryReport {
 };
 
 MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in);
+// Transient bytes without reuse over the planned arena.
+double reuse_factor(const MemoryReport& r);
 std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
                           const std::string& optimizer, const std::string& backend);
 // "activations 120.3 MiB, params 12.0 MiB, ..." (the k largest classes).
 std::string largest_classes(const MemoryReport& r, size_t k);
+// Why a plan does not fit, before anything is allocated: the predicted
+// peak, the budget and where it came from, the largest classes, and the
+// smallest budget that would work (as a --memory value).
+std::string over_budget_message(const MemoryReport& r, const Budget& b);
 // One JSON object: total_bytes, by_class, naive_bytes, budget, largest buffers.
 std::string report_json(const MemoryReport& r, const Budget& b);
 

@@ -42,6 +42,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
     sg->backward = build_backward(g, sg->loss);
     if (s.accumulation > 1) add_gradient_accumulation(g);
     if (s.with_update) append_optimizer(g, s.optimizer);
+    sg->recompute = apply_recompute_policy(g, s.recompute);
   }
   return sg;
 }

@@ -9,6 +9,7 @@
 #include "memfit/autodiff.hpp"
 #include "memfit/graph.hpp"
 #include "memfit/optim.hpp"
+#include "memfit/recompute.hpp"
 
 namespace memfit::train {
 
@@ -26,6 +27,7 @@ struct StepSpec {
   // frozen; bias_only freezes every parameter that is not a bias.
   std::vector<std::string> freeze;
   bool bias_only = false;
+  std::string recompute = "none";  // none | cheap | segments (memfit/recompute.hpp)
   int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
   bool with_loss = true;    // false: logits only (evaluation computes its metrics from them)
 };
@@ -34,6 +36,7 @@ struct StepGraph {
   Graph g;
   ValueId x = kNone, labels = kNone, logits = kNone, loss = kNone;
   BackwardResult backward;
+  RecomputeStats recompute;
 };
 
 // True if a parameter name matches a --freeze pattern.

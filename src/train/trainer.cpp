@@ -149,6 +149,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (!Schedule::valid_kind(o.schedule))
     throw std::invalid_argument("unknown schedule '" + o.schedule + "' (expected constant, step or cosine)");
   optimizer_state_floats(o.optimizer);  // validates the optimizer kind
+  configure_allocator();
   const size_t rss_start = current_rss();
 
   Datasets ds = open_data(o);
@@ -161,6 +162,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   spec.accumulation = o.accumulate;
   spec.freeze = o.freeze;
   spec.bias_only = o.bias_only;
+  spec.recompute = o.recompute;
   spec.channels = shape[0];
   spec.height = shape[1];
   spec.width = shape[2];
@@ -201,7 +203,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   // fits there, and always reads the training parameters in place.
   Executor eval_ex(eval_g->g, cfg);
   const size_t eval_transient = eval_ex.plan().arena_bytes[0];
-  const bool eval_shares = eval_transient <= ex.plan().arena_bytes[0];
+  // (Not with guard bytes: evaluation would overwrite training's guards.)
+  const bool eval_shares = !o.plan.guard_bytes && eval_transient <= ex.plan().arena_bytes[0];
+  start_threads();
+  warm_up_backend(o.backend);
   const size_t rss_kernels = current_rss();
 
   MemoryInputs mi;
@@ -214,6 +219,14 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   MemoryReport rep = make_report(train_g->g, ex.plan(), mi);
   Budget budget = detect_budget(o.memory);
 
+  if (o.recompute != "none" && (!o.plan_only || !o.json)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "  recompute %s: saved activations %s -> %s, +%.2f GFLOP per micro-batch (%d nodes)\n",
+                  o.recompute.c_str(), format_bytes(train_g->recompute.saved_bytes_before).c_str(),
+                  format_bytes(train_g->recompute.saved_bytes_after).c_str(), train_g->recompute.extra_flops / 1e9,
+                  train_g->recompute.cloned_nodes);
+    log << buf;
+  }
   if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind, backend_name(o.backend));
   if (o.plan_only) {
     TrainResult r;
@@ -223,13 +236,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     r.budget_bytes = budget.bytes;
     return r;
   }
-  if (rep.total > budget.bytes) {
-    std::ostringstream m;
-    m << "the plan needs " << format_bytes(rep.total) << " but the budget is " << format_bytes(budget.bytes) << " ("
-      << budget.source << "); largest parts: " << largest_classes(rep, 3)
-      << ". Try a smaller --batch, or raise --memory to at least " << format_bytes(rep.total);
-    throw BudgetError(m.str());
-  }
+  if (rep.total > budget.bytes) throw BudgetError(over_budget_message(rep, budget));
 
   check_run_dir(o.out);
   ex.allocate();
@@ -360,6 +367,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     }
     ctx.grad_scale = 1.0 / static_cast<double>(o.accumulate);
     ex.run_nodes(update_node, train_g->g.num_nodes(), ctx);
+    if (o.plan.guard_bytes && !ex.guards_intact())
+      throw std::logic_error("guard bytes after " + ex.broken_guard() + " overwritten in step " +
+                             std::to_string(st.step) + ": a kernel wrote outside its planned buffer");
     last_loss = group_loss / static_cast<double>(o.accumulate);
     group = 0;
     group_loss = 0.0;

@@ -25,6 +25,7 @@ struct TrainOptions {
   std::vector<std::string> reinit;  // with init_from: layers that keep their fresh init
   std::vector<std::string> freeze;  // parameter patterns that do not train
   bool bias_only = false;      // train biases only
+  std::string recompute = "none";  // none | cheap | segments
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
   int64_t eval_batch = 0;      // 0: same as batch
   double lr = 0.05;

@@ -47,6 +47,7 @@ class BatchNormFwd final : public Kernel {
       std::memcpy(out<float>(2), in<float>(4), static_cast<size_t>(C) * sizeof(float));
       return;
     }
+    if (!p_.update_stats) return;
     // Running statistics, in double as the reference computes them:
     // rm = (1-m) rm + m mean, rv = (1-m) rv + m var n/(n-1).
     const float* mean = out<float>(1);

@@ -59,8 +59,10 @@ class BatchNorm final : public Kernel {
         });
         var = ss / n;
         const double m = p_.momentum;
-        rm[c] = static_cast<T>((1.0 - m) * static_cast<double>(rm[c]) + m * mean);
-        rv[c] = static_cast<T>((1.0 - m) * static_cast<double>(rv[c]) + m * var * n / (n - 1.0));
+        if (p_.update_stats) {
+          rm[c] = static_cast<T>((1.0 - m) * static_cast<double>(rm[c]) + m * mean);
+          rv[c] = static_cast<T>((1.0 - m) * static_cast<double>(rv[c]) + m * var * n / (n - 1.0));
+        }
       } else {
         mean = static_cast<double>(rm[c]);
         var = static_cast<double>(rv[c]);

@@ -13,6 +13,7 @@ kernels::BatchNormParams bn_params(const Graph& g, const Node& n) {
   p.eps = n.attrs.f("eps", 1e-5);
   p.momentum = n.attrs.f("momentum", 0.1);
   p.training = n.attrs.i("training", 1) != 0;
+  p.update_stats = n.attrs.i("update_stats", 1) != 0;
   // The unbiased running variance divides by n - 1; like PyTorch, refuse a
   // single value per channel before any step runs.
   if (p.training && p.N * p.HW < 2)

@@ -1,0 +1,34 @@
+// Activation recomputation: forward values that backward reads but the
+// policy does not keep are recomputed inside backward, right before their
+// first reader, by clones of the forward nodes that made them (recursively,
+// from the nearest kept values). Clones of batch norm do not update running
+// statistics again; dropout clones draw the same mask (it is a function of
+// seed, layer, step and micro-batch).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "memfit/graph.hpp"
+
+namespace memfit {
+
+struct RecomputeStats {
+  int cloned_nodes = 0;
+  double extra_flops = 0;   // forward FLOPs run a second time per step
+  size_t saved_bytes_before = 0, saved_bytes_after = 0;  // forward values read by backward, as stored
+};
+
+// keep(g, v): true if forward value v may stay alive until backward reads it.
+RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, ValueId)>& keep);
+
+// Policies:
+//  "none"     keep everything
+//  "cheap"    keep outputs of conv/linear/matmul (and graph inputs); recompute
+//             element-wise ops, batch norm, pooling from them: a few % more time
+//  "segments" keep the heavy outputs that end ~sqrt(n) segments of equal
+//             bytes and recompute each segment in its backward: ~one extra forward
+bool valid_recompute_policy(const std::string& p);
+RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy);
+
+}  // namespace memfit

@@ -1,0 +1,119 @@
+#include "memfit/recompute.hpp"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "memfit/op_registry.hpp"
+
+namespace memfit {
+namespace {
+
+bool is_fwd_value(const Graph& g, ValueId v) {
+  const Value& val = g.value(v);
+  return val.cls == VClass::Transient && val.producer >= 0 && g.node(val.producer).phase == Phase::Forward;
+}
+
+bool is_heavy(const std::string& op) { return op == "conv2d" || op == "linear" || op == "matmul"; }
+
+size_t saved_bytes(const Graph& g) {
+  std::set<ValueId> saved;
+  for (const Node& n : g.nodes())
+    if (n.phase == Phase::Backward || n.phase == Phase::Update)
+      for (ValueId v : n.inputs)
+        if (is_fwd_value(g, v)) saved.insert(v);
+  size_t b = 0;
+  for (ValueId v : saved) b += g.value(v).bytes();
+  return b;
+}
+
+}  // namespace
+
+RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, ValueId)>& keep) {
+  RecomputeStats st;
+  st.saved_bytes_before = saved_bytes(g);
+  const size_t n0 = g.num_nodes();
+  std::map<ValueId, ValueId> clone_of;                 // forward value -> its recomputed copy
+  std::vector<std::vector<NodeId>> before(n0);         // clones to run before original node k
+  size_t current = 0;                                  // the backward node being rewired
+
+  // Returns the value backward should read in place of v.
+  std::function<ValueId(ValueId)> get = [&](ValueId v) -> ValueId {
+    if (!is_fwd_value(g, v) || keep(g, v)) return v;
+    if (auto it = clone_of.find(v); it != clone_of.end()) return it->second;
+    const NodeId pid = g.value(v).producer;
+    const Node src = g.node(pid);  // copy: add_node may reallocate
+    std::vector<ValueId> ins;
+    for (ValueId u : src.inputs) ins.push_back(get(u));
+    Attrs a = src.attrs;
+    if (src.op == "batch_norm") a.set("update_stats", int64_t(0));
+    std::vector<ValueId> outs = g.add_node(src.op, ins, a, src.layer, Phase::Backward, pid);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      clone_of[src.outputs[i]] = outs[i];
+      g.value(outs[i]).name = g.value(src.outputs[i]).name + ":recomputed";
+    }
+    before[current].push_back(static_cast<NodeId>(g.num_nodes() - 1));
+    ++st.cloned_nodes;
+    if (const auto& f = op_def(src.op).flops) st.extra_flops += f(g, g.node(static_cast<NodeId>(g.num_nodes() - 1)));
+    return clone_of[v];
+  };
+
+  for (size_t k = 0; k < n0; ++k) {
+    if (g.node(static_cast<NodeId>(k)).phase == Phase::Forward) continue;
+    current = k;
+    std::vector<ValueId> ins = g.node(static_cast<NodeId>(k)).inputs;
+    for (ValueId& v : ins) v = get(v);
+    g.node(static_cast<NodeId>(k)).inputs = ins;
+  }
+  if (st.cloned_nodes == 0) {
+    st.saved_bytes_after = st.saved_bytes_before;
+    return st;
+  }
+  std::vector<NodeId> order;
+  order.reserve(g.num_nodes());
+  for (size_t k = 0; k < n0; ++k) {
+    for (NodeId c : before[k]) order.push_back(c);
+    order.push_back(static_cast<NodeId>(k));
+  }
+  g.reorder(order);
+  st.saved_bytes_after = saved_bytes(g);
+  return st;
+}
+
+bool valid_recompute_policy(const std::string& p) { return p == "none" || p == "cheap" || p == "segments"; }
+
+RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
+  if (policy == "none") {
+    RecomputeStats s;
+    s.saved_bytes_before = s.saved_bytes_after = saved_bytes(g);
+    return s;
+  }
+  if (policy == "cheap")
+    return apply_recompute(g, [](const Graph& gr, ValueId v) { return is_heavy(gr.node(gr.value(v).producer).op); });
+  if (policy == "segments") {
+    // Heavy forward nodes in schedule order; keep the outputs of every k-th.
+    std::vector<NodeId> heavy;
+    for (size_t k = 0; k < g.num_nodes(); ++k)
+      if (g.node(static_cast<NodeId>(k)).phase == Phase::Forward && is_heavy(g.node(static_cast<NodeId>(k)).op))
+        heavy.push_back(static_cast<NodeId>(k));
+    // Cut into about sqrt(n) segments of equal output bytes (early layers of
+    // a CNN are the largest), keeping the output that ends each segment.
+    double total = 0;
+    for (NodeId h : heavy) total += static_cast<double>(g.value(g.node(h).outputs[0]).bytes());
+    const double target = total / std::max(1.0, std::sqrt(static_cast<double>(heavy.size())));
+    std::set<NodeId> kept;
+    double acc = 0;
+    for (size_t i = 0; i < heavy.size(); ++i) {
+      acc += static_cast<double>(g.value(g.node(heavy[i]).outputs[0]).bytes());
+      if (acc >= target || i + 1 == heavy.size()) {
+        kept.insert(heavy[i]);
+        acc = 0;
+      }
+    }
+    return apply_recompute(g, [kept](const Graph& gr, ValueId v) { return kept.count(gr.value(v).producer) != 0; });
+  }
+  throw GraphError("unknown recompute policy '" + policy + "' (expected none, cheap or segments)");
+}
+
+}  // namespace memfit
