@@ -82,8 +82,9 @@ struct BatchNormParams {
 
 // dropout      in: x      out: y, mask[n] (u8: 1 kept)
 // dropout_bwd  in: dy, mask  out: dx
-// Element i is kept iff rng::uniform01(rng::stream_key(ctx.seed, stream, ctx.step), i) >= float(p)
-// (compared in f32, as tests/golden/make_golden.py does); kept values are scaled by 1/(1-p).
+// Element i is kept iff rng::uniform01(rng::stream_key(ctx.seed, stream, ctx.step), ctx.micro * n + i)
+// >= float(p) (compared in f32, as tests/golden/make_golden.py does); kept values are scaled by
+// 1/(1-p). Micro-batch m of an accumulated step so draws rows m*N..(m+1)*N-1 of the whole batch's mask.
 struct DropoutParams {
   int64_t n;
   double p;

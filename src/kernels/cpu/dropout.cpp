@@ -21,11 +21,14 @@ class Dropout final : public Kernel {
     float* y = out<float>(0);
     uint8_t* mask = out<uint8_t>(1);
     const uint64_t key = rng::stream_key(ctx.seed, p_.stream, static_cast<uint64_t>(ctx.step));
+    // Micro-batch m of an accumulated step holds rows m*n..(m+1)*n-1 of the
+    // whole batch: offset the element index so the masks equal the big batch's.
+    const uint64_t base = static_cast<uint64_t>(ctx.micro) * static_cast<uint64_t>(p_.n);
     const float pf = static_cast<float>(p_.p);
     const float scale = 1.0f / (1.0f - pf);
     const int64_t n = p_.n;
     parallel_for_simd(n, [&](int64_t i) {
-      const bool keep = rng::uniform01(key, static_cast<uint64_t>(i)) >= pf;
+      const bool keep = rng::uniform01(key, base + static_cast<uint64_t>(i)) >= pf;
       mask[i] = keep ? 1 : 0;
       y[i] = keep ? x[i] * scale : 0.0f;
     });
