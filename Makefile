@@ -23,7 +23,7 @@ build: deps $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure
 
 run: build
 	$(BUILD)/memfit train

@@ -11,10 +11,11 @@
 //    samples for large tensors). Backward chains two or three reductions
 //    over up to 50k terms; relative errors of 1e-5..1e-4 are expected, an
 //    indexing or formula error is O(1).
-//  - losses over 20 steps: ConvNet 1e-4 relative, ResNet-18 1e-3 relative
-//    (as the issue states). Errors compound through 20 updates; ResNet-18's
-//    loss falls to ~1e-3, where the comparison is also given an absolute
-//    floor of 2e-6 (0.2% of the smallest loss).
+//  - losses over 20 steps: ConvNet 1e-4 relative, ResNet-18 1e-3 relative.
+//    Errors compound through 20 updates. ResNet-18's reference trajectory is
+//    computed by PyTorch in float64 at lr 1e-4, where PyTorch's own fp32 runs
+//    stay within 3e-4 of it (at lr 0.01 memorising one batch is chaotic: its
+//    own 1- and 2-thread fp32 runs differ by 0.4% at step 3).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,7 +102,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
   // Step 0 without the update: logits, loss, gradients.
   kernels::StepContext ctx;
   ctx.seed = 42;
-  ctx.lr = 0.01;
+  ctx.lr = std::stod(f.metadata().at("lr"));  // 0.01 for the ConvNet, 1e-4 for ResNet-18
   ctx.step = 0;
   const size_t n_nodes = g.num_nodes();
   ASSERT_EQ(g.node(static_cast<NodeId>(n_nodes - 1)).phase, Phase::Update);
@@ -181,7 +182,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
 }  // namespace
 
 TEST(Golden, ConvNetCpu) { run_golden({"convnet", "convnet.safetensors", "fc2.weight", 1e-4, 0.0}, Backend::Cpu); }
-TEST(Golden, ResNet18Cpu) { run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 2e-6}, Backend::Cpu); }
+TEST(Golden, ResNet18Cpu) { run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 0.0}, Backend::Cpu); }
 // The scalar reference kernels reproduce PyTorch too (ConvNet: the ResNet-18
 // reference run takes minutes).
 TEST(Golden, ConvNetReference) {
@@ -190,5 +191,5 @@ TEST(Golden, ConvNetReference) {
 // Minutes long on the scalar kernels; run by hand with
 // --gtest_also_run_disabled_tests when changing a reference kernel.
 TEST(Golden, DISABLED_ResNet18Reference) {
-  run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 2e-6}, Backend::Reference);
+  run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 0.0}, Backend::Reference);
 }

@@ -1,0 +1,59 @@
+#include "train/fit.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "memfit/op_registry.hpp"
+
+namespace memfit::train {
+
+std::string FitCandidate::describe() const {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld, recompute %s: %.1f MiB, ~%.2f s/step",
+                static_cast<long long>(micro), static_cast<long long>(accumulate), recompute.c_str(),
+                static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
+  return buf;
+}
+
+double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accumulate, size_t nodes) {
+  // ~60 GFLOP/s sustained for large batches on this class of machine; a
+  // micro-batch of m rows runs at m / (m + 4) of that (kernels amortise
+  // less), and every node run costs ~20 us of launch and bookkeeping.
+  const double rate = 60e9 * static_cast<double>(micro) / static_cast<double>(micro + 4);
+  return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
+}
+
+FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, size_t budget, const ExecConfig& cfg) {
+  FitResult r;
+  r.smallest.total_bytes = SIZE_MAX;
+  for (int64_t k = 1; k <= batch; k *= 2) {
+    if (batch % k) continue;
+    for (const char* rc : {"none", "cheap", "segments"}) {
+      StepSpec s = base;
+      s.batch = batch / k;
+      s.accumulation = k;
+      s.recompute = rc;
+      auto sg = build_step_graph(s);
+      ExecConfig c = cfg;
+      c.defer_allocation = true;
+      Executor ex(sg->g, c);
+      FitCandidate cand;
+      cand.micro = s.batch;
+      cand.accumulate = k;
+      cand.recompute = rc;
+      cand.total_bytes = fixed_bytes + ex.plan().total_bytes();
+      double flops = 0;
+      for (const Node& n : sg->g.nodes())
+        if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
+      cand.step_flops = flops * static_cast<double>(k);
+      cand.predicted_seconds = predict_step_seconds(flops, s.batch, k, sg->g.num_nodes());
+      if (cand.total_bytes < r.smallest.total_bytes) r.smallest = cand;
+      if (cand.total_bytes <= budget) r.fitting.push_back(cand);
+    }
+  }
+  std::stable_sort(r.fitting.begin(), r.fitting.end(),
+                   [](const FitCandidate& a, const FitCandidate& b) { return a.predicted_seconds < b.predicted_seconds; });
+  return r;
+}
+
+}  // namespace memfit::train
