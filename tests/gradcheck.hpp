@@ -31,7 +31,7 @@ struct GradInput {
   DType dtype = DType::f32;
   bool differentiable = true;
   // Values for the input; empty: uniform in [-1, 1] (i32: in [0, int_range)).
-  std::vector<double> values;
+  std::vector<double> values = {};
   int64_t int_range = 10;
 };
 

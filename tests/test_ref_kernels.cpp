@@ -588,7 +588,7 @@ std::vector<float> run_small_net(Backend be, bool in_place) {
   Executor ex(g, cfg);
   ex.init_params(3);
   ex.poison();
-  std::vector<float> xv(72);
+  std::vector<float> xv(static_cast<size_t>(numel(g.value(x).shape)));
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
   ex.write_f32(x, xv.data());
   const int32_t lv[2] = {1, 3};
@@ -625,72 +625,4 @@ TEST(RefGraph, F32ReferenceTracksF64) {
   ASSERT_EQ(f.size(), d.size());
   // f32 accumulation over at most a few hundred terms of O(1) values.
   for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(f[i], d[i], 1e-5 + 1e-4 * std::abs(d[i])) << i;
-}
-
-// DEBUG-TEMP
-TEST(Debug, Variants) {
-  for (int variant = 0; variant < 6; ++variant)
-    for (Backend be : {Backend::Reference, Backend::Reference64})
-      for (int ip = 0; ip < 3; ++ip) {
-        Graph g;
-        Builder b(g, true);
-        ValueId x = g.input("x", {2, 2, 6, 6});
-        ValueId lab = g.input("labels", {2}, DType::i32);
-        ValueId h = conv2d(b, x, 3, 3, {.pad = 1, .name = "conv"});
-        if (variant != 1) h = batch_norm(b, h, {.name = "bn"});
-        if (variant != 2) h = relu(b, h);
-        if (variant != 3) h = max_pool2d(b, h, 2);
-        h = flatten(b, h);
-        if (variant != 4) h = dropout(b, h, 0.3, "drop");
-        h = linear(b, h, 4, {.name = "fc"});
-        ValueId loss = softmax_xent(b, h, lab, 0.1);
-        BackwardResult bw = build_backward(g, loss);
-        ExecConfig cfg;
-        cfg.backend = be;
-        cfg.plan.in_place = ip == 1;
-        cfg.plan.no_plan = ip == 2;
-        Executor ex(g, cfg);
-        ex.init_params(3);
-        ex.poison();
-        std::vector<float> xv(72);
-        for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
-        ex.write_f32(x, xv.data());
-        const int32_t lv[2] = {1, 3};
-        std::memcpy(ex.data(lab), lv, sizeof lv);
-        k::StepContext ctx;
-        ctx.seed = 9;
-        if (variant == 1 && be == Backend::Reference64 && ip == 2) {
-          for (size_t kk = 0; kk < 2 * g.num_nodes(); ++kk) {
-            double mx = 0; const double* p = ex.ptr<double>(x);
-            for (int64_t i = 0; i < 72; ++i) mx = std::max(mx, std::abs(p[i]));
-            printf("before node %zu %s: x max %g\n", kk, g.node(NodeId(kk % g.num_nodes())).op.c_str(), mx);
-            if (kk == 0) {
-              for (size_t v = 0; v < g.num_values(); ++v) {
-                const Placement& pl = ex.plan().values[v];
-                printf("   %s arena %s off %zu bytes %zu ptr %p\n", g.value(ValueId(v)).name.c_str(), arena_name(pl.arena), pl.offset, pl.bytes, ex.data(ValueId(v)));
-              }
-              for (size_t a = 0; a < kNumArenas; ++a) printf("arena %zu bytes %zu\n", a, ex.plan().arena_bytes[a]);
-            }
-            ex.run_nodes(kk % g.num_nodes(), kk % g.num_nodes() + 1, ctx);
-          }
-          {
-            double mx = 0; const double* p = ex.ptr<double>(x);
-            for (int64_t i = 0; i < 72; ++i) mx = std::max(mx, std::abs(p[i]));
-            printf("after all: x max %g\n", mx);
-          }
-        }
-        ex.run(ctx);
-        float l;
-        ex.read_f32(loss, &l);
-        printf("variant %d be %d ip %d loss %g\n", variant, int(be), int(ip), l);
-        if (variant == 1 && be == Backend::Reference64 && ip == 2) {
-          for (size_t v = 0; v < g.num_values(); ++v) {
-            const Value& val = g.value(ValueId(v));
-            if (val.dtype != DType::f32) continue;
-            double mx = 0; const double* p = ex.ptr<double>(ValueId(v));
-            for (int64_t i = 0; i < numel(val.shape); ++i) mx = std::max(mx, std::abs(p[i]));
-            printf("  %s %s %s max %g\n", val.name.c_str(), shape_str(val.shape).c_str(), vclass_name(val.cls), mx);
-          }
-        }
-      }
 }

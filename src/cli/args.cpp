@@ -42,6 +42,13 @@ void Args::add_flag(const std::string& name, bool* out, const std::string& help)
                    }});
 }
 
+void Args::add_flag(const std::string& name, std::function<void()> on, const std::string& help) {
+  opts_.push_back({name, "", help, false, [on](const std::string&) {
+                     on();
+                     return std::string();
+                   }});
+}
+
 void Args::add(const std::string& name, std::function<std::string(const std::string&)> parse, const std::string& meta,
                const std::string& help) {
   opts_.push_back({name, meta, help, true, std::move(parse)});

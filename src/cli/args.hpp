@@ -18,6 +18,7 @@ class Args {
   void add(const std::string& name, int64_t* out, const std::string& meta, const std::string& help);
   void add(const std::string& name, double* out, const std::string& meta, const std::string& help);
   void add_flag(const std::string& name, bool* out, const std::string& help);
+  void add_flag(const std::string& name, std::function<void()> on, const std::string& help);
   // Custom parser: returns an error message, or empty on success.
   void add(const std::string& name, std::function<std::string(const std::string&)> parse, const std::string& meta,
            const std::string& help);

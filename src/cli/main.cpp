@@ -82,6 +82,9 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       },
       "none|cheap|segments", "recompute activations in backward instead of keeping them (default none)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
+  a.add_flag(
+      "no-fit", [&o] { o.auto_fit = false; },
+      "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");
 }
 
 int usage_error(const cli::Args& a, const std::string& msg) {
@@ -137,6 +140,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   a.add("resume", &o.resume, "DIR", "continue the run saved in DIR exactly");
   a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps (default: every epoch)");
   a.add("checkpoint-every", &o.checkpoint_every, "STEPS", "checkpoint every N steps too (default: every epoch)");
+  a.add("inject-oom-at-step", &o.inject_oom_at_step, "STEP",
+        "testing: act as if memory ran out before STEP (0: at allocation)");
   a.add("test-subset", &o.test_subset, "N|F", "evaluate on N samples or a fraction of the test split");
   a.add_flag("augment", &o.augment, "random crop (pad 4) and horizontal flip");
   a.add(

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "data/loader.hpp"
 #include "kernels/kernel.hpp"
 #include "train/checkpoint.hpp"
+#include "train/fit.hpp"
 #include "train/memory.hpp"
 #include "train/progress.hpp"
 #include "train/report.hpp"
@@ -140,7 +142,24 @@ std::string json_num(double v) {
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& o, std::ostream& log) {
+// Thrown inside one attempt to start again with other options: the stack
+// unwinds first, so every arena of the attempt is freed before the next plan
+// takes memory.
+struct Replan {
+  TrainOptions options;
+};
+
+// Half the micro-batch, twice the accumulation: the effective batch, the
+// schedule and the step count stay as they were.
+std::optional<TrainOptions> halved(const TrainOptions& o) {
+  const int64_t micro = o.batch / o.accumulate;
+  if (micro < 2 || micro % 2) return std::nullopt;
+  TrainOptions r = o;
+  r.accumulate *= 2;
+  return r;
+}
+
+TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   if (o.threads > 0) omp_set_num_threads(static_cast<int>(o.threads));
   if (o.batch <= 0) throw std::invalid_argument("--batch must be positive");
   if (o.accumulate <= 0 || o.batch % o.accumulate)
@@ -206,7 +225,6 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   // (Not with guard bytes: evaluation would overwrite training's guards.)
   const bool eval_shares = !o.plan.guard_bytes && eval_transient <= ex.plan().arena_bytes[0];
   start_threads();
-  warm_up_backend(o.backend);
   const size_t rss_kernels = current_rss();
 
   MemoryInputs mi;
@@ -228,7 +246,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     log << buf;
   }
   if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind, backend_name(o.backend));
-  if (o.plan_only) {
+  if (o.plan_only && (rep.total <= budget.bytes || !o.auto_fit)) {
     TrainResult r;
     r.report = rep;
     r.budget = budget;
@@ -236,13 +254,50 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     r.budget_bytes = budget.bytes;
     return r;
   }
-  if (rep.total > budget.bytes) throw BudgetError(over_budget_message(rep, budget));
+  if (rep.total > budget.bytes) {
+    if (!o.auto_fit) throw BudgetError(over_budget_message(rep, budget));
+    // What does not depend on the plan: baseline, data pipeline, evaluation.
+    const size_t fixed = rep.total - ex.plan().total_bytes();
+    StepSpec base = spec;
+    base.batch = o.batch;
+    ExecConfig fcfg = cfg;
+    FitResult fr = search_fit(base, o.batch, fixed, budget.bytes - budget.bytes / 50, fcfg);
+    if (fr.fitting.empty()) {
+      std::ostringstream m;
+      m << "predicted peak " << format_bytes(rep.total) << " is over the budget of " << format_bytes(budget.bytes) << " ("
+        << budget.source << "), and no micro-batch, accumulation or recomputation fits either; the smallest plan ("
+        << fr.smallest.describe() << ") needs " << format_bytes(fr.smallest.total_bytes)
+        << ", so the smallest budget that would work is " << format_bytes(fr.smallest.total_bytes + fr.smallest.total_bytes / 50)
+        << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
+      throw BudgetError(m.str());
+    }
+    log << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
+        << "; fitting it (effective batch " << o.batch << " unchanged):\n  chosen:    " << fr.fitting[0].describe() << "\n";
+    if (fr.fitting.size() > 1) log << "  runner-up: " << fr.fitting[1].describe() << "\n";
+    TrainOptions next = o;
+    next.accumulate = fr.fitting[0].accumulate;
+    next.recompute = fr.fitting[0].recompute;
+    next.auto_fit = false;
+    if (o.plan_only) next.auto_fit = false;
+    throw Replan{next};
+  }
 
   check_run_dir(o.out);
-  ex.allocate();
-  eval_ex.borrow(Arena::Params, ex.arena(Arena::Params));
-  if (eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));
-  eval_ex.allocate();
+  try {
+    if (o.inject_oom_at_step == 0) throw std::bad_alloc();
+    ex.allocate();
+    eval_ex.borrow(Arena::Params, ex.arena(Arena::Params));
+    if (eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));
+    eval_ex.allocate();
+  } catch (const std::bad_alloc&) {
+    auto h = halved(o);
+    if (!h) throw std::runtime_error("out of memory allocating the plan (" + format_bytes(rep.total) +
+                                     ") and the micro-batch cannot be halved further");
+    h->inject_oom_at_step = -1;
+    log << "memfit: out of memory allocating the plan; re-planning with micro-batch " << h->batch / h->accumulate
+        << " x " << h->accumulate << " (effective batch " << o.batch << " unchanged)\n";
+    throw Replan{*h};
+  }
   // The evaluation graph has the same parameters in the same order, so the
   // same offsets; check rather than trust.
   for (ValueId p : eval_g->g.params()) {
@@ -284,7 +339,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   st.extra["dataset_size"] = std::to_string(ds.train->size());
   if (!o.resume.empty()) {
     TrainState r = load_checkpoint(o.resume, ex);
-    for (const char* k : {"batch", "accumulate", "optimizer", "dataset_size"})
+    for (const char* k : {"batch", "optimizer", "dataset_size"})
       if (r.extra[k] != st.extra[k])
         throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with " + k + " " + r.extra[k] +
                                  ", this run has " + st.extra[k]);
@@ -354,6 +409,23 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       do_checkpoint();
       continue;
     }
+    if (group == 0 && st.step == o.inject_oom_at_step && st.step > 0) {
+      // As if memory ran out here: keep the last completed step, re-plan
+      // with half the micro-batch, continue from it.
+      auto h = halved(o);
+      if (!h) throw std::runtime_error("out of memory at step " + std::to_string(st.step) +
+                                       " and the micro-batch cannot be halved further");
+      loader.seek(data::Position{loader.position().epoch, loader.position().sample - n});
+      do_checkpoint();
+      h->inject_oom_at_step = -1;
+      h->resume = o.out;
+      h->init_from.clear();
+      prog.finish();
+      log << "memfit: out of memory at step " << st.step << "; saved the state after step " << st.step
+          << ", re-planning with micro-batch " << h->batch / h->accumulate << " x " << h->accumulate
+          << " (effective batch " << o.batch << " unchanged) and continuing\n";
+      throw Replan{*h};
+    }
     ctx.step = st.step;
     ctx.lr = sched.lr(st.step);
     ctx.micro = group;
@@ -395,6 +467,18 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.images_per_second = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;
   res.peak_rss_bytes = peak_rss();
   return res;
+}
+
+TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
+  TrainOptions o = opt;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return run_once(o, log);
+    } catch (Replan& r) {
+      if (attempt >= 16) throw std::runtime_error("could not settle on a plan");
+      o = r.options;
+    }
+  }
 }
 
 }  // namespace memfit::train

@@ -50,6 +50,12 @@ struct TrainOptions {
   Backend backend = Backend::Cpu;
   PlanOptions plan;
   bool plan_only = false;      // stop after printing the plan (memfit plan)
+  // When the plan exceeds the budget: search micro-batch x accumulation and
+  // recomputation for the fastest plan that fits (false: fail instead).
+  bool auto_fit = true;
+  // Testing: behave as if memory ran out before this step (-1: never). The
+  // run re-plans with half the micro-batch and continues from that step.
+  int64_t inject_oom_at_step = -1;
 };
 
 struct TrainResult {

@@ -40,12 +40,13 @@ std::vector<ValueId> grad_conv(GradContext& c) {
   ValueId dy = c.out_grads[0];
   if (dy == kNone) return r;
   Attrs a = n.attrs;
+  // Read n before emitting: emitting appends nodes and may move it.
+  bool need_w = c.need[1], need_b = n.inputs.size() == 3 && c.need[2];
   if (c.need[0]) {
     Attrs ad = a;
     ad.set("x_shape", c.g.value(c.in(0)).shape);
     r[0] = c.emit1("conv2d_bwd_data", {dy, c.in(1)}, ad);
   }
-  bool need_w = c.need[1], need_b = n.inputs.size() == 3 && c.need[2];
   if (need_w || need_b) {
     Attrs aw = a;
     aw.set("w_shape", c.g.value(c.in(1)).shape);

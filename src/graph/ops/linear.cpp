@@ -25,8 +25,9 @@ std::vector<ValueId> grad_linear(GradContext& c) {
   std::vector<ValueId> r(n.inputs.size(), kNone);
   ValueId dy = c.out_grads[0];
   if (dy == kNone) return r;
-  if (c.need[0]) r[0] = c.emit1("linear_bwd_data", {dy, c.in(1)});
+  // Read n before emitting: emitting appends nodes and may move it.
   bool need_b = n.inputs.size() == 3 && c.need[2];
+  if (c.need[0]) r[0] = c.emit1("linear_bwd_data", {dy, c.in(1)});
   if (c.need[1] || need_b) {
     auto outs = c.emit("linear_bwd_weight", {c.in(0), dy}, {{"bias", int64_t(need_b)}});
     if (c.need[1]) r[1] = outs[0];

@@ -98,9 +98,10 @@ class Matmul final : public Kernel {
       T* c = out<T>(0) + bt * M * N;
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
-          T acc = 0;
-          for (int64_t k = 0; k < K; ++k) acc += a[m * am + k * ak] * b[k * bk + n * bn];
-          c[m * N + n] = acc;
+          double acc = 0;  // double whatever T is, as the conv oracle
+          for (int64_t k = 0; k < K; ++k)
+            acc += static_cast<double>(a[m * am + k * ak]) * static_cast<double>(b[k * bk + n * bn]);
+          c[m * N + n] = static_cast<T>(acc);
         }
     }
   }

@@ -1,5 +1,6 @@
 // Scalar reference kernels for max/avg pooling and global average pooling
-// (the test oracle). T is float or double (double for gradient checks).
+// (the test oracle). T is float or double (double for gradient checks);
+// forward sums accumulate in double either way.
 // N batch, C channels, H/W input size, R/S window size, OH/OW output size.
 //
 // Window (oh, ow) covers input rows oh*stride_h - pad_h + [0, R) and columns
@@ -56,6 +57,7 @@ class MaxPool2d final : public Kernel {
       for (int64_t oh = 0; oh < p_.OH; ++oh)
         for (int64_t ow = 0; ow < p_.OW; ++ow) {
           const pool_detail::Window w = pool_detail::window(p_, oh, ow);
+          assert(w.h0 < w.h1 && w.w0 < w.w1 && "shape inference keeps every window partly inside");
           int64_t best = w.h0 * p_.W + w.w0;
           for (int64_t h = w.h0; h < w.h1; ++h)
             for (int64_t c = w.w0; c < w.w1; ++c) {
@@ -111,10 +113,11 @@ class AvgPool2d final : public Kernel {
       for (int64_t oh = 0; oh < p_.OH; ++oh)
         for (int64_t ow = 0; ow < p_.OW; ++ow) {
           const pool_detail::Window w = pool_detail::window(p_, oh, ow);
-          T acc = 0;
+          double acc = 0;
           for (int64_t h = w.h0; h < w.h1; ++h)
-            for (int64_t c = w.w0; c < w.w1; ++c) acc += xp[h * p_.W + c];
-          y[nc * out_plane + oh * p_.OW + ow] = acc / static_cast<T>(pool_detail::avg_divisor(p_, w));
+            for (int64_t c = w.w0; c < w.w1; ++c) acc += static_cast<double>(xp[h * p_.W + c]);
+          const double div = static_cast<double>(pool_detail::avg_divisor(p_, w));
+          y[nc * out_plane + oh * p_.OW + ow] = static_cast<T>(acc / div);
         }
     }
   }
@@ -160,9 +163,9 @@ class GlobalAvgPool final : public Kernel {
     const T* x = in<T>(0);
     T* y = out<T>(0);
     for (int64_t nc = 0; nc < p_.N * p_.C; ++nc) {
-      T acc = 0;
-      for (int64_t i = 0; i < p_.HW; ++i) acc += x[nc * p_.HW + i];
-      y[nc] = acc / static_cast<T>(p_.HW);
+      double acc = 0;
+      for (int64_t i = 0; i < p_.HW; ++i) acc += static_cast<double>(x[nc * p_.HW + i]);
+      y[nc] = static_cast<T>(acc / static_cast<double>(p_.HW));
     }
   }
 

@@ -25,9 +25,9 @@ class Concat final : public Kernel {
     for (int64_t o = 0; o < p_.outer; ++o) {
       T* yo = y + o * total * p_.inner;
       for (size_t t = 0; t < p_.sizes.size(); ++t) {
-        const int64_t run = p_.sizes[t] * p_.inner;
-        const T* x = in<T>(t) + o * run;
-        yo = std::copy(x, x + run, yo);
+        const int64_t chunk = p_.sizes[t] * p_.inner;
+        const T* x = in<T>(t) + o * chunk;
+        yo = std::copy(x, x + chunk, yo);
       }
     }
   }
@@ -45,10 +45,10 @@ class Slice final : public Kernel {
   void run(const StepContext&) override {
     const T* x = in<T>(0);
     T* y = out<T>(0);
-    const int64_t run = p_.len * p_.inner;
+    const int64_t chunk = p_.len * p_.inner;
     for (int64_t o = 0; o < p_.outer; ++o) {
       const T* xo = x + (o * p_.axis_in + p_.start) * p_.inner;
-      std::copy(xo, xo + run, y + o * run);
+      std::copy(xo, xo + chunk, y + o * chunk);
     }
   }
 
