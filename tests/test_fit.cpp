@@ -1,0 +1,63 @@
+// Fitting a run into a budget: over budget, memfit picks a micro-batch x
+// accumulation (and recomputation) plan that fits, prints it, trains, and the
+// measured peak stays under the budget; when nothing fits it names the
+// smallest budget that would; when memory runs out anyway it re-plans with
+// half the micro-batch and loses nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cli_util.hpp"
+
+using namespace memfit::testing;
+
+namespace {
+const std::string kData = " --subset 1024 --test-subset 256 --threads 2";
+}
+
+TEST(Fit, OverBudgetRunIsFittedAndTheBudgetHolds) {
+  const size_t budget = 150ull << 20;  // the ConvNet at batch 256 plans ~190 MiB
+  RunResult r = run_memfit("train --batch 256 --steps 3 --memory 150MiB --json" + kData + " --out " + temp_dir("fit"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("fitting it (effective batch 256 unchanged)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chosen:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("runner-up:"), std::string::npos) << r.out;
+  EXPECT_EQ(json_field(r.out, "steps"), 3);
+  EXPECT_LE(json_field(r.out, "planned_peak_bytes"), static_cast<double>(budget)) << r.out;
+  EXPECT_LE(json_field(r.out, "peak_rss_bytes"), static_cast<double>(budget)) << r.out;
+}
+
+TEST(Fit, NothingFitsNamesTheSmallestBudget) {
+  RunResult r = run_memfit("train --batch 256 --steps 3 --memory 100MiB" + kData + " --out " + temp_dir("fit-none"));
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("the smallest budget that would work is"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Nothing was allocated"), std::string::npos) << r.out;
+  RunResult nf = run_memfit("train --batch 256 --steps 3 --memory 150MiB --no-fit" + kData + " --out " + temp_dir("fit-no"));
+  EXPECT_EQ(nf.code, 3) << nf.out;
+}
+
+TEST(Fit, AllocationFailureReplansWithHalfTheMicroBatch) {
+  RunResult r = run_memfit("train --batch 64 --steps 4 --inject-oom-at-step 0 --json" + kData + " --out " + temp_dir("oom0"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("out of memory allocating the plan; re-planning with micro-batch 32 x 2 (effective batch 64 unchanged)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(json_field(r.out, "steps"), 4);
+}
+
+TEST(Fit, OutOfMemoryMidRunContinuesFromTheLastStep) {
+  // The ConvNet has no batch norm, so 2 x 32 computes the same steps as 64
+  // up to f32 summation order: the run that recovered ends where the one
+  // that never failed does (1e-3 relative over 10 steps).
+  RunResult plain = run_memfit("train --batch 64 --steps 10 --json" + kData + " --out " + temp_dir("oom-plain"));
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  RunResult r = run_memfit("train --batch 64 --steps 10 --inject-oom-at-step 5 --json" + kData + " --out " + temp_dir("oom5"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("out of memory at step 5; saved the state after step 5, re-planning with micro-batch 32 x 2"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("at step 5"), std::string::npos) << r.out;
+  EXPECT_EQ(json_field(r.out, "steps"), 10);
+  const double a = json_field(plain.out, "final_train_loss"), b = json_field(r.out, "final_train_loss");
+  EXPECT_NEAR(a, b, 1e-3 * std::abs(a)) << plain.out << "\n---\n" << r.out;
+}
