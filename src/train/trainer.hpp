@@ -18,7 +18,7 @@ namespace memfit::train {
 struct TrainOptions {
   std::string model = "convnet";
   std::string data = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = 3;
+  int64_t epochs = 5;
   int64_t steps = 0;           // > 0: stop after this many optimizer steps
   int64_t batch = 64;          // effective batch of one optimizer step
   std::string init_from;       // weights to start from (safetensors)
@@ -50,6 +50,8 @@ struct TrainOptions {
   Backend backend = Backend::Cpu;
   PlanOptions plan;
   bool plan_only = false;      // stop after printing the plan (memfit plan)
+  int64_t profile = 0;         // > 0: time the last `profile` steps kernel by kernel and print the
+                               // table (per op kind, per layer) instead of evaluating and saving
   // When the plan exceeds the budget: search micro-batch x accumulation and
   // recomputation for the fastest plan that fits (false: fail instead).
   bool auto_fit = true;
