@@ -29,7 +29,7 @@ run: build
 	$(BUILD)/memfit train
 
 bench: build
-	python3 bench/run.py
+	/usr/bin/python3 bench/run.py --build $(BUILD)
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMEMFIT_SANITIZE=ON

@@ -56,10 +56,17 @@ struct Plan {
 Plan make_plan(const Graph& g, const std::vector<size_t>& value_bytes, const std::vector<size_t>& node_scratch,
                const PlanOptions& opt = {});
 
-// Independent checks: no two transient buffers live at the same time overlap
-// (including scratch and guards), offsets aligned, persistent buffers never
-// share bytes, every buffer within its arena. Returns an empty string when the
-// plan is sound, else a description of the first violation.
+// Independent checks, from the graph and op traits alone (nothing the
+// planner derived is trusted): replaying the schedule, at every node each
+// live transient value (with its guard) and each scratch owns its bytes
+// exclusively, except a view on its input's bytes and an in-place output
+// taking over an input at that input's last use, as the op traits declare;
+// pinned buffers (parameters, gradients, optimizer state, inputs) never
+// share a byte; offsets aligned; everything within its arena. With
+// value_bytes / node_scratch, also that every buffer has the bytes it needs.
+// Returns an empty string when the plan is sound, else the first violation.
 std::string verify_plan(const Graph& g, const Plan& p);
+std::string verify_plan(const Graph& g, const Plan& p, const std::vector<size_t>& value_bytes,
+                        const std::vector<size_t>& node_scratch);
 
 }  // namespace memfit

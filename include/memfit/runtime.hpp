@@ -74,11 +74,24 @@ class Executor {
   void run(const kernels::StepContext& ctx);
   void run_nodes(size_t begin, size_t end, const kernels::StepContext& ctx);
 
+  // Profiling: while on, run_nodes() times each kernel and adds its wall
+  // time to node_seconds()[k] (off, the default: no timing at all; guard-byte
+  // mode runs untimed).
+  void set_profiling(bool on);
+  const std::vector<double>& node_seconds() const { return node_seconds_; }
+  // Name of the kernel that runs node k ("" for a node without one: views).
+  const char* kernel_name(size_t k) const;
+
   // Debug: fill the transient and gradient arenas with `byte` (0xFF makes
   // every float NaN) so that unwritten elements show up.
   void poison(uint8_t byte = 0xFF);
-  // Guard-byte mode: true if every guard still holds its pattern.
+  // Guard-byte mode: every node's run is followed by a check of the guards
+  // after the buffers it writes; outputs kept after the step keep theirs.
+  // True if no guard was found overwritten so far.
   bool guards_intact() const;
+  // The first buffer found with an overwritten guard, and which node wrote
+  // it ("" if none).
+  std::string broken_guard() const;
   // Total bytes of the arenas this executor owns (borrowed ones excluded).
   size_t arena_bytes() const;
   // Base pointer and size of an arena (to lend it to another executor).
@@ -93,10 +106,25 @@ class Executor {
   std::vector<std::byte*> arenas_;
   std::vector<bool> owned_;
   bool allocated_ = false;
+  struct Guard {
+    size_t offset;  // in the transient arena
+    ValueId value;  // whose guard (kNone: the node's scratch)
+  };
+  std::vector<std::vector<Guard>> node_guards_;  // per node, in guard mode
+  std::string guard_error_;
+  bool profiling_ = false;
+  std::vector<double> node_seconds_;
+  void run_timed(size_t begin, size_t end, const kernels::StepContext& ctx);
   void fill_guards();
+  bool guard_intact(size_t offset) const;
 };
 
 // Byte size of every value as `backend` stores it.
 std::vector<size_t> value_storage_bytes(const Graph& g, Backend b);
+
+// Table of the time profiled steps spent, per op kind and per layer:
+// seconds[k] is node k's total over `steps` steps (Executor::node_seconds()
+// after set_profiling(true) and that many steps).
+std::string profile_report(const Executor& ex, const std::vector<double>& seconds, int64_t steps);
 
 }  // namespace memfit

@@ -114,7 +114,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   train::TrainOptions o;
   std::string memory, sched = o.schedule;
   bool nesterov = false;
-  cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 3 epochs.");
+  cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 5 epochs.");
   add_common(a, o, memory);
   add_memory_policy(a, o);
   a.add("init-from", &o.init_from, "FILE", "start from these weights (safetensors; PyTorch names)");
@@ -124,8 +124,10 @@ int cmd_train(const std::vector<std::string>& argv) {
         return std::string();
       },
       "PATTERN", "with --init-from: keep fresh weights for matching layers (a new head); repeatable");
-  a.add("epochs", &o.epochs, "N", "epochs (default 3)");
+  a.add("epochs", &o.epochs, "N", "epochs (default 5)");
   a.add("steps", &o.steps, "N", "stop after N optimizer steps (overrides --epochs)");
+  a.add("profile", &o.profile, "N",
+        "after 2 warm-up steps, time N steps kernel by kernel, print the time per op kind and per layer, and stop");
   a.add("lr", &o.lr, "LR", "learning rate (default 0.05)");
   a.add("momentum", &o.optimizer.momentum, "M", "SGD momentum (default 0.9)");
   a.add_flag("nesterov", &nesterov, "Nesterov momentum");
@@ -166,6 +168,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (o.accumulate <= 0 || o.batch % o.accumulate)
     return usage_error(a, "--accumulate must be positive and divide --batch");
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
+  if (o.profile < 0) return usage_error(a, "--profile must be positive");
+  if (o.profile > 0) o.steps = o.profile + 2;
   if (!o.resume.empty() && !a.given("out")) o.out = o.resume;
   o.schedule = sched;
   o.optimizer.nesterov = nesterov;

@@ -646,4 +646,13 @@ const void* SafetensorsFile::data(const TensorInfo& info) const {
   return map_ + data_start_ + info.begin;
 }
 
+void SafetensorsFile::drop_pages(const TensorInfo& info, size_t from, size_t to) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(map_);
+  uintptr_t a = base + data_start_ + info.begin + from, b = base + data_start_ + info.begin + to;
+  a = a / page * page;
+  b = std::min<uintptr_t>((b + page - 1) / page * page, (base + map_size_ + page - 1) / page * page);
+  if (a < b) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
 }  // namespace memfit::io

@@ -96,6 +96,10 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Pointer to the first byte of `info`'s data; `info` must come from this file.
   const void* data(const TensorInfo& info) const;
+  // Drops the resident pages that hold bytes [from, to) of `info`'s data;
+  // touching them again reads them back from the file. A reader streaming
+  // through a large file this way keeps only what it is reading resident.
+  void drop_pages(const TensorInfo& info, size_t from, size_t to) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -1,7 +1,9 @@
 // Liveness + placement. Walks the schedule once to find each value's first and
 // last use, merges views and in-place outputs into their input's buffer, then
-// places the buffers in one transient arena, largest first, each at the
-// best-fitting gap among the buffers whose lifetimes overlap it.
+// places the buffers in one transient arena: greedily, each at the
+// best-fitting gap among the buffers whose lifetimes overlap it, under a few
+// orders (by size, by size x lifetime, by lifetime), keeping the smallest
+// arena.
 #include <algorithm>
 #include <numeric>
 
@@ -52,21 +54,17 @@ struct Block {
   NodeId node = -1;      // scratch owner
 };
 
-// Places blocks (largest first, best-fit gap among time-overlapping placed
-// blocks). Returns the arena size.
-size_t place_blocks(std::vector<Block>& blocks, size_t align, size_t guard) {
-  std::vector<size_t> order(blocks.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (blocks[a].bytes != blocks[b].bytes) return blocks[a].bytes > blocks[b].bytes;
-    return blocks[a].first < blocks[b].first;
-  });
+// Places blocks in the given order, each at the best-fitting gap (the
+// smallest that holds it) among the already placed blocks whose lifetimes
+// overlap it, else on top of them. Returns the arena size.
+size_t place_in_order(std::vector<Block>& blocks, const std::vector<size_t>& order, size_t align, size_t guard) {
   std::vector<size_t> placed;
+  placed.reserve(order.size());
   size_t arena = 0;
   std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) in bytes
   for (size_t bi : order) {
     Block& b = blocks[bi];
-    size_t need = align_up(b.bytes + guard, align);
+    const size_t need = align_up(b.bytes + guard, align);
     busy.clear();
     for (size_t pi : placed) {
       const Block& p = blocks[pi];
@@ -88,6 +86,42 @@ size_t place_blocks(std::vector<Block>& blocks, size_t align, size_t guard) {
     placed.push_back(bi);
   }
   return arena;
+}
+
+// Greedy placement under a few orders (each good on some graphs), keeping
+// the smallest arena:
+//  - by size, largest first;
+//  - by size x lifetime, largest first;
+//  - by lifetime, longest first (ties: largest first).
+size_t place_blocks(std::vector<Block>& blocks, size_t align, size_t guard) {
+  const size_t n = blocks.size();
+  std::vector<std::vector<size_t>> orders;
+  std::vector<size_t> base(n);
+  std::iota(base.begin(), base.end(), 0);
+  auto by = [&](auto key) {
+    std::vector<size_t> o = base;
+    std::stable_sort(o.begin(), o.end(), [&](size_t a, size_t b) {
+      const auto ka = key(blocks[a]), kb = key(blocks[b]);
+      if (ka != kb) return ka > kb;
+      return blocks[a].first < blocks[b].first;
+    });
+    return o;
+  };
+  orders.push_back(by([](const Block& b) { return b.bytes; }));
+  orders.push_back(by([](const Block& b) { return static_cast<double>(b.bytes) * (b.last - b.first + 1); }));
+  orders.push_back(by([](const Block& b) { return std::pair<int32_t, size_t>(b.last - b.first, b.bytes); }));
+  size_t best = SIZE_MAX;
+  std::vector<size_t> best_offsets;
+  for (const auto& o : orders) {
+    const size_t a = place_in_order(blocks, o, align, guard);
+    if (a < best) {
+      best = a;
+      best_offsets.clear();
+      for (const Block& b : blocks) best_offsets.push_back(b.offset);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) blocks[i].offset = best_offsets[i];
+  return n ? best : 0;
 }
 
 }  // namespace
@@ -188,11 +222,21 @@ Plan make_plan(const Graph& g, const std::vector<size_t>& value_bytes, const std
     else p.scratch[static_cast<size_t>(b.node)] = {b.offset, b.bytes};
   }
 
-  // Persistent arenas: sequential in value order (parameters in creation
-  // order, gradients mirror the trainable parameters).
-  for (size_t v = 0; v < nv; ++v) {
+  // Persistent arenas: flat and sequential. Parameters and buffers in
+  // creation order; gradients in the order of the parameters they belong
+  // to (autodiff makes them in reverse), so the two arenas mirror each
+  // other; optimizer state as the optimizer made it (per state, in
+  // parameter order).
+  std::vector<size_t> persistent;
+  for (size_t v = 0; v < nv; ++v)
+    if (p.values[v].arena != Arena::Transient && p.values[v].root == static_cast<ValueId>(v)) persistent.push_back(v);
+  auto key = [&](size_t v) {
+    const ValueId of = g.value(static_cast<ValueId>(v)).grad_of;
+    return p.values[v].arena == Arena::Grads && of != kNone ? static_cast<size_t>(of) : v;
+  };
+  std::stable_sort(persistent.begin(), persistent.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  for (size_t v : persistent) {
     Placement& pl = p.values[v];
-    if (pl.arena == Arena::Transient || pl.root != static_cast<ValueId>(v)) continue;
     size_t& sz = p.arena_bytes[static_cast<size_t>(pl.arena)];
     pl.offset = sz;
     sz += align_up(pl.bytes, opt.alignment);

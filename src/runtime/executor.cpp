@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -80,12 +81,13 @@ Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
     kernels_[k] = make_kernel(g, g.node(static_cast<NodeId>(k)), cfg.backend);
     if (kernels_[k]) scratch[k] = kernels_[k]->scratch_bytes();
   }
-  plan_ = make_plan(g, value_storage_bytes(g, cfg.backend), scratch, cfg.plan);
+  const std::vector<size_t> bytes = value_storage_bytes(g, cfg.backend);
+  plan_ = make_plan(g, bytes, scratch, cfg.plan);
 #ifndef NDEBUG
   cfg_.verify = true;
 #endif
   if (cfg_.verify) {
-    std::string err = verify_plan(g, plan_);
+    std::string err = verify_plan(g, plan_, bytes, scratch);
     if (!err.empty()) throw std::logic_error("memory plan failed verification: " + err);
   }
   arenas_.assign(kNumArenas, nullptr);
@@ -117,7 +119,24 @@ void Executor::allocate() {
     if (!arenas_[a]) throw std::bad_alloc();
     if (a != static_cast<size_t>(Arena::Transient)) std::memset(arenas_[a], 0, bytes);
   }
-  if (cfg_.plan.guard_bytes) fill_guards();
+  if (cfg_.plan.guard_bytes) {
+    fill_guards();
+    // The guards each node must leave intact: after the sets of its outputs
+    // and after its scratch.
+    node_guards_.assign(g.num_nodes(), {});
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+      auto& list = node_guards_[k];
+      for (ValueId v : g.node(static_cast<NodeId>(k)).outputs) {
+        const ValueId r = plan_.values[static_cast<size_t>(v)].root;
+        const Placement& p = plan_.values[static_cast<size_t>(r)];
+        if (p.arena != Arena::Transient || p.bytes == 0) continue;
+        bool seen = false;
+        for (const Guard& gd : list) seen = seen || gd.offset == p.offset + p.bytes;
+        if (!seen) list.push_back({p.offset + p.bytes, r});
+      }
+      if (plan_.scratch[k].bytes) list.push_back({plan_.scratch[k].offset + plan_.scratch[k].bytes, kNone});
+    }
+  }
   for (size_t k = 0; k < g.num_nodes(); ++k) {
     if (!kernels_[k]) continue;
     const Node& n = g.node(static_cast<NodeId>(k));
@@ -194,26 +213,71 @@ void Executor::init_params(uint64_t seed) {
       continue;
     }
     if (val.cls != VClass::Param && val.cls != VClass::Buffer) continue;
+    if (val.dtype != DType::f32) throw std::runtime_error("init_params: '" + val.name + "' is not f32");
+    // Written in place: a temporary copy of the largest parameter would be
+    // memory outside the plan.
     const size_t n = static_cast<size_t>(numel(val.shape));
-    std::vector<float> tmp(n, 0.0f);
+    const bool wide = elem_size(static_cast<ValueId>(v)) == 8;
+    float* f = wide ? nullptr : ptr<float>(static_cast<ValueId>(v));
+    double* d = wide ? ptr<double>(static_cast<ValueId>(v)) : nullptr;
     const uint64_t key = rng::stream_key(seed, rng::name_hash(val.name), 0);
     for (size_t i = 0; i < n; ++i) {
+      float x = 0.0f;
       switch (val.init.kind) {
         case InitSpec::None:
-        case InitSpec::Zeros: tmp[i] = 0.0f; break;
-        case InitSpec::Ones: tmp[i] = 1.0f; break;
-        case InitSpec::Uniform: tmp[i] = rng::uniform_sym(key, i, static_cast<float>(val.init.bound)); break;
+        case InitSpec::Zeros: x = 0.0f; break;
+        case InitSpec::Ones: x = 1.0f; break;
+        case InitSpec::Uniform: x = rng::uniform_sym(key, i, static_cast<float>(val.init.bound)); break;
       }
+      if (wide) d[i] = x;
+      else f[i] = x;
     }
-    write_f32(static_cast<ValueId>(v), tmp.data());
   }
 }
 
 void Executor::run(const kernels::StepContext& ctx) { run_nodes(0, kernels_.size(), ctx); }
 
+void Executor::set_profiling(bool on) {
+  profiling_ = on;
+  if (on && node_seconds_.size() != kernels_.size()) node_seconds_.assign(kernels_.size(), 0.0);
+}
+
+const char* Executor::kernel_name(size_t k) const { return kernels_.at(k) ? kernels_[k]->name() : ""; }
+
+void Executor::run_timed(size_t begin, size_t end, const kernels::StepContext& ctx) {
+  using Clock = std::chrono::steady_clock;
+  for (size_t k = begin; k < end; ++k) {
+    if (!kernels_[k]) continue;
+    const auto t0 = Clock::now();
+    kernels_[k]->run(ctx);
+    node_seconds_[k] += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+}
+
 void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& ctx) {
-  for (size_t k = begin; k < end; ++k)
-    if (kernels_[k]) kernels_[k]->run(ctx);
+  if (profiling_ && !cfg_.plan.guard_bytes) return run_timed(begin, end, ctx);
+  if (!cfg_.plan.guard_bytes) {
+    for (size_t k = begin; k < end; ++k)
+      if (kernels_[k]) kernels_[k]->run(ctx);
+    return;
+  }
+  // Guard mode: before a node runs, the guards after the buffers it writes
+  // (its outputs' sets and its scratch) get the pattern; after it, they must
+  // still hold it. Only then is a changed guard this node's doing: a guard
+  // of a buffer that is not live may legitimately lie under another one.
+  const size_t gb = cfg_.plan.guard_bytes;
+  for (size_t k = begin; k < end; ++k) {
+    if (!kernels_[k]) continue;
+    for (const Guard& gd : node_guards_[k]) std::memset(arenas_[0] + gd.offset, kGuard, gb);
+    kernels_[k]->run(ctx);
+    if (!guard_error_.empty()) continue;
+    for (const Guard& gd : node_guards_[k])
+      if (!guard_intact(gd.offset)) {
+        guard_error_ = (gd.value == kNone ? std::string("scratch") : "'" + g_.value(gd.value).name + "'") +
+                       " (written by " + describe(g_, g_.node(static_cast<NodeId>(k))) + ")";
+        break;
+      }
+  }
 }
 
 void Executor::poison(uint8_t byte) {
@@ -233,23 +297,26 @@ void Executor::fill_guards() {
   (void)gb;
 }
 
-bool Executor::guards_intact() const {
-  const size_t gb = cfg_.plan.guard_bytes;
-  if (!gb || !arenas_[0]) return true;
-  auto check = [&](size_t off) {
-    const auto* p = reinterpret_cast<const uint8_t*>(arenas_[0] + off);
-    for (size_t i = 0; i < gb; ++i)
-      if (p[i] != kGuard) return false;
-    return true;
-  };
+bool Executor::guard_intact(size_t offset) const {
+  const auto* p = reinterpret_cast<const uint8_t*>(arenas_[0] + offset);
+  for (size_t i = 0; i < cfg_.plan.guard_bytes; ++i)
+    if (p[i] != kGuard) return false;
+  return true;
+}
+
+bool Executor::guards_intact() const { return broken_guard().empty(); }
+
+std::string Executor::broken_guard() const {
+  if (!cfg_.plan.guard_bytes || !arenas_[0]) return {};
+  if (!guard_error_.empty()) return guard_error_;
+  // Buffers kept after the step (outputs) must keep their guards between steps.
+  const int32_t end = static_cast<int32_t>(g_.num_nodes());
   for (size_t v = 0; v < plan_.values.size(); ++v) {
     const Placement& p = plan_.values[v];
-    if (p.arena != Arena::Transient || p.root != static_cast<ValueId>(v) || p.bytes == 0) continue;
-    if (!check(p.offset + p.bytes)) return false;
+    if (p.arena != Arena::Transient || p.root != static_cast<ValueId>(v) || p.bytes == 0 || p.last < end) continue;
+    if (!guard_intact(p.offset + p.bytes)) return "'" + g_.value(static_cast<ValueId>(v)).name + "' (after the step)";
   }
-  for (const auto& s : plan_.scratch)
-    if (s.bytes && !check(s.offset + s.bytes)) return false;
-  return true;
+  return {};
 }
 
 }  // namespace memfit

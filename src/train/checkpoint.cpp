@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -21,6 +22,20 @@ uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+// Passes a tensor's bytes to fn(bytes, offset, n) a chunk at a time and
+// drops each chunk's pages after it, so reading a checkpoint adds about one
+// chunk of resident memory, not the file: the file is not in the memory plan.
+template <class F>
+void stream(const io::SafetensorsFile& f, const io::TensorInfo& t, F&& fn) {
+  constexpr size_t kChunk = size_t(1) << 20;
+  const auto* p = static_cast<const unsigned char*>(f.data(t));
+  for (size_t off = 0; off < t.nbytes(); off += kChunk) {
+    const size_t n = std::min(kChunk, t.nbytes() - off);
+    fn(p + off, off, n);
+    f.drop_pages(t, off, off + n);
+  }
 }
 
 std::string hex(uint64_t v) {
@@ -113,12 +128,15 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
     if (t->dtype != io::DType::F32 || t->shape != v.shape)
       throw std::runtime_error(path + ": tensor '" + v.name + "' is " + shape_str(t->shape) + " but the model has " +
                                shape_str(v.shape));
-    sum = fnv1a(sum, f.data(*t), t->nbytes());
+    stream(f, *t, [&](const unsigned char* p, size_t, size_t n) { sum = fnv1a(sum, p, n); });
     todo.push_back({static_cast<ValueId>(i), t});
   }
   if (hex(sum) != get("checksum"))
     throw std::runtime_error(path + " is corrupted: its checksum does not match its contents");
-  for (auto& [v, t] : todo) std::memcpy(ex.data(v), f.data(*t), t->nbytes());
+  for (auto& [v, t] : todo) {
+    auto* dst = static_cast<unsigned char*>(ex.data(v));
+    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
+  }
   st.step = std::stoll(get("step"));
   st.epoch = std::stoull(get("epoch"));
   st.sample = std::stoull(get("sample"));
@@ -150,7 +168,10 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
                                " (--reinit " + v.name.substr(0, v.name.rfind('.')) + " keeps this layer's fresh weights)");
     todo.push_back({static_cast<ValueId>(i), t});
   }
-  for (auto& [v, t] : todo) std::memcpy(ex.data(v), f.data(*t), t->nbytes());
+  for (auto& [v, t] : todo) {
+    auto* dst = static_cast<unsigned char*>(ex.data(v));
+    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
+  }
   return todo.size();
 }
 

@@ -430,6 +430,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     ctx.lr = sched.lr(st.step);
     ctx.micro = group;
     ctx.grad_scale = 1.0;
+    if (o.profile > 0 && group == 0 && st.step == total_steps - o.profile) ex.set_profiling(true);
     ex.run_nodes(0, update_node, ctx);
     group_loss += *loss_p;
     images += static_cast<int64_t>(n);
@@ -456,10 +457,15 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     if (o.eval_every > 0 && st.step % o.eval_every == 0) do_eval(loader.position().epoch + 1);
     if (o.checkpoint_every > 0 && st.step % o.checkpoint_every == 0) do_checkpoint();
   }
-  // The last step may end mid-epoch (--steps): evaluate and save once more.
-  if (!res.evaluated || loss_n > 0) do_eval(loader.position().epoch + 1);
-  do_checkpoint();
-  prog.finish();
+  if (o.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
+    prog.finish();
+    log << profile_report(ex, ex.node_seconds(), std::min(o.profile, st.step));
+  } else {
+    // The last step may end mid-epoch (--steps): evaluate and save once more.
+    if (!res.evaluated || loss_n > 0) do_eval(loader.position().epoch + 1);
+    do_checkpoint();
+    prog.finish();
+  }
 
   res.steps = st.step;
   res.final_train_loss = last_loss;

@@ -1,15 +1,16 @@
-// oneDNN batch normalization kernels (f32, NCHW or [N, C]).
-// Factories return nullptr when oneDNN has no implementation.
+// Batch normalization kernels (hand-written, f32): NCHW or [N, C] data, or
+// nChw16c (Layout::Blocked16, C a multiple of 16) for all of x, y, dy, dx.
 #pragma once
 
 #include <memory>
 
+#include "kernels/cpu/layout.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/params.hpp"
 
 namespace memfit::kernels::cpu {
 
-std::unique_ptr<Kernel> make_batch_norm(const BatchNormParams& p);
-std::unique_ptr<Kernel> make_batch_norm_bwd(const BatchNormParams& p);
+std::unique_ptr<Kernel> make_batch_norm(const BatchNormParams& p, Layout l = Layout::Plain);
+std::unique_ptr<Kernel> make_batch_norm_bwd(const BatchNormParams& p, Layout l = Layout::Plain);
 
 }  // namespace memfit::kernels::cpu

@@ -14,6 +14,10 @@
 // groups: 2.5-11x slower blocked), which keeps the plain layouts. The price is
 // scratch: a blocked copy of each reordered operand (while the plain gemm
 // path needs an im2col buffer per thread instead).
+//
+// The graph's activations (src/dst) may themselves be blocked (Layout
+// Blocked16, nChw16c): when the primitive computes in that layout, the
+// operand needs no reorder and no scratch copy.
 #include "kernels/cpu/conv.hpp"
 
 #include "kernels/cpu/dnnl_util.hpp"
@@ -26,21 +30,25 @@ using dnnl::prop_kind;
 using tag = dnnl::memory::format_tag;
 
 struct ConvDescs {
-  dnnl::memory::desc src, wei, bias, dst;  // the graph's (plain) layouts
+  dnnl::memory::desc src, wei, bias, dst;  // the graph's layouts
   dims src_dims, wei_dims, dst_dims;
   dims strides, dilates, pad;
 };
 
-ConvDescs conv_descs(const ConvParams& p) {
+dnnl::memory::desc data_desc(const dims& d, Layout l) {
+  return l == Layout::Plain ? plain_f32(d) : dnnl::memory::desc(d, dnnl::memory::data_type::f32, tag::nChw16c);
+}
+
+ConvDescs conv_descs(const ConvParams& p, Layout src, Layout dst) {
   ConvDescs d;
   d.src_dims = {p.N, p.C, p.H, p.W};
   // [K, C/G, R, S] is the same memory as oneDNN's grouped [G, K/G, C/G, R, S].
   d.wei_dims = p.groups > 1 ? dims{p.groups, p.K / p.groups, p.C / p.groups, p.R, p.S} : dims{p.K, p.C, p.R, p.S};
   d.dst_dims = {p.N, p.K, p.OH, p.OW};
-  d.src = plain_f32(d.src_dims);
+  d.src = data_desc(d.src_dims, src);
   d.wei = plain_f32(d.wei_dims);
   d.bias = p.bias ? plain_f32({p.K}) : dnnl::memory::desc();
-  d.dst = plain_f32(d.dst_dims);
+  d.dst = data_desc(d.dst_dims, dst);
   d.strides = {p.stride_h, p.stride_w};
   d.dilates = {p.dil_h - 1, p.dil_w - 1};
   d.pad = {p.pad_h, p.pad_w};
@@ -53,7 +61,7 @@ struct Chosen {
   dnnl::memory::desc src, wei, dst;
 };
 Chosen choose(const ConvDescs& d, bool any) {
-  if (!any) return {d.src, d.wei, d.dst};
+  if (!any) return {plain_f32(d.src_dims), d.wei, plain_f32(d.dst_dims)};
   auto a = [](const dims& x) { return dnnl::memory::desc(x, dnnl::memory::data_type::f32, tag::any); };
   return {a(d.src_dims), a(d.wei_dims), a(d.dst_dims)};
 }
@@ -68,8 +76,8 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const ConvDescs& d, const Chose
 // in: x, w (, b)  out: y
 class ConvFwd final : public RelayoutKernel {
  public:
-  explicit ConvFwd(const ConvParams& p) {
-    const ConvDescs d = conv_descs(p);
+  ConvFwd(const ConvParams& p, Layout x, Layout y) {
+    const ConvDescs d = conv_descs(p, x, y);
     auto pd = fwd_pd(d, choose(d, true), p.bias);
     std::vector<Operand> ops{{DNNL_ARG_SRC, true, 0, d.src, pd.src_desc()},
                              {DNNL_ARG_WEIGHTS, true, 1, d.wei, pd.weights_desc()},
@@ -83,8 +91,8 @@ class ConvFwd final : public RelayoutKernel {
 // in: dy, w  out: dx
 class ConvBwdData final : public RelayoutKernel {
  public:
-  explicit ConvBwdData(const ConvParams& p) {
-    const ConvDescs d = conv_descs(p);
+  ConvBwdData(const ConvParams& p, Layout dy, Layout dx) {
+    const ConvDescs d = conv_descs(p, dx, dy);
     const Chosen c = choose(d, p.groups > 1 || p.C >= 16);
     dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, c.src, c.wei, c.dst, d.strides,
                                                d.dilates, d.pad, d.pad);
@@ -100,8 +108,8 @@ class ConvBwdData final : public RelayoutKernel {
 // in: x, dy  out: dw (, db)
 class ConvBwdWeight final : public RelayoutKernel {
  public:
-  explicit ConvBwdWeight(const ConvParams& p) {
-    const ConvDescs d = conv_descs(p);
+  ConvBwdWeight(const ConvParams& p, Layout x, Layout dy) {
+    const ConvDescs d = conv_descs(p, x, dy);
     const Chosen c = choose(d, true);
     dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, c.src, c.wei, d.bias, c.dst,
                                                   d.strides, d.dilates, d.pad, d.pad);
@@ -118,8 +126,14 @@ class ConvBwdWeight final : public RelayoutKernel {
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_conv2d(const ConvParams& p) { return try_make<ConvFwd, Kernel>(p); }
-std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p) { return try_make<ConvBwdData, Kernel>(p); }
-std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p) { return try_make<ConvBwdWeight, Kernel>(p); }
+std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x, Layout y) {
+  return try_make<ConvFwd, Kernel>(p, x, y);
+}
+std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy, Layout dx) {
+  return try_make<ConvBwdData, Kernel>(p, dy, dx);
+}
+std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x, Layout dy) {
+  return try_make<ConvBwdWeight, Kernel>(p, x, dy);
+}
 
 }  // namespace memfit::kernels::cpu

@@ -77,10 +77,10 @@ struct Unsupported {};
 
 // Constructs kernel K from params, or returns nullptr when oneDNN has no
 // implementation for them (the caller falls back to the reference).
-template <class K, class Base, class P>
-std::unique_ptr<Base> try_make(const P& p) {
+template <class K, class Base, class... A>
+std::unique_ptr<Base> try_make(const A&... a) {
   try {
-    return std::make_unique<K>(p);
+    return std::make_unique<K>(a...);
   } catch (const dnnl::error&) {
     return nullptr;
   } catch (const Unsupported&) {

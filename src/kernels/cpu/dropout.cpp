@@ -29,8 +29,9 @@ class Dropout final : public Kernel {
     const int64_t n = p_.n;
     parallel_for_simd(n, [&](int64_t i) {
       const bool keep = rng::uniform01(key, base + static_cast<uint64_t>(i)) >= pf;
+      const float v = x[i] * scale;  // unconditional: the loop vectorises
       mask[i] = keep ? 1 : 0;
-      y[i] = keep ? x[i] * scale : 0.0f;
+      y[i] = keep ? v : 0.0f;
     });
   }
 
@@ -49,7 +50,10 @@ class DropoutBwd final : public Kernel {
     float* dx = out<float>(0);
     const float scale = 1.0f / (1.0f - static_cast<float>(p_.p));
     const int64_t n = p_.n;
-    parallel_for_simd(n, [&](int64_t i) { dx[i] = mask[i] ? dy[i] * scale : 0.0f; });
+    parallel_for_simd(n, [&](int64_t i) {
+      const float g = dy[i] * scale;  // unconditional: the loop vectorises
+      dx[i] = mask[i] ? g : 0.0f;
+    });
   }
 
  private:

@@ -12,10 +12,4 @@ dnnl::stream& stream() {
   return s;
 }
 
-void warm_up_library() {
-  constexpr dnnl_dim_t n = 64;
-  static float a[n * n], b[n * n], c[n * n];
-  dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-}
-
 }  // namespace memfit::kernels::cpu

@@ -8,26 +8,24 @@
 namespace memfit::kernels::cpu {
 namespace {
 
-using dnnl::prop_kind;
+// The three linear kernels are oneDNN matmuls (brgemm), not inner
+// products: the inner product's gemm implementation allocates its packing
+// buffers on the heap at every call (megabytes at batch 256), outside the
+// plan, while matmul keeps all of its buffers in the planned scratchpad.
+// w is [N, K] row-major; w^T and dy^T are described by their strides.
 
-struct IpDescs {
-  dnnl::memory::desc x, w, b, y;
-};
-
-IpDescs ip_descs(const LinearParams& p) {
-  return {plain_f32({p.M, p.K}), plain_f32({p.N, p.K}), p.bias ? plain_f32({p.N}) : dnnl::memory::desc(),
-          plain_f32({p.M, p.N})};
-}
-
-dnnl::inner_product_forward::primitive_desc ip_fwd_pd(const IpDescs& d) {
-  dnnl::inner_product_forward::desc desc(prop_kind::forward_training, d.x, d.w, d.b, d.y);
-  return {desc, user_scratchpad_attr(), engine()};
-}
-
+// in: x, w, (b)  out: y = x w^T (+ b)
 class LinearFwd final : public Kernel {
  public:
-  explicit LinearFwd(const LinearParams& p) : p_(p), d_(ip_descs(p)), pd_(ip_fwd_pd(d_)) {
-    call_.set(dnnl::inner_product_forward(pd_));
+  explicit LinearFwd(const LinearParams& p)
+      : p_(p),
+        x_(plain_f32({p.M, p.K})),
+        wt_(strided_f32({p.K, p.N}, {1, p.K})),
+        b_(p.bias ? plain_f32({1, p.N}) : dnnl::memory::desc()),
+        y_(plain_f32({p.M, p.N})) {
+    dnnl::matmul::desc desc(x_, wt_, b_, y_);
+    pd_ = {desc, user_scratchpad_attr(), engine()};
+    call_.set(dnnl::matmul(pd_));
   }
   const char* name() const override { return "dnnl.linear"; }
   size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
@@ -36,24 +34,26 @@ class LinearFwd final : public Kernel {
  private:
   void on_bind() override {
     call_.clear_args();
-    call_.arg(DNNL_ARG_SRC, d_.x, in_[0]);
-    call_.arg(DNNL_ARG_WEIGHTS, d_.w, in_[1]);
-    if (p_.bias) call_.arg(DNNL_ARG_BIAS, d_.b, in_[2]);
-    call_.arg(DNNL_ARG_DST, d_.y, out_[0]);
+    call_.arg(DNNL_ARG_SRC, x_, in_[0]);
+    call_.arg(DNNL_ARG_WEIGHTS, wt_, in_[1]);
+    if (p_.bias) call_.arg(DNNL_ARG_BIAS, b_, in_[2]);
+    call_.arg(DNNL_ARG_DST, y_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
   LinearParams p_;
-  IpDescs d_;
-  dnnl::inner_product_forward::primitive_desc pd_;
+  dnnl::memory::desc x_, wt_, b_, y_;
+  dnnl::matmul::primitive_desc pd_;
   Call call_;
 };
 
+// in: dy, w  out: dx = dy w
 class LinearBwdData final : public Kernel {
  public:
-  explicit LinearBwdData(const LinearParams& p) : d_(ip_descs(p)) {
-    dnnl::inner_product_backward_data::desc desc(d_.x, d_.w, d_.y);
-    pd_ = {desc, user_scratchpad_attr(), engine(), ip_fwd_pd(d_)};
-    call_.set(dnnl::inner_product_backward_data(pd_));
+  explicit LinearBwdData(const LinearParams& p)
+      : dy_(plain_f32({p.M, p.N})), w_(plain_f32({p.N, p.K})), dx_(plain_f32({p.M, p.K})) {
+    dnnl::matmul::desc desc(dy_, w_, dx_);
+    pd_ = {desc, user_scratchpad_attr(), engine()};
+    call_.set(dnnl::matmul(pd_));
   }
   const char* name() const override { return "dnnl.linear_bwd_data"; }
   size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
@@ -62,39 +62,52 @@ class LinearBwdData final : public Kernel {
  private:
   void on_bind() override {
     call_.clear_args();
-    call_.arg(DNNL_ARG_DIFF_DST, d_.y, in_[0]);
-    call_.arg(DNNL_ARG_WEIGHTS, d_.w, in_[1]);
-    call_.arg(DNNL_ARG_DIFF_SRC, d_.x, out_[0]);
+    call_.arg(DNNL_ARG_SRC, dy_, in_[0]);
+    call_.arg(DNNL_ARG_WEIGHTS, w_, in_[1]);
+    call_.arg(DNNL_ARG_DST, dx_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
-  IpDescs d_;
-  dnnl::inner_product_backward_data::primitive_desc pd_;
+  dnnl::memory::desc dy_, w_, dx_;
+  dnnl::matmul::primitive_desc pd_;
   Call call_;
 };
 
+// in: x, dy  out: dw = dy^T x, (db = column sums of dy)
 class LinearBwdWeight final : public Kernel {
  public:
-  explicit LinearBwdWeight(const LinearParams& p) : p_(p), d_(ip_descs(p)) {
-    dnnl::inner_product_backward_weights::desc desc(d_.x, d_.w, d_.b, d_.y);
-    pd_ = {desc, user_scratchpad_attr(), engine(), ip_fwd_pd(d_)};
-    call_.set(dnnl::inner_product_backward_weights(pd_));
+  explicit LinearBwdWeight(const LinearParams& p)
+      : p_(p), dyt_(strided_f32({p.N, p.M}, {1, p.N})), x_(plain_f32({p.M, p.K})), dw_(plain_f32({p.N, p.K})) {
+    dnnl::matmul::desc desc(dyt_, x_, dw_);
+    pd_ = {desc, user_scratchpad_attr(), engine()};
+    call_.set(dnnl::matmul(pd_));
   }
   const char* name() const override { return "dnnl.linear_bwd_weight"; }
   size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
-  void run(const StepContext&) override { call_.run(); }
+  void run(const StepContext&) override {
+    call_.run();
+    if (!p_.bias) return;
+    const float* dy = in<float>(1);
+    float* db = out<float>(1);
+    const int64_t M = p_.M, N = p_.N;
+    for (int64_t n = 0; n < N; ++n) db[n] = 0.0f;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* row = dy + m * N;
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) db[n] += row[n];
+    }
+  }
 
  private:
   void on_bind() override {
     call_.clear_args();
-    call_.arg(DNNL_ARG_SRC, d_.x, in_[0]);
-    call_.arg(DNNL_ARG_DIFF_DST, d_.y, in_[1]);
-    call_.arg(DNNL_ARG_DIFF_WEIGHTS, d_.w, out_[0]);
-    if (p_.bias) call_.arg(DNNL_ARG_DIFF_BIAS, d_.b, out_[1]);
+    call_.arg(DNNL_ARG_SRC, dyt_, in_[1]);
+    call_.arg(DNNL_ARG_WEIGHTS, x_, in_[0]);
+    call_.arg(DNNL_ARG_DST, dw_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
   LinearParams p_;
-  IpDescs d_;
-  dnnl::inner_product_backward_weights::primitive_desc pd_;
+  dnnl::memory::desc dyt_, x_, dw_;
+  dnnl::matmul::primitive_desc pd_;
   Call call_;
 };
 

@@ -89,16 +89,30 @@ class PoolBwd final : public Kernel {
   Call call_;
 };
 
-// Rows of HW elements, one per (n, c).
+// Plain: rows of HW elements, one per (n, c). Blocked16: tiles of HW x 16,
+// one per (n, channel block), the channels in the vector lanes.
 class GlobalAvgPool final : public Kernel {
  public:
-  explicit GlobalAvgPool(const GlobalPoolParams& p) : p_(p) {}
-  const char* name() const override { return "cpu.global_avg_pool"; }
+  GlobalAvgPool(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
+  const char* name() const override { return blocked_ ? "cpu.global_avg_pool.blk16" : "cpu.global_avg_pool"; }
   void run(const StepContext&) override {
     const float* x = in<float>(0);
     float* y = out<float>(0);
     const int64_t rows = p_.N * p_.C, hw = p_.HW;
     const float count = static_cast<float>(hw);
+    if (blocked_) {
+      constexpr int64_t B = kChannelBlock;
+      parallel_for(rows / B, rows * hw, [&](int64_t t) {
+        const float* xt = x + t * hw * B;
+        float s[B] = {};
+        for (int64_t i = 0; i < hw; ++i) {
+#pragma omp simd
+          for (int64_t j = 0; j < B; ++j) s[j] += xt[i * B + j];
+        }
+        for (int64_t j = 0; j < B; ++j) y[t * B + j] = s[j] / count;
+      });
+      return;
+    }
     parallel_for(rows, rows * hw, [&](int64_t r) {
       const float* xr = x + r * hw;
       float s = 0.0f;
@@ -110,17 +124,31 @@ class GlobalAvgPool final : public Kernel {
 
  private:
   GlobalPoolParams p_;
+  bool blocked_;
 };
 
 class GlobalAvgPoolBwd final : public Kernel {
  public:
-  explicit GlobalAvgPoolBwd(const GlobalPoolParams& p) : p_(p) {}
-  const char* name() const override { return "cpu.global_avg_pool_bwd"; }
+  GlobalAvgPoolBwd(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
+  const char* name() const override { return blocked_ ? "cpu.global_avg_pool_bwd.blk16" : "cpu.global_avg_pool_bwd"; }
   void run(const StepContext&) override {
     const float* dy = in<float>(0);
     float* dx = out<float>(0);
     const int64_t rows = p_.N * p_.C, hw = p_.HW;
     const float count = static_cast<float>(hw);
+    if (blocked_) {
+      constexpr int64_t B = kChannelBlock;
+      parallel_for(rows / B, rows * hw, [&](int64_t t) {
+        float g[B];
+        for (int64_t j = 0; j < B; ++j) g[j] = dy[t * B + j] / count;
+        float* dt = dx + t * hw * B;
+        for (int64_t i = 0; i < hw; ++i) {
+#pragma omp simd
+          for (int64_t j = 0; j < B; ++j) dt[i * B + j] = g[j];
+        }
+      });
+      return;
+    }
     parallel_for(rows, rows * hw, [&](int64_t r) {
       const float g = dy[r] / count;
       float* dxr = dx + r * hw;
@@ -131,6 +159,7 @@ class GlobalAvgPoolBwd final : public Kernel {
 
  private:
   GlobalPoolParams p_;
+  bool blocked_;
 };
 
 template <class K>
@@ -150,9 +179,13 @@ std::unique_ptr<Kernel> make_max_pool2d(const PoolParams& p) { return try_pool<P
 std::unique_ptr<Kernel> make_max_pool2d_bwd(const PoolParams& p) { return try_pool<PoolBwd>(p, algorithm::pooling_max); }
 std::unique_ptr<Kernel> make_avg_pool2d(const PoolParams& p) { return try_pool<PoolFwd>(p, avg_alg(p)); }
 std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p) { return try_pool<PoolBwd>(p, avg_alg(p)); }
-std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p) { return std::make_unique<GlobalAvgPool>(p); }
-std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p) {
-  return std::make_unique<GlobalAvgPoolBwd>(p);
+std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p, Layout x) {
+  if (x == Layout::Blocked16 && p.C % kChannelBlock) return nullptr;
+  return std::make_unique<GlobalAvgPool>(p, x);
+}
+std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p, Layout dx) {
+  if (dx == Layout::Blocked16 && p.C % kChannelBlock) return nullptr;
+  return std::make_unique<GlobalAvgPoolBwd>(p, dx);
 }
 
 }  // namespace memfit::kernels::cpu

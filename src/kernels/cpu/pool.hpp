@@ -2,10 +2,13 @@
 // average pooling. The max-pool index output holds oneDNN's workspace, so it
 // is only meaningful to the Cpu max-pool backward: both factories make the
 // same decision for the same params (either both oneDNN or both nullptr).
+// Global average pooling reads (its backward writes) x in the given layout;
+// y/dy [N, C] are plain.
 #pragma once
 
 #include <memory>
 
+#include "kernels/cpu/layout.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/params.hpp"
 
@@ -15,7 +18,7 @@ std::unique_ptr<Kernel> make_max_pool2d(const PoolParams& p);
 std::unique_ptr<Kernel> make_max_pool2d_bwd(const PoolParams& p);
 std::unique_ptr<Kernel> make_avg_pool2d(const PoolParams& p);
 std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p);
-std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p);
-std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p);
+std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p, Layout x = Layout::Plain);
+std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p, Layout dx = Layout::Plain);
 
 }  // namespace memfit::kernels::cpu

@@ -1,5 +1,6 @@
 #include "kernels/cpu/batchnorm.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
+#include "runtime/lower_cpu/layout.hpp"
 
 namespace memfit {
 namespace {
@@ -26,12 +27,14 @@ void register_cpu_batchnorm_kernels() {
   register_cpu_kernel("batch_norm", [](const Graph& g, const Node& n, Backend) -> KPtr {
     auto p = bn_params(g, n);
     if (!all_f32(g, n) || !handled(p)) return nullptr;
-    return kernels::cpu::make_batch_norm(p);
+    const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
+    return blocked_checked(kernels::cpu::make_batch_norm(p, l), l != kernels::cpu::Layout::Plain, g, n);
   });
   register_cpu_kernel("batch_norm_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
     auto p = bn_params(g, n);
     if (!all_f32(g, n) || !handled(p)) return nullptr;
-    return kernels::cpu::make_batch_norm_bwd(p);
+    const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
+    return blocked_checked(kernels::cpu::make_batch_norm_bwd(p, l), l != kernels::cpu::Layout::Plain, g, n);
   });
 }
 

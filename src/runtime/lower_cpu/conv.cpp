@@ -1,5 +1,6 @@
 #include "kernels/cpu/conv.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
+#include "runtime/lower_cpu/layout.hpp"
 
 namespace memfit {
 namespace {
@@ -25,20 +26,38 @@ kernels::ConvParams conv_params(const Node& n, const Shape& x, const Shape& w, c
 }  // namespace
 
 void register_cpu_conv_kernels() {
-  register_cpu_kernel("conv2d", [](const Graph& g, const Node& n, Backend) -> std::unique_ptr<kernels::Kernel> {
+  using kernels::cpu::Layout;
+  using KPtr = std::unique_ptr<kernels::Kernel>;
+  // a, b: the layouts of the node's two activation operands.
+  auto checked = [](KPtr k, Layout a, Layout b, const Graph& g, const Node& n) {
+    return blocked_checked(std::move(k), a != Layout::Plain || b != Layout::Plain, g, n);
+  };
+  register_cpu_kernel("conv2d", [=](const Graph& g, const Node& n, Backend) -> KPtr {
     if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
-                                                 shape_of(g, n.outputs[0]), n.inputs.size() == 3));
+    const auto L = cpu_layouts(g);
+    const Layout x = L[static_cast<size_t>(n.inputs[0])], y = L[static_cast<size_t>(n.outputs[0])];
+    return checked(kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
+                                                         shape_of(g, n.outputs[0]), n.inputs.size() == 3),
+                                             x, y),
+                   x, y, g, n);
   });
-  register_cpu_kernel("conv2d_bwd_data", [](const Graph& g, const Node& n, Backend) -> std::unique_ptr<kernels::Kernel> {
+  register_cpu_kernel("conv2d_bwd_data", [=](const Graph& g, const Node& n, Backend) -> KPtr {
     if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_conv2d_bwd_data(
-        conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false));
+    const auto L = cpu_layouts(g);
+    const Layout dy = L[static_cast<size_t>(n.inputs[0])], dx = L[static_cast<size_t>(n.outputs[0])];
+    return checked(kernels::cpu::make_conv2d_bwd_data(
+                       conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false),
+                       dy, dx),
+                   dy, dx, g, n);
   });
-  register_cpu_kernel("conv2d_bwd_weight", [](const Graph& g, const Node& n, Backend) -> std::unique_ptr<kernels::Kernel> {
+  register_cpu_kernel("conv2d_bwd_weight", [=](const Graph& g, const Node& n, Backend) -> KPtr {
     if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
-                                                            shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0));
+    const auto L = cpu_layouts(g);
+    const Layout x = L[static_cast<size_t>(n.inputs[0])], dy = L[static_cast<size_t>(n.inputs[1])];
+    return checked(kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
+                                                                    shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0),
+                                                        x, dy),
+                   x, dy, g, n);
   });
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/cpu/pool.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
+#include "runtime/lower_cpu/layout.hpp"
 
 namespace memfit {
 namespace {
@@ -57,12 +58,16 @@ void register_cpu_pool_kernels() {
   register_cpu_kernel("global_avg_pool", [](const Graph& g, const Node& n, Backend) -> KPtr {
     if (!all_f32(g, n)) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
-    return kernels::cpu::make_global_avg_pool({x[0], x[1], x[2] * x[3]});
+    const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
+    return blocked_checked(kernels::cpu::make_global_avg_pool({x[0], x[1], x[2] * x[3]}, l),
+                           l != kernels::cpu::Layout::Plain, g, n);
   });
   register_cpu_kernel("global_avg_pool_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
     if (!all_f32(g, n)) return nullptr;
     const Shape& x = n.attrs.ints("x_shape");
-    return kernels::cpu::make_global_avg_pool_bwd({x[0], x[1], x[2] * x[3]});
+    const auto l = cpu_layouts(g)[static_cast<size_t>(n.outputs[0])];
+    return blocked_checked(kernels::cpu::make_global_avg_pool_bwd({x[0], x[1], x[2] * x[3]}, l),
+                           l != kernels::cpu::Layout::Plain, g, n);
   });
 }
 

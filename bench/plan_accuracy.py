@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""Predicted versus measured peak memory of memfit training runs, with
+PyTorch's peak for the same run beside them.
+
+For every (model, batch) it runs `memfit train --steps 20 --subset 2000
+--test-subset 512 --json` in a fresh process and records the predicted
+total (printed before step one), the process's own VmHWM at the end, and
+its ru_maxrss seen from outside (wait4). With --torch it also runs
+bench/pytorch_peak_rss.py for the same model, batch, steps and threads.
+Prints a Markdown table (for docs/memory-plan.md) and writes the raw
+numbers as JSON lines with --jsonl.
+
+  /usr/bin/python3 bench/plan_accuracy.py --binary build/memfit --torch
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd):
+    """Runs cmd; returns (exit code, stdout, stderr, ru_maxrss in bytes)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return p.returncode, out.read().decode(), err.read().decode(), ru.ru_maxrss * 1024
+
+
+def last_json(text):
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def mib(b):
+    return b / 1048576.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--binary", default=os.path.join(HERE, "..", "build", "memfit"))
+    ap.add_argument("--models", default="convnet,resnet18")
+    ap.add_argument("--batches", default="16,64,256")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--torch", action="store_true", help="also measure PyTorch (needs torch in this interpreter)")
+    ap.add_argument("--jsonl", help="append the raw results here")
+    a = ap.parse_args()
+
+    rows = []
+    for model in a.models.split(","):
+        for batch in (int(b) for b in a.batches.split(",")):
+            cmd = [a.binary, "train", "--model", model, "--batch", str(batch), "--steps", str(a.steps),
+                   "--subset", "2000", "--test-subset", "512", "--threads", str(a.threads), "--progress", "lines",
+                   "--json", "--out", f"/tmp/memfit-bench-{model}-{batch}"]
+            code, out, err, maxrss = run(cmd)
+            if code != 0:
+                sys.exit(f"{' '.join(cmd)} failed ({code}):\n{err}")
+            j = last_json(out)
+            row = {"model": model, "batch": batch, "steps": a.steps, "threads": a.threads,
+                   "predicted_bytes": j["planned_peak_bytes"], "vmhwm_bytes": j["peak_rss_bytes"],
+                   "ru_maxrss_bytes": maxrss, "memfit_seconds": j["seconds"]}
+            if a.torch:
+                tcmd = [sys.executable, os.path.join(HERE, "pytorch_peak_rss.py"), "--model", model, "--batch",
+                        str(batch), "--steps", str(a.steps), "--threads", str(a.threads)]
+                code, out, err, tmax = run(tcmd)
+                if code != 0:
+                    sys.exit(f"{' '.join(tcmd)} failed ({code}):\n{err}")
+                t = last_json(out)
+                row.update({"torch_vmhwm_bytes": t["peak_rss_bytes"], "torch_ru_maxrss_bytes": tmax,
+                            "torch_seconds": t["seconds"], "torch_version": t["torch"]})
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if a.jsonl:
+                with open(a.jsonl, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+    print(f"{datetime.date.today().isoformat()}, {cpu_name()}, {os.cpu_count()} cores, {a.threads} threads; "
+          f"{a.steps} steps of SGD, then evaluation of 512 images and the final checkpoint.\n")
+    head = "| model | batch | predicted | measured (VmHWM) | error |"
+    sep = "|---|---:|---:|---:|---:|"
+    if a.torch:
+        head += " PyTorch peak RSS |"
+        sep += "---:|"
+    print(head)
+    print(sep)
+    for r in rows:
+        err = (r["vmhwm_bytes"] - r["predicted_bytes"]) / r["predicted_bytes"] * 100
+        line = (f"| {r['model']} | {r['batch']} | {mib(r['predicted_bytes']):.1f} MiB | {mib(r['vmhwm_bytes']):.1f} MiB "
+                f"| {err:+.2f}% |")
+        if a.torch:
+            line += f" {mib(r['torch_vmhwm_bytes']):.1f} MiB |"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

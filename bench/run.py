@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""memfit against PyTorch on this machine, side by side, in one command:
+
+    make bench                       (or: /usr/bin/python3 bench/run.py)
+    /usr/bin/python3 bench/run.py --quick --build build-perf
+
+For every case (ConvNet and ResNet-18 on 1x28x28 inputs, batch 64 and 256,
+fp32 and bf16) it starts memfit (build/bench/step_bench) and PyTorch
+(bench/torch_step.py, PyTorch's bf16 is autocast) each in a fresh process
+with the same model, batch, optimizer (SGD momentum 0.9, weight decay 5e-4),
+random data and thread count. After both have warmed up, their timed steps
+alternate one by one (memfit, PyTorch, memfit, ...), each side idle while the
+other runs, so that both see the same machine: on a shared machine the load
+changes within seconds, and alternating whole runs would compare different
+loads. This is repeated --reps times with fresh processes (alternating which
+side starts); each repetition gives each side's median step, and the table
+shows the median over repetitions. It
+measures the machine's peak FLOP/s (best large oneDNN matmul, f32 and bf16)
+and gives each case's training FLOP/s as a fraction of it (FLOPs of the
+convolution and linear products, forward and backward, counted from memfit's
+graph; both frameworks run the same products).
+
+Writes bench/results.md (and the raw numbers as bench/results.jsonl), and
+replaces the table in README.md between the bench markers (not with --quick).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TORCH_PY = "/usr/bin/python3"  # Debian's interpreter, which has python3-torch
+
+# (model, batch, timed steps, warm-up steps): ResNet-18 at batch 256 takes
+# seconds per step on two cores, so it gets fewer.
+CASES = [
+    ("convnet", 64, 15, 3),
+    ("convnet", 256, 5, 2),
+    ("resnet18", 64, 5, 2),
+    ("resnet18", 256, 2, 1),
+]
+QUICK = [("convnet", 64, 10, 2), ("resnet18", 64, 3, 1)]
+
+
+def interleaved(cmds, steps, env):
+    """Runs the --serve processes of cmds (in that order) step by step,
+    alternating; returns each one's final JSON (or its unsupported notice)."""
+    procs, results = [], [None] * len(cmds)
+    for i, cmd in enumerate(cmds):
+        p = subprocess.Popen(cmd + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        line = p.stdout.readline().strip()
+        if line != "ready":
+            out, err = p.communicate()
+            if p.returncode != 0 or not (line + out).strip():
+                raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
+            results[i] = json.loads((line + "\n" + out).strip().splitlines()[-1])
+            continue
+        procs.append((i, p))
+    for _ in range(steps):
+        for i, p in procs:
+            time.sleep(0.05)  # let the other side's idle threads go to sleep
+            p.stdin.write("step\n")
+            p.stdin.flush()
+            if not p.stdout.readline().strip():
+                raise SystemExit(f"{' '.join(cmds[i])} stopped: {p.stderr.read()[-2000:]}")
+    for i, p in procs:
+        out, err = p.communicate("quit\n")
+        if p.returncode != 0:
+            raise SystemExit(f"{' '.join(cmds[i])} failed ({p.returncode}):\n{err[-2000:]}")
+        results[i] = json.loads(out.strip().splitlines()[-1])
+    return results
+
+
+def run_json(cmd, env):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def cpu_model():
+    name, flags = platform.processor() or "unknown", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and name in ("unknown", "", "x86_64"):
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags") and not flags:
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    feats = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name}, {os.cpu_count()} cores ({', '.join(feats) or 'no avx512'})"
+
+
+def fmt_bytes(b):
+    return f"{b / 2**20:.0f} MiB"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="memfit build directory (default build/)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="ConvNet and ResNet-18 at batch 64 only, fewer steps")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    ap.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    a = ap.parse_args()
+
+    memfit = os.path.join(a.build, "bench", "step_bench")
+    if not os.path.exists(memfit):
+        raise SystemExit(f"{memfit} not found: build first (make build, or pass --build DIR)")
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    t = str(a.threads)
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
+
+    def measure_peak(old=None):
+        # The best of this and any earlier measurement: on a shared machine a
+        # single one may catch a busy moment.
+        p = run_json([memfit, "--peak", "--threads", t], env)
+        if old:
+            for k in ("peak_fp32_flops", "peak_bf16_flops"):
+                p[k] = max(p[k], old[k])
+        print(f"peak: fp32 {p['peak_fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 {p['peak_bf16_flops'] / 1e9:.0f} "
+              f"GFLOP/s (oneDNN {p['onednn']}, {p['isa']})", flush=True)
+        return p
+
+    peak = measure_peak()
+
+    cases = QUICK if a.quick else CASES
+    precisions = a.precisions.split(",")
+    rows, raw, flops_of = [], [], {}
+    torch_info = {}
+    for model, batch, steps, warmup in cases:
+        for prec in precisions:
+            common = ["--model", model, "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
+                      "--threads", t, "--precision", prec]
+            mf_cmd = [memfit] + common
+            pt_cmd = [TORCH_PY, os.path.join(HERE, "torch_step.py")] + common
+            mf, pt = [], []
+            for r in range(a.reps):
+                first_mf = r % 2 == 0
+                res = interleaved([mf_cmd, pt_cmd] if first_mf else [pt_cmd, mf_cmd], steps, env)
+                m, p = (res[0], res[1]) if first_mf else (res[1], res[0])
+                mf.append(m)
+                pt.append(p)
+                raw.append(m | {"framework": "memfit", "rep": r})
+                raw.append(p | {"framework": "pytorch", "rep": r})
+            torch_info = {"torch": pt[0]["torch"], "onednn": pt[0]["onednn"], "blas": pt[0].get("blas", "unknown")}
+            if mf[0].get("supported"):
+                flops_of[(model, batch)] = mf[0]["step_flops"]
+
+            def med(rs, key):
+                return statistics.median(x[key] for x in rs) if rs and rs[0].get("supported") else None
+
+            row = {"model": model, "batch": batch, "precision": prec,
+                   "mf_ips": med(mf, "images_per_s"), "pt_ips": med(pt, "images_per_s"),
+                   "mf_step": med(mf, "median_step_s"), "pt_step": med(pt, "median_step_s"),
+                   "mf_rss": med(mf, "peak_rss_bytes"), "pt_rss": med(pt, "peak_rss_bytes")}
+            rows.append(row)
+            mf_txt = f"{row['mf_ips']:8.1f} img/s" if row["mf_ips"] else "not supported"
+            print(f"{model:9s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} img/s", flush=True)
+
+    peak = measure_peak(peak)
+    load_end = os.getloadavg()[0]
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    cpu = cpu_model()
+    lines = [
+        f"Measured {now} on {cpu}, {a.threads} threads each; load average {load:.1f} at the start, "
+        f"{load_end:.1f} at the end.",
+        f"PyTorch {torch_info.get('torch')} (oneDNN {torch_info.get('onednn')}); memfit with oneDNN {peak['onednn']} "
+        f"({peak['isa']}). Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
+        f"{peak['peak_fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 {peak['peak_bf16_flops'] / 1e9:.0f} GFLOP/s.",
+        f"Median of {a.reps} repetitions, each a fresh pair of processes whose timed steps alternate one by one; "
+        "SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data. PyTorch bf16 is autocast; memfit has no bf16 "
+        f"kernels yet. PyTorch's fp32 linear layers run on the BLAS it was built with (BLAS_INFO="
+        f"{torch_info.get('blas')}), its convolutions on oneDNN.",
+        "",
+        "| case | memfit img/s | PyTorch img/s | speed ratio | memfit step | PyTorch step "
+        "| memfit peak RSS | PyTorch peak RSS | RSS ratio | memfit % of peak | PyTorch % of peak |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    # The fraction of peak needs the FLOPs, which come from memfit's fp32 run.
+    for r in rows:
+        flops = flops_of.get((r["model"], r["batch"]))
+        pk = peak["peak_bf16_flops"] if r["precision"] == "bf16" else peak["peak_fp32_flops"]
+        for side in ("mf", "pt"):
+            r[f"{side}_frac"] = flops / r[f"{side}_step"] / pk if (flops and r[f"{side}_step"]) else None
+    pct = lambda f: f"{100 * f:.0f}%" if f else ""  # noqa: E731
+    for r in rows:
+        case = f"{r['model']} b{r['batch']} {r['precision']}"
+        if r["mf_ips"] is None:
+            lines.append(f"| {case} | not yet supported | {r['pt_ips']:.1f} | | | {r['pt_step'] * 1e3:.0f} ms "
+                         f"| | {fmt_bytes(r['pt_rss'])} | | | {pct(r['pt_frac'])} |")
+            continue
+        lines.append(
+            f"| {case} | {r['mf_ips']:.1f} | {r['pt_ips']:.1f} | **{r['mf_ips'] / r['pt_ips']:.2f}x** "
+            f"| {r['mf_step'] * 1e3:.0f} ms | {r['pt_step'] * 1e3:.0f} ms | {fmt_bytes(r['mf_rss'])} "
+            f"| {fmt_bytes(r['pt_rss'])} | {r['mf_rss'] / r['pt_rss']:.2f} "
+            f"| {pct(r['mf_frac'])} | {pct(r['pt_frac'])} |")
+    table = "\n".join(lines) + "\n"
+    with open(a.out, "w") as f:
+        f.write("# memfit vs PyTorch, training speed and memory\n\n"
+                "Written by `bench/run.py` (`make bench`).\n\n" + table)
+    with open(os.path.splitext(a.out)[0] + ".jsonl", "w") as f:
+        f.write(json.dumps({"peak": peak, "cpu": cpu, "date": now, "load": load}) + "\n")
+        for r in raw:
+            f.write(json.dumps(r) + "\n")
+    print("\n" + table)
+    print(f"wrote {a.out}")
+
+    readme = os.path.join(ROOT, "README.md")
+    if a.quick or a.no_readme or not os.path.exists(readme):
+        return
+    text = open(readme).read()
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    if begin in text and end in text:
+        pre, rest = text.split(begin, 1)
+        post = rest.split(end, 1)[1]
+        with open(readme, "w") as f:
+            f.write(pre + begin + "\n" + table + end + post)
+        print(f"updated the table in {readme}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+// Which activations the fast CPU kernels keep channel-blocked (nChw16c,
+// kernels/cpu/layout.hpp) instead of plain NCHW.
+//
+// A value is blocked when it is a 4-D f32 transient with a channel count that
+// is a multiple of 16, is not a graph output, and every node that reads or
+// writes it is a fast CPU kernel that takes that operand blocked:
+// convolutions (activation operands), batch norm, global average pooling and
+// the element-wise ops. Element-wise ops and batch norm need all their
+// activation operands in one layout, so the decision is made per set of
+// values they connect. Anything else touching a value (a view, a linear
+// layer, a reference kernel, the caller reading an output) keeps it plain.
+//
+// The decision is a pure function of the graph, so every factory that asks
+// about a value gets the same answer. A blocked value is only meaningful to
+// the kernels that produce and consume it: Executor::read_f32 of one returns
+// nChw16c data (graph outputs are never blocked).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/layout.hpp"
+#include "kernels/kernel.hpp"
+#include "memfit/graph.hpp"
+
+namespace memfit {
+
+// The layout of every value (Plain for all but 4-D activations).
+std::vector<kernels::cpu::Layout> cpu_layouts(const Graph& g);
+
+// Returns k; throws std::logic_error if it is null although the node has a
+// blocked operand (the reference kernel it would fall back to reads plain
+// data only; cpu_layouts() counts on the fast kernel).
+std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel> k, bool any_blocked, const Graph& g,
+                                                 const Node& n);
+
+// Developer switch (benchmarks, A/B checks): false makes every value plain.
+// Takes effect for kernels made afterwards. Default true.
+void set_cpu_blocked_layouts(bool on);
+
+}  // namespace memfit

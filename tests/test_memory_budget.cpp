@@ -1,0 +1,120 @@
+// The budget check and the plan command, through the memfit binary.
+//  - A budget below the plan fails before any arena is touched: non-zero
+//    exit, a message with the predicted peak, the budget, the largest
+//    classes and the smallest budget that works; the child's peak RSS stays
+//    far below the plan. That smallest budget then fits.
+//  - `memfit plan` prints the breakdown, the ten largest buffers with their
+//    layers, the total without reuse and the reuse factor; with --json one
+//    object whose classes add up to the total.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "run_binary.hpp"
+
+using memfit::testing::json_uint;
+using memfit::testing::last_json_line;
+using memfit::testing::run_memfit;
+
+namespace {
+const std::vector<std::string> kRun = {"--model", "resnet18", "--batch", "256", "--subset", "2000"};
+
+std::vector<std::string> args(std::vector<std::string> head, const std::vector<std::string>& tail) {
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+}  // namespace
+
+TEST(MemoryBudget, BelowThePlanFailsBeforeAllocating) {
+  auto plan = run_memfit(args({"plan", "--json", "--no-fit", "--memory", "1TiB"}, kRun));
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const size_t total = json_uint(last_json_line(plan.out), "total_bytes");
+  const size_t arena = json_uint(last_json_line(plan.out), "activations_arena");
+  ASSERT_GT(total, size_t(512) << 20) << plan.out;
+
+  // --no-fit: no search for a smaller micro-batch or recomputation policy.
+  auto r = run_memfit(
+      args({"train", "--no-fit", "--memory", "64MiB", "--steps", "1", "--out", "/tmp/memfit-test-budget"}, kRun));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "killed instead of exiting";
+  EXPECT_NE(r.err.find("predicted peak"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("budget of 64.0 MiB (--memory)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("largest parts: activations"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Nothing was allocated"), std::string::npos) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("smallest budget that fits this plan is [0-9.]+ [MG]iB; --memory ([0-9]+)MiB")))
+      << r.err;
+  // The plan's total rounded up to a MiB, plus one MiB for the measured
+  // baseline's variation between runs (tens of KiB).
+  const size_t suggested = std::stoull(m[1].str()) << 20;
+  EXPECT_GE(suggested, total + (size_t(1) << 20) - (size_t(64) << 10));
+  EXPECT_LE(suggested, total + (size_t(2) << 20) + (size_t(64) << 10));
+  // The arenas were never touched: the child stayed far below the plan.
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_LT(r.max_rss_bytes, total - arena / 2) << "peak RSS " << r.max_rss_bytes << " of a plan of " << total;
+#endif
+  std::printf("over budget: exit %d, child peak RSS %.1f MiB for a plan of %.1f MiB\n", r.exit_code,
+              r.max_rss_bytes / 1048576.0, total / 1048576.0);
+
+  // The suggested budget is enough.
+  auto fits = run_memfit(args({"plan", "--no-fit", "--memory", m[1].str() + "MiB"}, kRun));
+  EXPECT_EQ(fits.exit_code, 0) << fits.out << fits.err;
+  auto short_of_it = run_memfit(args({"plan", "--no-fit", "--memory", std::to_string(total - (size_t(4) << 20))}, kRun));
+  EXPECT_NE(short_of_it.exit_code, 0);
+}
+
+TEST(MemoryBudget, NothingFitsFailsBeforeAllocatingToo) {
+  // With the automatic fit (the default) a budget that no policy meets also
+  // stops before any arena is touched.
+  auto plan = run_memfit(args({"plan", "--json", "--no-fit", "--memory", "1TiB"}, kRun));
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const size_t total = json_uint(last_json_line(plan.out), "total_bytes");
+  const size_t arena = json_uint(last_json_line(plan.out), "activations_arena");
+  auto r = run_memfit(args({"train", "--memory", "64MiB", "--steps", "1", "--out", "/tmp/memfit-test-budget"}, kRun));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "killed instead of exiting";
+  EXPECT_NE(r.err.find("Nothing was allocated"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("smallest budget"), std::string::npos) << r.err;
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_LT(r.max_rss_bytes, total - arena / 2) << "peak RSS " << r.max_rss_bytes << " of a plan of " << total;
+#endif
+}
+
+TEST(MemoryBudget, PlanJsonAddsUp) {
+  auto r = run_memfit(args({"plan", "--json", "--memory", "1TiB"}, kRun));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string j = last_json_line(r.out);
+  ASSERT_FALSE(j.empty()) << r.out;
+  EXPECT_EQ(r.out, j + "\n") << "--json prints one object and nothing else";
+  size_t sum = 0;
+  for (const char* k : {"baseline", "parameters", "gradients", "optimizer_state", "activations_arena", "inputs",
+                        "data_pipeline", "evaluation"}) {
+    EXPECT_NE(j.find(std::string("\"") + k + "\": "), std::string::npos) << k;
+    sum += json_uint(j, k);
+  }
+  const size_t total = json_uint(j, "total_bytes");
+  EXPECT_EQ(sum, total);
+  // The arena at its peak: saved + transient + scratch + fragmentation.
+  EXPECT_EQ(json_uint(j, "saved_activations") + json_uint(j, "transient_activations") + json_uint(j, "kernel_scratch") +
+                json_uint(j, "fragmentation"),
+            json_uint(j, "activations_arena"));
+  EXPECT_GT(json_uint(j, "naive_bytes"), total);
+  EXPECT_GT(json_uint(j, "baseline"), size_t(4) << 20) << "the baseline is measured";
+  EXPECT_NE(j.find("\"by_class\": {"), std::string::npos);
+  EXPECT_NE(j.find("\"reuse_factor\": "), std::string::npos);
+}
+
+TEST(MemoryBudget, PlanTextShowsLargestBuffersAndReuse) {
+  auto r = run_memfit({"plan", "--model", "resnet18", "--batch", "64", "--memory", "1TiB"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"baseline", "parameters", "gradients", "optimizer state", "activations arena",
+                        "saved for backward", "kernel scratch", "data pipeline", "predicted peak", "without planning",
+                        "reuse factor", "largest buffers:"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  const std::string tail = r.out.substr(r.out.find("largest buffers:"));
+  // Ten lines: size, kind, layer, (buffer).
+  const std::regex line("\\n +[0-9.]+ (B|KiB|MiB|GiB) +(saved|transient|scratch) +(layer[0-9.]+[a-z0-9.]*|conv1|bn1|fc|[a-z0-9.]+) \\(");
+  size_t n = 0;
+  for (std::sregex_iterator it(tail.begin(), tail.end(), line), e; it != e; ++it) ++n;
+  EXPECT_EQ(n, 10u) << tail;
+}

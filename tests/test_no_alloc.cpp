@@ -1,0 +1,361 @@
+// A training step allocates nothing that memfit did not plan.
+//
+// This executable replaces malloc, calloc, realloc, the aligned allocators
+// and operator new with counting wrappers around glibc's allocator. While the
+// counter is armed, every allocation is recorded with whether oneDNN's
+// library is on its call stack. Steady-state Executor::run steps of the
+// ConvNet and ResNet-18 on the CPU backend must then show:
+//  - no allocation from memfit's own code (kernels, executor, libgomp teams
+//    started by memfit's loops);
+//  - oneDNN's own allocations are small, the same in number every step and
+//    all freed before the step ends: bounded, not a leak, no hidden buffers.
+//    They cannot be avoided through oneDNN's API: dnnl_primitive_execute
+//    converts the argument array into an std::unordered_map (one node per
+//    argument plus a bucket array) for the execution context, and several
+//    implementations wrap their parallel loops in std::function closures.
+//    At most a few hundred bytes are outstanding at once.
+// MEMFIT_ALLOC_TRACE=N prints the call stacks of the first N recorded
+// allocations (set MEMFIT_ALLOC_TRACE_ALL=1 to include oneDNN's).
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+
+#include "kernels/kernel.hpp"
+#include "memfit/runtime.hpp"
+#include "train/step_graph.hpp"
+
+// Under AddressSanitizer the allocator belongs to the sanitizer: the hooks
+// are left out and the counting tests skip.
+#if defined(__SANITIZE_ADDRESS__)
+#define MEMFIT_ALLOC_HOOKS 0
+#else
+#define MEMFIT_ALLOC_HOOKS 1
+#endif
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void __libc_free(void*);
+void* __libc_memalign(size_t, size_t);
+}
+
+namespace {
+
+// Address ranges of oneDNN's code, read once before counting starts.
+struct Range {
+  uintptr_t lo = 0, hi = 0;
+};
+Range g_dnnl[8];
+int g_ndnnl = 0;
+
+std::atomic<bool> g_armed{false};
+std::atomic<long> g_own_calls{0}, g_lib_calls{0}, g_lib_bytes{0};
+std::atomic<int> g_traces{0};
+int g_trace_limit = 0;
+bool g_trace_all = false;
+thread_local bool t_in_hook = false;
+
+// Pointers allocated while armed and not yet freed: a fixed open-addressing
+// table (the hooks cannot allocate), guarded by a spin lock.
+constexpr size_t kSlots = 1 << 16;
+uintptr_t g_live[kSlots];
+size_t g_live_bytes[kSlots];
+std::atomic<long> g_live_count{0}, g_live_now{0}, g_live_peak{0};
+std::atomic_flag g_lock = ATOMIC_FLAG_INIT;
+bool g_overflow = false;
+
+struct Lock {
+  Lock() {
+    while (g_lock.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~Lock() { g_lock.clear(std::memory_order_release); }
+};
+
+size_t slot_of(uintptr_t p) { return (p >> 4) * 0x9E3779B97F4A7C15ull >> 48 & (kSlots - 1); }
+
+void live_add(void* p, size_t n) {
+  Lock l;
+  size_t i = slot_of(reinterpret_cast<uintptr_t>(p));
+  for (size_t k = 0; k < kSlots; ++k, i = (i + 1) & (kSlots - 1))
+    if (g_live[i] == 0 || g_live[i] == 1) {
+      g_live[i] = reinterpret_cast<uintptr_t>(p);
+      g_live_bytes[i] = n;
+      g_live_count.fetch_add(1);
+      long now = g_live_now.fetch_add(static_cast<long>(n)) + static_cast<long>(n);
+      if (now > g_live_peak.load()) g_live_peak = now;
+      return;
+    }
+  g_overflow = true;
+}
+
+void live_remove(void* p) {
+  if (!p || g_live_count.load(std::memory_order_relaxed) == 0) return;
+  Lock l;
+  size_t i = slot_of(reinterpret_cast<uintptr_t>(p));
+  for (size_t k = 0; k < kSlots && g_live[i] != 0; ++k, i = (i + 1) & (kSlots - 1))
+    if (g_live[i] == reinterpret_cast<uintptr_t>(p)) {
+      g_live[i] = 1;  // tombstone
+      g_live_count.fetch_sub(1);
+      g_live_now.fetch_sub(static_cast<long>(g_live_bytes[i]));
+      return;
+    }
+}
+
+void live_clear() {
+  Lock l;
+  std::memset(g_live, 0, sizeof g_live);
+  g_live_count = 0;
+  g_live_now = 0;
+  g_live_peak = 0;
+  g_overflow = false;
+}
+
+bool in_dnnl(void* const* frames, int depth) {
+  for (int f = 0; f < depth; ++f) {
+    const auto a = reinterpret_cast<uintptr_t>(frames[f]);
+    for (int r = 0; r < g_ndnnl; ++r)
+      if (a >= g_dnnl[r].lo && a < g_dnnl[r].hi) return true;
+  }
+  return false;
+}
+
+// Called after the real allocation; p is the new block (nullptr on failure).
+void note(const char* what, size_t n, void* p) {
+  if (!g_armed.load(std::memory_order_relaxed) || t_in_hook || !p) return;
+  t_in_hook = true;
+  void* frames[48];
+  const int depth = backtrace(frames, 48);
+  const bool lib = in_dnnl(frames, depth);
+  if (lib) {
+    g_lib_calls.fetch_add(1, std::memory_order_relaxed);
+    g_lib_bytes.fetch_add(static_cast<long>(n), std::memory_order_relaxed);
+  } else {
+    g_own_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  live_add(p, n);
+  if ((!lib || g_trace_all) && g_traces.fetch_add(1, std::memory_order_relaxed) < g_trace_limit) {
+    char line[128];
+    int len = std::snprintf(line, sizeof line, "--- %s(%zu)%s on thread %d\n", what, n, lib ? " in oneDNN" : "",
+                            static_cast<int>(gettid()));
+    if (write(2, line, static_cast<size_t>(len)) < 0) {
+    }
+    backtrace_symbols_fd(frames, depth, 2);
+  }
+  t_in_hook = false;
+}
+
+[[maybe_unused]] void* counted_new(size_t n, size_t al = 0) {
+  void* p = al > alignof(std::max_align_t) ? __libc_memalign(al, n ? n : 1) : __libc_malloc(n ? n : 1);
+  if (!p) throw std::bad_alloc();
+  note("operator new", n, p);
+  return p;
+}
+
+}  // namespace
+
+#if MEMFIT_ALLOC_HOOKS
+extern "C" {
+void* malloc(size_t n) {
+  void* p = __libc_malloc(n);
+  note("malloc", n, p);
+  return p;
+}
+void* calloc(size_t a, size_t b) {
+  void* p = __libc_calloc(a, b);
+  note("calloc", a * b, p);
+  return p;
+}
+void* realloc(void* old, size_t n) {
+  if (old) live_remove(old);
+  void* p = __libc_realloc(old, n);
+  note("realloc", n, p);
+  return p;
+}
+void free(void* p) {
+  live_remove(p);
+  __libc_free(p);
+}
+void* memalign(size_t al, size_t n) {
+  void* p = __libc_memalign(al, n);
+  note("memalign", n, p);
+  return p;
+}
+void* aligned_alloc(size_t al, size_t n) {
+  void* p = __libc_memalign(al, n);
+  note("aligned_alloc", n, p);
+  return p;
+}
+int posix_memalign(void** out, size_t al, size_t n) {
+  void* p = __libc_memalign(al, n);
+  if (!p && n) return ENOMEM;
+  note("posix_memalign", n, p);
+  *out = p;
+  return 0;
+}
+}
+
+void* operator new(size_t n) { return counted_new(n); }
+void* operator new[](size_t n) { return counted_new(n); }
+void* operator new(size_t n, std::align_val_t al) { return counted_new(n, static_cast<size_t>(al)); }
+void* operator new[](size_t n, std::align_val_t al) { return counted_new(n, static_cast<size_t>(al)); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  void* p = __libc_malloc(n ? n : 1);
+  note("operator new", n, p);
+  return p;
+}
+void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  void* p = __libc_malloc(n ? n : 1);
+  note("operator new", n, p);
+  return p;
+}
+void operator delete(void* p) noexcept { free(p); }
+void operator delete[](void* p) noexcept { free(p); }
+void operator delete(void* p, size_t) noexcept { free(p); }
+void operator delete[](void* p, size_t) noexcept { free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { free(p); }
+#endif  // MEMFIT_ALLOC_HOOKS
+
+using namespace memfit;
+
+namespace {
+
+// Finds the executable mappings of libdnnl in /proc/self/maps.
+void find_dnnl() {
+  g_ndnnl = 0;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line) && g_ndnnl < 8) {
+    if (line.find("libdnnl") == std::string::npos || line.find(" r-xp ") == std::string::npos) continue;
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) g_dnnl[g_ndnnl++] = {lo, hi};
+  }
+}
+
+struct StepCounts {
+  long own = 0;         // allocations outside oneDNN
+  long lib = 0;         // allocations inside oneDNN
+  long lib_bytes = 0;
+  long left = 0;        // allocated during the step and not freed by its end
+  long peak_bytes = 0;  // most bytes outstanding at once during the step
+  bool overflow = false;
+};
+
+class StepRunner {
+ public:
+  StepRunner(const std::string& model, int64_t batch) {
+    train::StepSpec spec;
+    spec.model = model;
+    spec.batch = batch;
+    spec.optimizer.kind = "sgd";
+    spec.optimizer.momentum = 0.9;
+    sg_ = train::build_step_graph(spec);
+    ExecConfig cfg;
+    cfg.backend = Backend::Cpu;
+    ex_ = std::make_unique<Executor>(sg_->g, cfg);
+    ex_->init_params(1);
+    float* x = ex_->ptr<float>(sg_->x);
+    int32_t* y = ex_->ptr<int32_t>(sg_->labels);
+    const size_t nx = static_cast<size_t>(numel(sg_->g.value(sg_->x).shape));
+    for (size_t i = 0; i < nx; ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>(i % 10);
+    ctx_.lr = 0.01;
+  }
+  void step() {
+    ex_->run(ctx_);
+    ++ctx_.step;
+  }
+  StepCounts counted_step() {
+    g_own_calls = 0;
+    g_lib_calls = 0;
+    g_lib_bytes = 0;
+    g_traces = 0;
+    live_clear();
+    g_armed = true;
+    step();
+    g_armed = false;
+    return {g_own_calls.load(), g_lib_calls.load(), g_lib_bytes.load(), g_live_count.load(), g_live_peak.load(),
+            g_overflow};
+  }
+
+ private:
+  std::unique_ptr<train::StepGraph> sg_;
+  std::unique_ptr<Executor> ex_;
+  kernels::StepContext ctx_;
+};
+
+class NoAlloc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!MEMFIT_ALLOC_HOOKS) GTEST_SKIP() << "allocation hooks are off under AddressSanitizer";
+    if (const char* t = std::getenv("MEMFIT_ALLOC_TRACE")) g_trace_limit = std::atoi(t);
+    g_trace_all = std::getenv("MEMFIT_ALLOC_TRACE_ALL") != nullptr;
+    void* frames[4];
+    backtrace(frames, 4);  // loads the unwinder before a hook needs it
+  }
+
+  void check_model(const std::string& model, int64_t batch, int steps) {
+    StepRunner r(model, batch);
+    find_dnnl();  // after the kernels were made: oneDNN is loaded
+    ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
+    r.step();  // warm-up: first-touch of arenas, lazily made library state
+    r.step();
+    StepCounts first{};
+    for (int s = 0; s < steps; ++s) {
+      StepCounts c = r.counted_step();
+      ASSERT_FALSE(c.overflow) << "allocation table overflowed";
+      EXPECT_EQ(c.own, 0) << model << ": memfit allocated during steady-state step " << s
+                          << " (MEMFIT_ALLOC_TRACE=20 shows where)";
+      EXPECT_EQ(c.left, 0) << model << ": " << c.left << " allocations made during step " << s
+                           << " were still held after it";
+      if (s == 0) first = c;
+      else EXPECT_EQ(c.lib, first.lib) << model << ": oneDNN's allocations differ between steps";
+      // Argument maps and loop closures only: no hidden buffers (a gemm's
+      // packing buffers, megabytes, would be memory outside the plan).
+      EXPECT_LT(c.peak_bytes, 64 << 10) << model << ": oneDNN held " << c.peak_bytes
+                                        << " bytes of its own at once during a step";
+      std::printf("%s batch %lld step %d: memfit allocations %ld; oneDNN-internal %ld (%ld bytes, at most %ld "
+                  "outstanding), freed within the step\n",
+                  model.c_str(), static_cast<long long>(batch), s, c.own, c.lib, c.lib_bytes, c.peak_bytes);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_F(NoAlloc, HooksSeeAllocations) {
+  find_dnnl();
+  live_clear();
+  g_own_calls = 0;
+  g_armed = true;
+  auto* v = new std::vector<int>(1000);
+  void* m = std::malloc(100);
+  void* a = nullptr;
+  EXPECT_EQ(posix_memalign(&a, 64, 256), 0);
+  g_armed = false;
+  EXPECT_EQ(g_own_calls.load(), 4);  // the vector, its elements, malloc, posix_memalign
+  EXPECT_EQ(g_live_count.load(), 4);
+  std::free(m);
+  std::free(a);
+  delete v;
+  EXPECT_EQ(g_live_count.load(), 0);
+}
+
+TEST_F(NoAlloc, ConvNetStep) { check_model("convnet", 32, 3); }
+
+TEST_F(NoAlloc, ResNet18Step) { check_model("resnet18", 8, 2); }
