@@ -41,9 +41,9 @@ TORCH_PY = "/usr/bin/python3"  # Debian's interpreter, which has python3-torch
 # (model, batch, timed steps, warm-up steps): ResNet-18 at batch 256 takes
 # seconds per step on two cores, so it gets fewer.
 CASES = [
-    ("convnet", 64, 15, 3),
-    ("convnet", 256, 5, 2),
-    ("resnet18", 64, 5, 2),
+    ("convnet", 64, 10, 2),
+    ("convnet", 256, 5, 1),
+    ("resnet18", 64, 4, 1),
     ("resnet18", 256, 2, 1),
 ]
 QUICK = [("convnet", 64, 10, 2), ("resnet18", 64, 3, 1)]
