@@ -1,23 +1,10 @@
 #include "kernels/cpu/pool.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
 #include "runtime/lower_cpu/layout.hpp"
+#include "runtime/lower/params_of.hpp"
 
 namespace memfit {
 namespace {
-
-// x[N,C,H,W] (input) and y[N,C,OH,OW] (output) with the window attributes.
-kernels::PoolParams pool_params(const Node& n, const Shape& x, const Shape& y) {
-  const auto& k = n.attrs.ints("kernel");
-  const auto& st = n.attrs.ints("stride");
-  const auto& pd = n.attrs.ints("pad");
-  kernels::PoolParams p{x[0], x[1], x[2], x[3], y[2], y[3], k[0], k[1]};
-  p.stride_h = st[0];
-  p.stride_w = st[1];
-  p.pad_h = pd[0];
-  p.pad_w = pd[1];
-  p.count_include_pad = n.attrs.i("count_include_pad", 1) != 0;
-  return p;
-}
 
 // The index output of a Cpu max_pool2d holds oneDNN's workspace, which only
 // the Cpu max_pool2d_bwd can read. Both factories therefore take the same
