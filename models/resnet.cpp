@@ -3,8 +3,6 @@
 #include "models/zoo.hpp"
 
 namespace memfit::models {
-namespace {
-
 ValueId basic_block(Builder& b, ValueId x, int64_t channels, int64_t stride) {
   const int64_t in_ch = b.g.value(x).shape[1];
   ValueId y = conv2d(b, x, channels, 3, {.stride = stride, .pad = 1, .bias = false, .name = "conv1"});
@@ -20,8 +18,6 @@ ValueId basic_block(Builder& b, ValueId x, int64_t channels, int64_t stride) {
   }
   return relu(b, add(b, y, shortcut));
 }
-
-}  // namespace
 
 ValueId resnet18(Builder& b, ValueId x, int64_t classes) {
   x = conv2d(b, x, 64, 3, {.pad = 1, .bias = false, .name = "conv1"});

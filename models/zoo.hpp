@@ -16,6 +16,10 @@ ValueId convnet(Builder& b, ValueId x, int64_t classes);
 // of two basic blocks (64/128/256/512 channels), global average pool, fc.
 ValueId resnet18(Builder& b, ValueId x, int64_t classes);
 
+// ResNet basic block: conv3x3(stride)-bn-relu-conv3x3-bn, plus the input, or
+// a 1x1 conv + bn projection of it when the stride or width changes; relu.
+ValueId basic_block(Builder& b, ValueId x, int64_t channels, int64_t stride);
+
 using ModelFn = ValueId (*)(Builder&, ValueId, int64_t);
 // nullptr if the name is unknown.
 ModelFn find_model(const std::string& name);

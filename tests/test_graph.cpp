@@ -99,7 +99,9 @@ TEST(Autodiff, FrozenParamsAndInputsGetNoGradient) {
     bwd_weight += n.op == "linear_bwd_weight";
     bwd_data += n.op == "linear_bwd_data";
     relu_bwd += n.op == "relu_bwd";
-    if (n.op == "linear_bwd_weight") EXPECT_EQ(n.layer, "fc2");
+    if (n.op == "linear_bwd_weight") {
+      EXPECT_EQ(n.layer, "fc2");
+    }
   }
   EXPECT_EQ(bwd_weight, 1);
   EXPECT_EQ(bwd_data, 0);

@@ -10,24 +10,15 @@
 #include "kernels/kernel.hpp"
 #include "memfit/recompute.hpp"
 #include "memfit/optim.hpp"
+#include "models/zoo.hpp"
 
 using namespace memfit;
 
 namespace {
+// A ResNet basic block followed by dropout and a max-pool: every op kind
+// the recomputation clones.
 ValueId block(Builder& b, ValueId x, int64_t ch, int64_t stride) {
-  const int64_t in_ch = b.g.value(x).shape[1];
-  ValueId y = conv2d(b, x, ch, 3, {.stride = stride, .pad = 1, .bias = false, .name = "conv1"});
-  y = batch_norm(b, y, {.name = "bn1"});
-  y = relu(b, y);
-  y = conv2d(b, y, ch, 3, {.pad = 1, .bias = false, .name = "conv2"});
-  y = batch_norm(b, y, {.name = "bn2"});
-  ValueId s = x;
-  if (stride != 1 || in_ch != ch) {
-    auto sc = b.scope("downsample");
-    s = conv2d(b, x, ch, 1, {.stride = stride, .bias = false, .name = "0"});
-    s = batch_norm(b, s, {.name = "1"});
-  }
-  y = relu(b, add(b, y, s));
+  ValueId y = models::basic_block(b, x, ch, stride);
   return max_pool2d(b, dropout(b, y, 0.2, "drop"), 1);
 }
 }  // namespace

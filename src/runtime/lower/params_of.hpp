@@ -39,6 +39,35 @@ inline kernels::PoolParams pool_params(const Node& n, const Shape& x, const Shap
   return p;
 }
 
+// x is [N, C] or [N, C, H, W]; the spatial axes fold into HW.
+inline kernels::BatchNormParams bn_params(const Graph& g, const Node& n) {
+  const Shape& x = g.value(n.inputs[0]).shape;
+  kernels::BatchNormParams p{x[0], x[1], numel(x) / (x[0] * x[1])};
+  p.eps = n.attrs.f("eps", 1e-5);
+  p.momentum = n.attrs.f("momentum", 0.1);
+  p.training = n.attrs.i("training", 1) != 0;
+  p.update_stats = n.attrs.i("update_stats", 1) != 0;
+  return p;
+}
+
+// a[..., M, K] x b[..., K, N] (trans flags swap an operand's last two axes);
+// the leading axes fold into B, and an operand without them is broadcast.
+inline kernels::MatmulParams matmul_params(const Graph& g, const Node& n) {
+  const Shape& as = g.value(n.inputs[0]).shape;
+  const Shape& bs = g.value(n.inputs[1]).shape;
+  const Shape& cs = g.value(n.outputs[0]).shape;
+  kernels::MatmulParams p;
+  p.trans_a = n.attrs.i("trans_a", 0) != 0;
+  p.trans_b = n.attrs.i("trans_b", 0) != 0;
+  p.M = cs[cs.size() - 2];
+  p.N = cs.back();
+  p.K = p.trans_a ? as[as.size() - 2] : as.back();
+  p.B = numel(cs) / (p.M * p.N);
+  p.a_batch = as.size() == 2 ? 1 : p.B;
+  p.b_batch = bs.size() == 2 ? 1 : p.B;
+  return p;
+}
+
 // Per-tensor sizes and weight decay and the clipping norm of an optimizer
 // update node (SgdParams, AdamParams).
 template <class P>

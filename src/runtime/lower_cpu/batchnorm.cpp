@@ -1,20 +1,10 @@
 #include "kernels/cpu/batchnorm.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
 #include "runtime/lower_cpu/layout.hpp"
+#include "runtime/lower/params_of.hpp"
 
 namespace memfit {
 namespace {
-
-// x is [N, C] or [N, C, H, W]; the spatial axes fold into HW.
-kernels::BatchNormParams bn_params(const Graph& g, const Node& n) {
-  const Shape& x = shape_of(g, n.inputs[0]);
-  kernels::BatchNormParams p{x[0], x[1], numel(x) / (x[0] * x[1])};
-  p.eps = n.attrs.f("eps", 1e-5);
-  p.momentum = n.attrs.f("momentum", 0.1);
-  p.training = n.attrs.i("training", 1) != 0;
-  p.update_stats = n.attrs.i("update_stats", 1) != 0;
-  return p;
-}
 
 // Training needs more than one value per channel: the reference lowering
 // reports that case, so it is left to it.
