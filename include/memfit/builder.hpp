@@ -74,6 +74,8 @@ ValueId global_avg_pool(Builder& b, ValueId x);  // [N, C, H, W] -> [N, C]
 ValueId batch_norm(Builder& b, ValueId x, BatchNormOpts o = {});
 ValueId dropout(Builder& b, ValueId x, double p, const std::string& name = "dropout");
 ValueId add(Builder& b, ValueId a, ValueId c);
+// x converted to dtype (round to nearest even when narrowing).
+ValueId cast(Builder& b, ValueId x, DType dtype);
 ValueId flatten(Builder& b, ValueId x);  // [N, ...] -> [N, rest]
 ValueId reshape(Builder& b, ValueId x, Shape shape);
 ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis);

@@ -31,4 +31,14 @@ RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, 
 bool valid_recompute_policy(const std::string& p);
 RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy);
 
+// Saved-activation compression ("--saved-activations bf16"): each f32
+// forward value of at least min_bytes that backward reads is kept as `to`
+// (bf16) from forward to backward: a cast right after its producer, and a
+// cast back to f32 right before each backward reader, so the f32 original
+// dies with its last forward reader. Lossy (8 significant bits), unlike
+// recomputation; relu masks (y > 0) and max-pool indices come through
+// exactly. extra_flops stays 0 (the casts are memory-bound); cloned_nodes
+// counts the casts added.
+RecomputeStats compress_saved(Graph& g, DType to, size_t min_bytes = 64 * 1024);
+
 }  // namespace memfit

@@ -81,6 +81,55 @@ RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, 
   return st;
 }
 
+RecomputeStats compress_saved(Graph& g, DType to, size_t min_bytes) {
+  RecomputeStats st;
+  st.saved_bytes_before = saved_bytes(g);
+  const size_t n0 = g.num_nodes();
+  std::vector<std::vector<NodeId>> before(n0), after(n0);
+  std::map<ValueId, ValueId> packed;  // forward value -> its compressed copy
+  for (size_t k = 0; k < n0; ++k) {
+    const Node& reader = g.node(static_cast<NodeId>(k));
+    if (reader.phase == Phase::Forward) continue;
+    std::vector<ValueId> ins = reader.inputs;
+    bool changed = false;
+    for (ValueId& v : ins) {
+      if (!is_fwd_value(g, v) || g.value(v).dtype != DType::f32 || g.value(v).bytes() < min_bytes) continue;
+      auto it = packed.find(v);
+      if (it == packed.end()) {
+        const NodeId pid = g.value(v).producer;
+        const std::string layer = g.node(pid).layer;
+        const ValueId c = g.add1("cast", {v}, {{"dtype", int64_t(to)}}, layer, Phase::Forward, pid);
+        g.value(c).name = g.value(v).name + ":saved";
+        after[static_cast<size_t>(pid)].push_back(static_cast<NodeId>(g.num_nodes() - 1));
+        it = packed.emplace(v, c).first;
+        ++st.cloned_nodes;
+      }
+      const ValueId u = g.add1("cast", {it->second}, {{"dtype", int64_t(DType::f32)}}, g.node(static_cast<NodeId>(k)).layer,
+                               Phase::Backward, g.value(v).producer);
+      g.value(u).name = g.value(v).name + ":unpacked";
+      before[k].push_back(static_cast<NodeId>(g.num_nodes() - 1));
+      ++st.cloned_nodes;
+      v = u;
+      changed = true;
+    }
+    if (changed) g.node(static_cast<NodeId>(k)).inputs = ins;
+  }
+  if (packed.empty()) {
+    st.saved_bytes_after = st.saved_bytes_before;
+    return st;
+  }
+  std::vector<NodeId> order;
+  order.reserve(g.num_nodes());
+  for (size_t k = 0; k < n0; ++k) {
+    for (NodeId c : before[k]) order.push_back(c);
+    order.push_back(static_cast<NodeId>(k));
+    for (NodeId c : after[k]) order.push_back(c);
+  }
+  g.reorder(order);
+  st.saved_bytes_after = saved_bytes(g);
+  return st;
+}
+
 bool valid_recompute_policy(const std::string& p) { return p == "none" || p == "cheap" || p == "segments"; }
 
 RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {

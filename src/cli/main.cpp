@@ -39,6 +39,18 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   for (auto& m : models::model_names()) models += (models.empty() ? "" : "|") + m;
   a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
   a.add("data", &o.data, "DIR", "IDX directory or image folder (default Fashion-MNIST)");
+  a.add(
+      "data-in", [&o](const std::string& v) {
+        if (v != "memory" && v != "disk" && v != "auto") return "--data-in expects memory, disk or auto, got '" + v + "'";
+        o.data_in = v;
+        return std::string();
+      },
+      "memory|disk|auto",
+      "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
+      "makes the plan fit or lets the fit pick a faster plan");
+  a.add("cache-dir", &o.cache_dir, "DIR",
+        "where streamed IDX data is decompressed to (default $MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or "
+        "~/.cache/memfit)");
   a.add("batch", &o.batch, "N", "batch size (default 64)");
   a.add(
       "optimizer", [&o](const std::string& v) {
@@ -82,6 +94,37 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       },
       "none|cheap|segments", "recompute activations in backward instead of keeping them (default none)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
+  a.add(
+      "precision", [&o](const std::string& v) {
+        if (v == "fp32") o.precision = DType::f32;
+        else if (v == "bf16") o.precision = DType::bf16;
+        else if (v == "fp16") o.precision = DType::f16;
+        else return "--precision expects fp32, bf16 or fp16, got '" + v + "'";
+        o.precision_set = true;
+        return std::string();
+      },
+      "fp32|bf16|fp16",
+      "activation storage and compute type (weights, gradients and optimizer state stay fp32; fp16 adds dynamic "
+      "loss scaling); default fp32, or the fit's choice when over budget");
+  a.add(
+      "saved-activations", [&o](const std::string& v) {
+        if (v == "fp32") o.saved_activations = DType::f32;
+        else if (v == "bf16") o.saved_activations = DType::bf16;
+        else return "--saved-activations expects fp32 or bf16, got '" + v + "'";
+        return std::string();
+      },
+      "fp32|bf16", "fp32 compute, but keep what backward reads as bf16 in between (lossy; halves saved activations)");
+  a.add(
+      "loss-scale", [&o](const std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        int e = 0;
+        if (end == v.c_str() || *end || !(x >= 1 && x <= 16777216) || std::frexp(x, &e) != 0.5)
+          return "--loss-scale expects a power of two between 1 and 16777216, got '" + v + "'";
+        o.loss_scale = x;
+        return std::string();
+      },
+      "S", "fp16: initial dynamic loss scale (default 65536; halves on overflow, doubles after 2000 good steps)");
   a.add_flag(
       "no-fit", [&o] { o.auto_fit = false; },
       "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");

@@ -1,5 +1,6 @@
 #include "data/idx.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -113,10 +114,28 @@ class IdxFile {
         }
       }
     }
-    unsigned char extra;
-    if (read(&extra, 1) != 0)
-      fail(path_, "file holds more data than its header declares (" + declared +
-                      "): corrupt header or wrong file");
+    check_no_trailing_data(declared);
+  }
+
+  // As read_payload, but the `bytes` of element data go to the file
+  // descriptor out_fd in chunks instead of into memory.
+  void copy_payload(int out_fd, const std::string& out_name, uint64_t bytes, uint64_t header_bytes,
+                    const std::string& declared) {
+    if (!gzip_ && bytes + header_bytes != file_size_)
+      fail(path_, "file is " + std::to_string(file_size_) + " bytes but its header declares " +
+                      declared + " (" + std::to_string(bytes + header_bytes) +
+                      " bytes): truncated or corrupt");
+    constexpr size_t kChunk = size_t(1) << 18;
+    std::vector<uint8_t> buf(size_t(std::min<uint64_t>(kChunk, bytes)));
+    uint64_t got = 0;
+    while (got < bytes) {
+      const size_t want = size_t(std::min<uint64_t>(buf.size(), bytes - got));
+      const size_t r = read(buf.data(), want);
+      write_all(out_fd, out_name, buf.data(), r);
+      got += r;
+      if (r < want) truncated(size_t(got), bytes, declared);
+    }
+    check_no_trailing_data(declared);
   }
 
  private:
@@ -131,6 +150,13 @@ class IdxFile {
         isize_ = uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24;
     }
     std::fclose(f);
+  }
+
+  void check_no_trailing_data(const std::string& declared) {
+    unsigned char extra;
+    if (read(&extra, 1) != 0)
+      fail(path_, "file holds more data than its header declares (" + declared +
+                      "): corrupt header or wrong file");
   }
 
   [[noreturn]] void zlib_error() {
@@ -173,10 +199,7 @@ void check_magic(const std::string& path, uint32_t magic, uint32_t want, const c
                  ": not an IDX file of that kind, or corrupt");
 }
 
-}  // namespace
-
-IdxImages read_idx_images(const std::string& path) {
-  IdxFile f(path);
+IdxImages read_images_header(IdxFile& f, const std::string& path) {
   const uint32_t magic = f.read_be32("magic number");
   check_magic(path, magic, 0x00000803u, "IDX unsigned-byte images");
   IdxImages img;
@@ -187,11 +210,85 @@ IdxImages read_idx_images(const std::string& path) {
   if (img.rows == 0 || img.cols == 0 || img.rows > 65536 || img.cols > 65536)
     fail(path, "implausible image size " + std::to_string(img.rows) + "x" +
                    std::to_string(img.cols) + " in header: corrupt file");
-  const uint64_t bytes = uint64_t(img.count) * img.rows * img.cols;  // < 2^64: 32+16+16 bits
-  const std::string declared = std::to_string(img.count) + " images of " +
-                               std::to_string(img.rows) + "x" + std::to_string(img.cols);
-  f.read_payload(img.pixels, bytes, 16, declared);
   return img;
+}
+
+std::string images_declared(const IdxImages& img) {
+  return std::to_string(img.count) + " images of " + std::to_string(img.rows) + "x" +
+         std::to_string(img.cols);
+}
+
+void put_be32(unsigned char* b, uint32_t v) {
+  b[0] = uint8_t(v >> 24);
+  b[1] = uint8_t(v >> 16);
+  b[2] = uint8_t(v >> 8);
+  b[3] = uint8_t(v);
+}
+
+}  // namespace
+
+void write_all(int fd, const std::string& name, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(name + ": cannot write: " + std::strerror(errno));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+IdxImages read_idx_images(const std::string& path) {
+  IdxFile f(path);
+  IdxImages img = read_images_header(f, path);
+  const uint64_t bytes = uint64_t(img.count) * img.rows * img.cols;  // < 2^64: 32+16+16 bits
+  f.read_payload(img.pixels, bytes, 16, images_declared(img));
+  return img;
+}
+
+IdxImages read_idx_images_header(const std::string& path) {
+  IdxFile f(path);
+  return read_images_header(f, path);
+}
+
+IdxImages copy_idx_images(const std::string& path, int out_fd, const std::string& out_name) {
+  IdxFile f(path);
+  IdxImages img = read_images_header(f, path);
+  unsigned char h[16];
+  put_be32(h, 0x00000803u);
+  put_be32(h + 4, img.count);
+  put_be32(h + 8, img.rows);
+  put_be32(h + 12, img.cols);
+  write_all(out_fd, out_name, h, sizeof h);
+  const uint64_t bytes = uint64_t(img.count) * img.rows * img.cols;
+  f.copy_payload(out_fd, out_name, bytes, 16, images_declared(img));
+  return img;
+}
+
+bool is_gzip_file(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  unsigned char m[2] = {0, 0};
+  const bool gz = std::fread(m, 1, 2, f) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+  std::fclose(f);
+  return gz;
+}
+
+void idx_lut(const Normalize& n, float lut[256]) {
+  const float m = n.mean_at(0), inv = 1.0f / n.std_at(0);
+  for (int v = 0; v < 256; ++v) lut[v] = (float(v) / 255.0f - m) * inv;
+}
+
+void check_idx_labels(const std::vector<uint8_t>& labels, int num_classes,
+                      const std::string& source) {
+  for (size_t i = 0; i < labels.size(); ++i)
+    if (labels[i] >= num_classes)
+      throw std::runtime_error(source + ": label " + std::to_string(labels[i]) + " at index " +
+                               std::to_string(i) + " is out of range for " +
+                               std::to_string(num_classes) + " classes (corrupt file, or "
+                               "wrong number of classes)");
 }
 
 std::vector<uint8_t> read_idx_labels(const std::string& path) {
@@ -245,14 +342,8 @@ IdxDataset::IdxDataset(IdxImages images, std::vector<uint8_t> labels, const IdxO
     throw std::runtime_error(source + ": " + std::to_string(labels_.size()) +
                              " labels do not match " + std::to_string(images.count) +
                              " images");
-  for (size_t i = 0; i < labels_.size(); ++i)
-    if (labels_[i] >= num_classes_)
-      throw std::runtime_error(source + ": label " + std::to_string(labels_[i]) + " at index " +
-                               std::to_string(i) + " is out of range for " +
-                               std::to_string(num_classes_) + " classes (corrupt file, or "
-                               "wrong number of classes)");
-  const float m = opt.normalize.mean_at(0), inv = 1.0f / opt.normalize.std_at(0);
-  for (int v = 0; v < 256; ++v) lut_[v] = (float(v) / 255.0f - m) * inv;
+  check_idx_labels(labels_, num_classes_, source);
+  idx_lut(opt.normalize, lut_);
   fill_ = lut_[0];
 }
 

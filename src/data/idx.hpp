@@ -32,12 +32,40 @@ struct IdxImages {
 IdxImages read_idx_images(const std::string& path);
 std::vector<uint8_t> read_idx_labels(const std::string& path);
 
+// The header of an IDX images file (magic and dimensions checked, nothing
+// else read): a few bytes even through gzip. `pixels` stays empty.
+IdxImages read_idx_images_header(const std::string& path);
+
+// Writes the IDX images file at `path` (gzip or raw) to the open file
+// descriptor `out_fd` as a raw IDX file (16-byte header, then the pixels),
+// checking it exactly as read_idx_images does while holding only a small
+// buffer. `out_name` names out_fd in write errors. Returns the header (no
+// pixels). Throws std::runtime_error naming the file at fault.
+IdxImages copy_idx_images(const std::string& path, int out_fd, const std::string& out_name);
+
+// Writes n bytes to fd (retrying short writes); throws std::runtime_error
+// "<name>: cannot write: <reason>" (a full disk names ENOSPC).
+void write_all(int fd, const std::string& name, const void* data, size_t n);
+
+// True when the file starts with the gzip magic bytes (1f 8b).
+bool is_gzip_file(const std::string& path);
+
+// The 256-entry table IDX datasets map a pixel byte through:
+// lut[v] = (v/255 - mean[0]) / stddev[0], computed the same way everywhere so
+// that in-memory and streamed datasets give bit-identical samples.
+void idx_lut(const Normalize& n, float lut[256]);
+
 // Path of "<dir>/<split>-<kind>-ubyte.gz", or without ".gz" when only that
 // exists; kind is "images-idx3" or "labels-idx1". Throws the "dataset not
 // found ... install dataset-fashion-mnist or pass --data DIR" error when
 // neither exists.
 std::string find_idx_file(const std::string& dir, const std::string& split,
                           const std::string& kind);
+
+// Checks that every label is < num_classes, naming `source`, the first bad
+// label and its index otherwise (std::runtime_error).
+void check_idx_labels(const std::vector<uint8_t>& labels, int num_classes,
+                      const std::string& source);
 
 struct IdxOptions {
   Normalize normalize = fashion_mnist_normalize();

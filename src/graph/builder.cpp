@@ -93,6 +93,10 @@ ValueId dropout(Builder& b, ValueId x, double p, const std::string& name) {
 
 ValueId add(Builder& b, ValueId a, ValueId c) { return b.g.add1("add", {a, c}, {}, b.auto_name("add")); }
 
+ValueId cast(Builder& b, ValueId x, DType dtype) {
+  return b.g.add1("cast", {x}, {{"dtype", int64_t(dtype)}}, b.auto_name("cast"));
+}
+
 ValueId flatten(Builder& b, ValueId x) {
   const Shape& s = b.g.value(x).shape;
   return reshape(b, x, {s.at(0), numel(s) / s.at(0)});

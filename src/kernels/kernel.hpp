@@ -16,6 +16,7 @@ struct StepContext {
   int64_t micro = 0;       // micro-batch index within an accumulation group
   double lr = 0.0;         // learning rate for this step
   double grad_scale = 1.0; // multiplier applied to gradients by the update (accumulation, loss scaling)
+  double loss_scale = 1.0; // fp16: gradients entering low precision are multiplied by this (a power of two)
   uint64_t seed = 0;       // run seed
 };
 

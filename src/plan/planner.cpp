@@ -174,8 +174,10 @@ Plan make_plan(const Graph& g, const std::vector<size_t>& value_bytes, const std
     ValueId r = root_of(n.inputs[static_cast<size_t>(tr.inplace_input)]);
     const Placement& pr = p.values[static_cast<size_t>(r)];
     const Value& rv = g.value(r);
+    // Same element type only: a kernel writing narrower elements over wider
+    // ones it has not read yet (another thread's rows) would corrupt them.
     if (pr.arena != Arena::Transient || rv.is_output || set_last[static_cast<size_t>(r)] != static_cast<int32_t>(k) ||
-        pr.bytes < po.bytes)
+        pr.bytes < po.bytes || rv.dtype != g.value(out).dtype)
       continue;
     po.root = r;
     set_last[static_cast<size_t>(r)] = set_last[static_cast<size_t>(out)];

@@ -9,6 +9,8 @@
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
 #include "runtime/kernel_table.hpp"
+#include "runtime/lower_cpu/layout.hpp"
+#include "runtime/mixed.hpp"
 
 namespace memfit {
 
@@ -51,16 +53,45 @@ bool has_cpu_kernel(const std::string& op) {
   return cpu_table().count(op) != 0;
 }
 
-std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b) {
+namespace {
+
+std::unique_ptr<kernels::Kernel> make_kernel_with(const Graph& g, const Node& n, Backend b, const Graph* view) {
   ensure_kernels();
-  if (b == Backend::Cpu) {
-    auto c = cpu_table().find(n.op);
-    if (c != cpu_table().end())
-      if (auto k = c->second(g, n, b)) return k;
-  }
+  auto cpu = b == Backend::Cpu ? cpu_table().find(n.op) : cpu_table().end();
+  if (cpu != cpu_table().end())
+    if (auto k = cpu->second(g, n, b)) return k;
   auto it = ktable().find(n.op);
   if (it == ktable().end()) throw std::runtime_error("no kernel for op '" + n.op + "'");
-  return it->second(g, n, b);
+  // Reference64 stores every float as double: no conversions there.
+  if (b == Backend::Reference64 || converts_itself(n.op) || low_precision_type(g, n) == DType::f32)
+    return it->second(g, n, b);
+  // A low-precision node without a kernel of its own for its types: the f32
+  // kernel for the f32 view of the node, wrapped in conversions.
+  std::unique_ptr<Graph> own;
+  if (!view) {
+    own = f32_view(g);
+    view = own.get();
+  }
+  const Node& vn = view->node(static_cast<NodeId>(&n - g.nodes().data()));
+  std::unique_ptr<kernels::Kernel> inner;
+  if (cpu != cpu_table().end()) {
+    PlainLayoutScope plain;
+    inner = cpu->second(*view, vn, b);
+  }
+  if (!inner) inner = it->second(*view, vn, b);
+  return wrap_low_precision(g, n, std::move(inner));
+}
+
+bool any_low_precision(const Graph& g) {
+  for (const Value& v : g.values())
+    if (v.dtype == DType::bf16 || v.dtype == DType::f16) return true;
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b) {
+  return make_kernel_with(g, n, b, nullptr);
 }
 
 std::vector<size_t> value_storage_bytes(const Graph& g, Backend b) {
@@ -77,8 +108,9 @@ std::vector<size_t> value_storage_bytes(const Graph& g, Backend b) {
 Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
   kernels_.resize(g.num_nodes());
   std::vector<size_t> scratch(g.num_nodes(), 0);
+  const std::unique_ptr<Graph> view = any_low_precision(g) ? f32_view(g) : nullptr;
   for (size_t k = 0; k < g.num_nodes(); ++k) {
-    kernels_[k] = make_kernel(g, g.node(static_cast<NodeId>(k)), cfg.backend);
+    kernels_[k] = make_kernel_with(g, g.node(static_cast<NodeId>(k)), cfg.backend, view.get());
     if (kernels_[k]) scratch[k] = kernels_[k]->scratch_bytes();
   }
   const std::vector<size_t> bytes = value_storage_bytes(g, cfg.backend);

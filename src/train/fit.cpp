@@ -8,9 +8,10 @@
 namespace memfit::train {
 
 std::string FitCandidate::describe() const {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld, recompute %s: %.1f MiB, ~%.2f s/step",
-                static_cast<long long>(micro), static_cast<long long>(accumulate), recompute.c_str(),
+  const char* data = data_in == "disk" ? ", dataset streamed from disk" : data_in == "memory" ? ", dataset in memory" : "";
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld, recompute %s%s: %.1f MiB, ~%.2f s/step",
+                static_cast<long long>(micro), static_cast<long long>(accumulate), recompute.c_str(), data,
                 static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
   return buf;
 }
@@ -24,6 +25,11 @@ double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accum
 }
 
 FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, size_t budget, const ExecConfig& cfg) {
+  return search_fit(base, batch, std::vector<FitData>{{"", fixed_bytes, 0.0}}, budget, cfg);
+}
+
+FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
+                     const ExecConfig& cfg) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
   for (int64_t k = 1; k <= batch; k *= 2) {
@@ -37,18 +43,22 @@ FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, si
       ExecConfig c = cfg;
       c.defer_allocation = true;
       Executor ex(sg->g, c);
-      FitCandidate cand;
-      cand.micro = s.batch;
-      cand.accumulate = k;
-      cand.recompute = rc;
-      cand.total_bytes = fixed_bytes + ex.plan().total_bytes();
       double flops = 0;
       for (const Node& n : sg->g.nodes())
         if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
-      cand.step_flops = flops * static_cast<double>(k);
-      cand.predicted_seconds = predict_step_seconds(flops, s.batch, k, sg->g.num_nodes());
-      if (cand.total_bytes < r.smallest.total_bytes) r.smallest = cand;
-      if (cand.total_bytes <= budget) r.fitting.push_back(cand);
+      const double seconds = predict_step_seconds(flops, s.batch, k, sg->g.num_nodes());
+      for (const FitData& d : data) {
+        FitCandidate cand;
+        cand.micro = s.batch;
+        cand.accumulate = k;
+        cand.recompute = rc;
+        cand.data_in = data.size() > 1 ? d.data_in : "";
+        cand.total_bytes = d.fixed_bytes + ex.plan().total_bytes();
+        cand.step_flops = flops * static_cast<double>(k);
+        cand.predicted_seconds = seconds + d.seconds_per_sample * static_cast<double>(batch);
+        if (cand.total_bytes < r.smallest.total_bytes) r.smallest = cand;
+        if (cand.total_bytes <= budget) r.fitting.push_back(cand);
+      }
     }
   }
   std::stable_sort(r.fitting.begin(), r.fitting.end(),

@@ -15,6 +15,7 @@ namespace memfit::train {
 struct FitCandidate {
   int64_t micro = 0, accumulate = 1;
   std::string recompute = "none";
+  std::string data_in;           // "memory" | "disk" when residency was searched, else ""
   size_t total_bytes = 0;        // predicted peak of the whole process
   double step_flops = 0;         // per optimizer step, recomputation included
   double predicted_seconds = 0;  // cost model, per optimizer step
@@ -31,7 +32,27 @@ struct FitResult {
 // ranking plans, not a promise.
 double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accumulate, size_t nodes);
 
+// One way to hold the dataset, a dimension of the search: what it adds to
+// every plan, and what it costs per training sample.
+struct FitData {
+  std::string data_in;            // "memory" | "disk"; "" when there is no choice
+  size_t fixed_bytes = 0;         // baseline + data pipeline + evaluation with it
+  double seconds_per_sample = 0;  // extra time per sample (reading it from disk)
+};
+
+// Predicted extra cost of streaming one IDX sample from the disk cache
+// instead of memory: a pread from the page cache, measured ~0.2 us over the
+// in-memory get() for a 28x28 sample (cold pages cost more), rounded up to
+// 1 us. It only breaks ties: streaming wins when it lets a faster plan fit,
+// never for the same plan.
+inline constexpr double kStreamSecondsPerSample = 1e-6;
+
 // base: the run's step spec (its batch is the effective batch).
+// data: the ways to hold the data, in order of preference (first wins a tie).
+// Every plan is tried with every entry; FitCandidate::data_in names the one
+// used when there is more than one.
+FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
+                     const ExecConfig& cfg);
 // fixed_bytes: what does not depend on the plan (baseline, data pipeline).
 FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, size_t budget, const ExecConfig& cfg);
 

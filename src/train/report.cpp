@@ -24,6 +24,9 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.arena = pages(p.arena_bytes[static_cast<size_t>(Arena::Transient)]);
   r.data = in.data_bytes;
   r.eval = in.eval_bytes;
+  r.data_in = in.data_in;
+  r.data_note = in.data_note;
+  r.data_cache = in.data_cache;
 
   // Live transient bytes at every node, by kind; the report shows the peak.
   const size_t nn = g.num_nodes();
@@ -75,15 +78,32 @@ double reuse_factor(const MemoryReport& r) {
 namespace {
 void row(std::ostringstream& o, const char* name, size_t bytes, const char* note = "") {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "  %-22s %12s  %s\n", name, format_bytes(bytes).c_str(), note);
-  o << buf;
+  std::snprintf(buf, sizeof buf, "  %-22s %12s  ", name, format_bytes(bytes).c_str());
+  o << buf << note << "\n";  // the note may be long (a cache path)
+}
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof u, "\\u%04x", c);
+      o += u;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
 }
 }  // namespace
 
 std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
                           const std::string& optimizer, const std::string& backend) {
   std::ostringstream o;
-  o << "memfit plan: " << model << ", batch " << batch << ", " << optimizer << ", " << backend << " fp32\n";
+  o << "memfit plan: " << model << ", batch " << batch << ", " << optimizer << ", " << backend << "\n";
   row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
   row(o, "parameters", r.params);
   row(o, "gradients", r.grads);
@@ -94,7 +114,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   row(o, "  kernel scratch", r.scratch);
   row(o, "  fragmentation", r.fragmentation);
   row(o, "batch inputs", r.inputs);
-  row(o, "data pipeline", r.data, "dataset in memory + loader buffers");
+  row(o, "data pipeline", r.data, r.data_note.empty() ? "dataset in memory + loader buffers" : r.data_note.c_str());
   row(o, "evaluation", r.eval, r.eval ? "" : "runs in the activations arena");
   o << "  ------------------------------------\n";
   row(o, "predicted peak", r.total);
@@ -140,7 +160,10 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     << ", \"optimizer_state\": " << r.optstate << ", \"activations_arena\": " << r.arena << ", \"saved_activations\": "
     << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch
     << ", \"fragmentation\": " << r.fragmentation << ", \"inputs\": " << r.inputs << ", \"data_pipeline\": " << r.data
-    << ", \"evaluation\": " << r.eval << "}, \"largest\": [";
+    << ", \"evaluation\": " << r.eval << "}";
+  if (!r.data_in.empty()) o << ", \"data_in\": " << json_string(r.data_in);
+  if (!r.data_cache.empty()) o << ", \"data_cache\": " << json_string(r.data_cache);
+  o << ", \"largest\": [";
   for (size_t i = 0; i < r.largest.size(); ++i)
     o << (i ? ", " : "") << "{\"name\": \"" << r.largest[i].name << "\", \"layer\": \"" << r.largest[i].layer
       << "\", \"bytes\": " << r.largest[i].bytes << ", \"kind\": \"" << r.largest[i].kind << "\"}";

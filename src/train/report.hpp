@@ -17,6 +17,9 @@ struct MemoryInputs {
   size_t rss_at_start = 0;  // measured before anything was loaded
   size_t data_bytes = 0;    // dataset in memory + loader buffers
   size_t eval_bytes = 0;    // evaluation's own arenas (0 when it borrows)
+  std::string data_in;      // where the dataset lives: "memory" or "disk" ("" for image folders)
+  std::string data_note;    // the "data pipeline" row's note ("" = "dataset in memory + loader buffers")
+  std::string data_cache;   // disk: the file samples are read from
 };
 
 struct BufferInfo {
@@ -33,6 +36,7 @@ struct MemoryReport {
   size_t scratch = 0;         // ... kernel scratch
   size_t fragmentation = 0;   // arena - (saved + transient + scratch)
   size_t data = 0, eval = 0;
+  std::string data_in, data_note, data_cache;  // as in MemoryInputs
   size_t total = 0;
   size_t naive = 0;           // the same run with every buffer its own memory
   std::vector<BufferInfo> largest;  // ten largest transient buffers
@@ -49,7 +53,8 @@ std::string largest_classes(const MemoryReport& r, size_t k);
 // peak, the budget and where it came from, the largest classes, and the
 // smallest budget that would work (as a --memory value).
 std::string over_budget_message(const MemoryReport& r, const Budget& b);
-// One JSON object: total_bytes, by_class, naive_bytes, budget, largest buffers.
+// One JSON object: total_bytes, by_class, naive_bytes, budget, largest
+// buffers, and data_in / data_cache when known.
 std::string report_json(const MemoryReport& r, const Budget& b);
 
 }  // namespace memfit::train

@@ -21,7 +21,15 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   Builder b(g, s.training);
   sg->x = g.input("input", {s.batch, s.channels, s.height, s.width});
   sg->labels = g.input("labels", {s.batch}, DType::i32);
-  sg->logits = fn(b, sg->x, s.classes);
+  if (s.precision == DType::f32) {
+    sg->logits = fn(b, sg->x, s.classes);
+  } else {
+    // The input is cast once on entry and the logits back to f32 for the
+    // loss (softmax and its log-sum-exp need f32 range and precision).
+    const ValueId x = cast(b, sg->x, s.precision);
+    sg->logits = cast(b, fn(b, x, s.classes), DType::f32);
+    g.node(g.value(sg->logits).producer).attrs.set("grad_loss_scale", int64_t(1));
+  }
   g.value(sg->logits).is_output = true;
   if (!s.with_loss) return sg;
   sg->loss = softmax_xent(b, sg->logits, sg->labels, s.label_smoothing);
@@ -43,6 +51,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
     if (s.accumulation > 1) add_gradient_accumulation(g);
     if (s.with_update) append_optimizer(g, s.optimizer);
     sg->recompute = apply_recompute_policy(g, s.recompute);
+    if (s.saved != DType::f32) sg->compress = compress_saved(g, s.saved);
   }
   return sg;
 }

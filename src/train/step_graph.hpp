@@ -30,6 +30,13 @@ struct StepSpec {
   std::string recompute = "none";  // none | cheap | segments (memfit/recompute.hpp)
   int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
   bool with_loss = true;    // false: logits only (evaluation computes its metrics from them)
+  // Mixed precision: the type activations (and their gradients) are stored
+  // in between the model's input and its logits. Parameters, their
+  // gradients, optimizer state, batch-norm statistics and the loss stay f32.
+  DType precision = DType::f32;
+  // bf16: keep f32 values saved for backward as bf16 in between (lossy
+  // compression, memfit/recompute.hpp compress_saved); f32: as computed.
+  DType saved = DType::f32;
 };
 
 struct StepGraph {
@@ -37,6 +44,7 @@ struct StepGraph {
   ValueId x = kNone, labels = kNone, logits = kNone, loss = kNone;
   BackwardResult backward;
   RecomputeStats recompute;
+  RecomputeStats compress;  // saved-activation compression
 };
 
 // True if a parameter name matches a --freeze pattern.

@@ -16,7 +16,9 @@
 #include <sstream>
 
 #include "data/dataset.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "data/idx.hpp"
+#include "data/idx_stream.hpp"
 #include "data/image_folder.hpp"
 #include "data/loader.hpp"
 #include "kernels/kernel.hpp"
@@ -34,11 +36,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// True if every element of every buffer is finite (fp16 overflow check).
+bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) {
+  int bad = 0;
+  for (const auto& [p, n] : bufs) {
+    const int64_t m = static_cast<int64_t>(n);
+    const float* q = p;
+    bad = kernels::cpu::parallel_sum(m, [&] {
+      int part = 0;
+#pragma omp for schedule(static) nowait
+      for (int64_t i = 0; i < m; ++i) part |= !std::isfinite(q[i]);
+      return static_cast<double>(part);
+    }) != 0.0;
+    if (bad) return false;
+  }
+  return true;
+}
+
 struct Datasets {
   std::unique_ptr<data::Dataset> train_base, test_base;
   std::unique_ptr<data::Subset> train_sub, test_sub;
   const data::Dataset* train = nullptr;
   const data::Dataset* test = nullptr;
+  bool idx = false;                                  // IDX files: --data-in applies
+  data::StreamedIdxDataset* train_stream = nullptr;  // IDX streamed from disk (else in memory)
+  data::StreamedIdxDataset* test_stream = nullptr;
 };
 
 bool has_idx(const std::string& dir) {
@@ -47,15 +69,30 @@ bool has_idx(const std::string& dir) {
   return false;
 }
 
-Datasets open_data(const TrainOptions& o) {
+// stream: IDX files open as StreamedIdxDatasets, reading only their labels
+// and headers until prepare_streams(); otherwise they are decoded into memory.
+Datasets open_data(const TrainOptions& o, bool stream) {
   Datasets d;
   if (!fs::exists(o.data))
     throw std::runtime_error("dataset not found at " + o.data +
                              (o.data == data::kFashionMnistDir ? ": install the Debian package dataset-fashion-mnist (make deps does) or pass --data DIR"
                                                                 : ": pass --data with an IDX directory or an image folder"));
   if (has_idx(o.data)) {
-    d.train_base = std::make_unique<data::IdxDataset>(data::IdxDataset::open(o.data, "train"));
-    d.test_base = std::make_unique<data::IdxDataset>(data::IdxDataset::open(o.data, "t10k"));
+    d.idx = true;
+    if (stream) {
+      data::StreamOptions so;
+      so.cache_dir = o.cache_dir;
+      so.prepare = false;
+      auto tr = std::make_unique<data::StreamedIdxDataset>(data::StreamedIdxDataset::open(o.data, "train", {}, so));
+      auto te = std::make_unique<data::StreamedIdxDataset>(data::StreamedIdxDataset::open(o.data, "t10k", {}, so));
+      d.train_stream = tr.get();
+      d.test_stream = te.get();
+      d.train_base = std::move(tr);
+      d.test_base = std::move(te);
+    } else {
+      d.train_base = std::make_unique<data::IdxDataset>(data::IdxDataset::open(o.data, "train"));
+      d.test_base = std::make_unique<data::IdxDataset>(data::IdxDataset::open(o.data, "t10k"));
+    }
   } else if (fs::is_directory(fs::path(o.data) / "train")) {
     data::ImageFolderOptions io;
     io.channels = o.channels ? static_cast<int>(o.channels) : 3;
@@ -80,6 +117,41 @@ Datasets open_data(const TrainOptions& o) {
     d.test = d.test_sub.get();
   }
   return d;
+}
+
+// Builds or checks the disk caches of streamed datasets and opens them.
+void prepare_streams(Datasets& d, std::ostream& log) {
+  for (data::StreamedIdxDataset* s : {d.train_stream, d.test_stream}) {
+    if (!s) continue;
+    const data::CacheStatus st = s->prepare();
+    if (st.action == data::CacheStatus::Built)
+      log << "memfit: decompressed " << s->images_path() << " into the dataset cache " << st.path << "\n";
+    else if (st.action == data::CacheStatus::Rebuilt)
+      log << "memfit: the dataset cache " << st.path << " was unusable (" << st.reason << "); rebuilt it from "
+          << s->images_path() << "\n";
+  }
+}
+
+// Where the data lives, for the plan's "data pipeline" row and its JSON.
+void describe_data(const Datasets& d, MemoryInputs& mi) {
+  mi.data_cache.clear();
+  if (d.train_stream) {
+    mi.data_in = "disk";
+    mi.data_cache = d.train_stream->cache_path();
+    mi.data_note = mi.data_cache == d.train_stream->images_path()
+                       ? "dataset streamed from disk (raw IDX file: " + mi.data_cache + ")"
+                       : "dataset streamed from disk (cache: " + mi.data_cache + ")";
+  } else if (d.idx) {
+    mi.data_in = "memory";
+    mi.data_note = "dataset in memory + loader buffers";
+  } else {
+    mi.data_in.clear();
+    mi.data_note = "images decoded from disk + loader buffers";
+  }
+}
+
+size_t data_bytes_of(const data::LoaderMemory& train, const data::LoaderMemory& test) {
+  return train.total() + test.pipeline() + test.dataset_resident + test.dataset_transient;
 }
 
 void check_run_dir(const std::string& dir) {
@@ -171,7 +243,15 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   configure_allocator();
   const size_t rss_start = current_rss();
 
-  Datasets ds = open_data(o);
+  // --data-in: memory or disk as asked. auto (with the fit on) opens IDX
+  // data streamed but unprepared (labels and headers only), plans it both
+  // ways below, then loads it into memory if that fits, or lets the fit
+  // choose. auto with --no-fit keeps it in memory, as before the flag.
+  if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")
+    throw std::invalid_argument("--data-in expects memory, disk or auto, got '" + o.data_in + "'");
+  const bool auto_data = o.data_in == "auto" && o.auto_fit;
+  Datasets ds = open_data(o, o.data_in == "disk" || auto_data);
+  if (o.data_in == "disk" && !o.plan_only) prepare_streams(ds, log);
   const data::SampleShape shape = ds.train->sample_shape();
   const int64_t classes = ds.train->num_classes();
 
@@ -182,6 +262,8 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   spec.freeze = o.freeze;
   spec.bias_only = o.bias_only;
   spec.recompute = o.recompute;
+  spec.precision = o.precision;
+  spec.saved = o.saved_activations;
   spec.channels = shape[0];
   spec.height = shape[1];
   spec.width = shape[2];
@@ -232,10 +314,51 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
                                                                  (ds.test ? ds.test->resident_bytes() : 0)
                                                            : rss_kernels;
   mi.rss_at_start = rss_start;
-  mi.data_bytes = train_mem.total() + test_mem.pipeline() + test_mem.dataset_resident + test_mem.dataset_transient;
+  mi.data_bytes = data_bytes_of(train_mem, test_mem);
   mi.eval_bytes = (eval_shares ? 0 : eval_transient) + eval_ex.plan().arena_bytes[static_cast<size_t>(Arena::Inputs)];
+  describe_data(ds, mi);
   MemoryReport rep = make_report(train_g->g, ex.plan(), mi);
   Budget budget = detect_budget(o.memory);
+
+  // The ways to hold the data that the fit may choose from (empty: as opened).
+  std::vector<FitData> fit_data;
+  if (auto_data && ds.train_stream) {
+    // The same plan with the dataset resident: what IdxDataset would hold
+    // in place of the streamed datasets' labels.
+    auto in_memory = [](data::LoaderMemory m, const data::StreamedIdxDataset* s) {
+      if (s) {
+        m.dataset_resident = m.dataset_resident - s->resident_bytes() + s->in_memory_resident_bytes();
+        m.dataset_transient = 0;
+      }
+      return m;
+    };
+    MemoryInputs mm = mi;
+    mm.data_bytes = data_bytes_of(in_memory(train_mem, ds.train_stream),
+                                  ds.test ? in_memory(test_mem, ds.test_stream) : test_mem);
+    mm.data_in = "memory";
+    mm.data_note = "dataset in memory + loader buffers";
+    mm.data_cache.clear();
+    MemoryReport rep_mem = make_report(train_g->g, ex.plan(), mm);
+    if (rep_mem.total <= budget.bytes) {
+      // It fits with the dataset resident: load it.
+      ds.train_sub.reset();
+      ds.test_sub.reset();
+      ds = Datasets{};
+      ds = open_data(o, false);
+      train_mem = data::Loader::plan_memory(*ds.train, lo);
+      test_mem = ds.test ? data::Loader::plan_memory(*ds.test, teo) : data::LoaderMemory{};
+      mi.data_bytes = data_bytes_of(train_mem, test_mem);
+      describe_data(ds, mi);
+      rep = make_report(train_g->g, ex.plan(), mi);
+    } else {
+      // Over budget in memory: the fit searches both, memory first (it wins
+      // ties); the plan shown is the one asked for, in memory.
+      const size_t plan_bytes = ex.plan().total_bytes();
+      fit_data = {{"memory", rep_mem.total - plan_bytes, 0.0},
+                  {"disk", rep.total - plan_bytes, kStreamSecondsPerSample}};
+      rep = rep_mem;
+    }
+  }
 
   if (o.recompute != "none" && (!o.plan_only || !o.json)) {
     char buf[200];
@@ -245,7 +368,15 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
                   train_g->recompute.cloned_nodes);
     log << buf;
   }
-  if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind, backend_name(o.backend));
+  if (train_g->compress.cloned_nodes && (!o.plan_only || !o.json)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
+                  format_bytes(train_g->compress.saved_bytes_before).c_str(),
+                  format_bytes(train_g->compress.saved_bytes_after).c_str(), train_g->compress.cloned_nodes);
+    log << buf;
+  }
+  if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind,
+                                                         std::string(backend_name(o.backend)) + " " + precision_name(o.precision));
   if (o.plan_only && (rep.total <= budget.bytes || !o.auto_fit)) {
     TrainResult r;
     r.report = rep;
@@ -255,17 +386,26 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     return r;
   }
   if (rep.total > budget.bytes) {
-    if (!o.auto_fit) throw BudgetError(over_budget_message(rep, budget));
+    if (!o.auto_fit) {
+      std::string m = over_budget_message(rep, budget);
+      if (rep.data_in == "memory")
+        m += " Or stream the dataset from disk (--data-in disk): " +
+             format_bytes(train_mem.dataset_resident + test_mem.dataset_resident) + " of it is in memory now.";
+      throw BudgetError(m);
+    }
     // What does not depend on the plan: baseline, data pipeline, evaluation.
     const size_t fixed = rep.total - ex.plan().total_bytes();
     StepSpec base = spec;
     base.batch = o.batch;
     ExecConfig fcfg = cfg;
-    FitResult fr = search_fit(base, o.batch, fixed, budget.bytes - budget.bytes / 50, fcfg);
+    if (fit_data.empty()) fit_data = {{"", fixed, 0.0}};
+    FitResult fr = search_fit(base, o.batch, fit_data, budget.bytes - budget.bytes / 50, fcfg);
     if (fr.fitting.empty()) {
       std::ostringstream m;
       m << "predicted peak " << format_bytes(rep.total) << " is over the budget of " << format_bytes(budget.bytes) << " ("
-        << budget.source << "), and no micro-batch, accumulation or recomputation fits either; the smallest plan ("
+        << budget.source << "), and no micro-batch, accumulation or recomputation"
+        << (fit_data.size() > 1 ? " (with the dataset in memory or streamed from disk)" : "")
+        << " fits either; the smallest plan ("
         << fr.smallest.describe() << ") needs " << format_bytes(fr.smallest.total_bytes)
         << ", so the smallest budget that would work is " << format_bytes(fr.smallest.total_bytes + fr.smallest.total_bytes / 50)
         << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
@@ -277,6 +417,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     TrainOptions next = o;
     next.accumulate = fr.fitting[0].accumulate;
     next.recompute = fr.fitting[0].recompute;
+    if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
     next.auto_fit = false;
     if (o.plan_only) next.auto_fit = false;
     throw Replan{next};
@@ -321,7 +462,11 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   if (per_epoch == 0)
     throw std::invalid_argument("the training set (" + std::to_string(ds.train->size()) + " samples) is smaller than one batch of " +
                                 std::to_string(o.batch));
-  const size_t update_node = o.accumulate > 1 ? train_g->g.num_nodes() - 1 : train_g->g.num_nodes();
+  // The update runs separately when it must wait for the group (accumulation)
+  // or for the overflow check (fp16 loss scaling).
+  const bool scaling = o.precision == DType::f16;
+  const size_t update_node =
+      o.accumulate > 1 || scaling ? train_g->g.num_nodes() - 1 : train_g->g.num_nodes();
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   Schedule sched;
   sched.kind = o.schedule;
@@ -345,6 +490,10 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
                                  ", this run has " + st.extra[k]);
     if (r.seed != o.seed) throw std::runtime_error("cannot resume from " + o.resume + ": it used --seed " + std::to_string(r.seed));
     st.step = r.step;
+    if (r.extra.count("loss_scale")) {
+      st.extra["loss_scale"] = r.extra["loss_scale"];
+      st.extra["loss_scale_good"] = r.extra["loss_scale_good"];
+    }
     st.epoch = r.epoch;
     st.sample = r.sample;
     data::Position p{r.epoch, r.sample};
@@ -396,6 +545,25 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     save_checkpoint(o.out, ex, st);
   };
 
+  // fp16: dynamic loss scaling. The gradient of the loss enters fp16
+  // multiplied by `scale`; the update divides it out. A step whose
+  // gradients overflowed (inf/NaN) is skipped and the scale halved; after
+  // kGrowth good steps in a row it doubles. The state is checkpointed.
+  constexpr int64_t kGrowth = 2000;
+  double scale = scaling ? o.loss_scale : 1.0;
+  int64_t good_steps = 0, skipped_steps = 0;
+  if (scaling && st.extra.count("loss_scale")) {
+    scale = std::stod(st.extra["loss_scale"]);
+    good_steps = std::stoll(st.extra["loss_scale_good"]);
+  }
+  std::vector<std::pair<const float*, size_t>> grads;  // what the update reads
+  if (scaling)
+    for (ValueId v : train_g->g.node(static_cast<NodeId>(train_g->g.num_nodes() - 1)).inputs) {
+      const Value& val = train_g->g.value(v);
+      if (val.dtype == DType::f32 && val.cls != VClass::Param && val.cls != VClass::OptState)
+        grads.emplace_back(ex.ptr<float>(v), static_cast<size_t>(numel(val.shape)));
+    }
+
   int64_t group = 0;        // micro-batches done in this optimizer step
   double group_loss = 0.0;
   while (st.step < total_steps) {
@@ -429,7 +597,8 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     ctx.step = st.step;
     ctx.lr = sched.lr(st.step);
     ctx.micro = group;
-    ctx.grad_scale = 1.0;
+    ctx.grad_scale = 1.0 / scale;  // (accumulate == 1: the update runs within this call)
+    ctx.loss_scale = scale;
     if (o.profile > 0 && group == 0 && st.step == total_steps - o.profile) ex.set_profiling(true);
     ex.run_nodes(0, update_node, ctx);
     group_loss += *loss_p;
@@ -438,8 +607,24 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
       train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       continue;
     }
-    ctx.grad_scale = 1.0 / static_cast<double>(o.accumulate);
-    ex.run_nodes(update_node, train_g->g.num_nodes(), ctx);
+    ctx.grad_scale = 1.0 / (static_cast<double>(o.accumulate) * scale);
+    bool skip = false;
+    if (scaling) {
+      skip = !all_finite(grads);
+      if (skip) {
+        ++skipped_steps;
+        good_steps = 0;
+        prog.message("fp16: gradients overflowed at step " + std::to_string(st.step) + " with loss scale " +
+                     json_num(scale) + "; step skipped, loss scale -> " + json_num(std::max(1.0, scale / 2)));
+        scale = std::max(1.0, scale / 2);
+      } else if (++good_steps == kGrowth) {
+        good_steps = 0;
+        scale = std::min(scale * 2, 16777216.0);
+      }
+      st.extra["loss_scale"] = json_num(scale);
+      st.extra["loss_scale_good"] = std::to_string(good_steps);
+    }
+    if (!skip) ex.run_nodes(update_node, train_g->g.num_nodes(), ctx);
     if (o.plan.guard_bytes && !ex.guards_intact())
       throw std::logic_error("guard bytes after " + ex.broken_guard() + " overwritten in step " +
                              std::to_string(st.step) + ": a kernel wrote outside its planned buffer");

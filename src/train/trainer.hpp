@@ -15,6 +15,9 @@
 
 namespace memfit::train {
 
+// The --precision spelling of an activation type.
+inline const char* precision_name(DType t) { return t == DType::bf16 ? "bf16" : t == DType::f16 ? "fp16" : "fp32"; }
+
 struct TrainOptions {
   std::string model = "convnet";
   std::string data = "/usr/share/datasets/fashion-mnist";
@@ -27,6 +30,10 @@ struct TrainOptions {
   bool bias_only = false;      // train biases only
   std::string recompute = "none";  // none | cheap | segments
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
+  DType precision = DType::f32;  // activations: f32, bf16 or f16 (StepSpec::precision)
+  bool precision_set = false;    // given by --precision: the fit keeps it
+  double loss_scale = 65536.0;   // fp16: initial dynamic loss scale (a power of two)
+  DType saved_activations = DType::f32;  // bf16: compress what backward reads (StepSpec::saved)
   int64_t eval_batch = 0;      // 0: same as batch
   double lr = 0.05;
   OptimizerConfig optimizer{.kind = "sgd", .momentum = 0.9, .weight_decay = 5e-4};
@@ -35,6 +42,13 @@ struct TrainOptions {
   uint64_t seed = 42;
   std::string subset;          // "" all, "2000" count, "0.1" / "10%" fraction
   std::string test_subset;     // same for the test split
+  // Where IDX datasets (train and test) live: "memory" (decoded, resident),
+  // "disk" (streamed from a raw cache file, see data/idx_stream.hpp) or
+  // "auto": memory when the plan fits with it, else disk when that makes it
+  // fit or lets the fit pick a faster plan. Image folders are always read
+  // from disk. With auto_fit off, auto means memory.
+  std::string data_in = "auto";
+  std::string cache_dir;       // disk: the cache directory ("" = data::default_cache_dir())
   int64_t threads = 0;         // 0: all cores
   std::optional<size_t> memory;
   std::string out = "runs/latest";

@@ -80,7 +80,9 @@ void register_conv_ops() {
                }});
   register_op({"conv2d_bwd_weight",
                [](const Graph& g, const Node& n) {
-                 std::vector<ValueMeta> r{{n.attrs.ints("w_shape"), g.value(n.inputs[0]).dtype}};
+                 // Parameters (and so their gradients) are always f32, whatever
+                 // the activations' type (mixed precision keeps f32 masters).
+                 std::vector<ValueMeta> r{{n.attrs.ints("w_shape"), DType::f32}};
                  if (n.attrs.i("bias", 0)) r.push_back({Shape{n.attrs.ints("w_shape")[0]}, r[0].dtype});
                  return r;
                },

@@ -1,4 +1,4 @@
-// Element-wise ops: relu, add, scale, fill. Any shape; n = number of elements.
+// Element-wise ops: relu, add, scale, fill, cast. Any shape; n = number of elements.
 #include "graph/ops/common.hpp"
 
 namespace memfit {
@@ -8,6 +8,8 @@ std::vector<ValueMeta> infer_add(const Graph& g, const Node& n) {
   if (n.inputs.size() != 2) shape_fail(g, n, "add takes two inputs");
   if (in_shape(g, n, 0) != in_shape(g, n, 1))
     shape_fail(g, n, "cannot add " + shape_str(in_shape(g, n, 0)) + " and " + shape_str(in_shape(g, n, 1)));
+  if (in_dtype(g, n, 0) != in_dtype(g, n, 1))
+    shape_fail(g, n, std::string("cannot add ") + dtype_name(in_dtype(g, n, 0)) + " and " + dtype_name(in_dtype(g, n, 1)));
   return same_as(g, n, 0);
 }
 
@@ -47,6 +49,28 @@ void register_eltwise_ops() {
     return std::vector<ValueMeta>{{n.attrs.ints("shape"), DType::f32}};
   };
   register_op(fill);
+
+  // cast(x): x converted to attr "dtype" (an int holding a DType). Rounding
+  // to a narrower float type is round-to-nearest-even (kernels/bf16.hpp).
+  // The gradient casts back to x's type. With attr grad_loss_scale = 1 (the
+  // cast of the logits to f32 for the loss), that gradient cast multiplies
+  // by the step's loss scale (attr loss_scale = 1 on it): dynamic loss
+  // scaling for fp16 starts where the gradients enter low precision.
+  OpDef cast;
+  cast.name = "cast";
+  cast.infer = [](const Graph& g, const Node& n) {
+    const auto to = static_cast<DType>(n.attrs.i("dtype"));
+    if (!is_float(in_dtype(g, n, 0)) || !is_float(to)) shape_fail(g, n, "cast converts between float types only");
+    return std::vector<ValueMeta>{{in_shape(g, n, 0), to}};
+  };
+  cast.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone};
+    if (c.out_grads[0] != kNone && c.need[0])
+      r[0] = c.emit1("cast", {c.out_grads[0]},
+                     {{"dtype", int64_t(c.g.value(c.in(0)).dtype)}, {"loss_scale", c.fwd().attrs.i("grad_loss_scale", 0)}});
+    return r;
+  };
+  register_op(cast);
 }
 
 }  // namespace memfit

@@ -102,8 +102,9 @@ void register_linear_ops() {
                [](const Graph& g, const Node& n) {
                  const Shape& x = in_shape(g, n, 0);
                  const Shape& dy = in_shape(g, n, 1);
-                 std::vector<ValueMeta> r{{Shape{dy.back(), x.back()}, in_dtype(g, n, 0)}};
-                 if (n.attrs.i("bias", 0)) r.push_back({Shape{dy.back()}, in_dtype(g, n, 0)});
+                 // Parameter gradients are f32 like the parameters.
+                 std::vector<ValueMeta> r{{Shape{dy.back(), x.back()}, DType::f32}};
+                 if (n.attrs.i("bias", 0)) r.push_back({Shape{dy.back()}, DType::f32});
                  return r;
                },
                {}, {},

@@ -18,7 +18,21 @@
 // The graph's activations (src/dst) may themselves be blocked (Layout
 // Blocked16, nChw16c): when the primitive computes in that layout, the
 // operand needs no reorder and no scratch copy.
+//
+// bf16 activations (act = BF16): the same primitives on bf16 src/dst (oneDNN's
+// avx512_core_bf16 kernels: vdpbf16ps, f32 accumulation). The graph's f32
+// weights reach the primitive through the weight reorder, which now also
+// converts to bf16 (round to nearest even); the bias is passed as f32, and
+// backward-weights writes f32 diff_weights / diff_bias directly. On AVX-512
+// the bf16 primitives also compute in nChw16c, so Blocked16 bf16
+// activations are used in place.
 #include "kernels/cpu/conv.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/dnnl_util.hpp"
 
@@ -35,20 +49,29 @@ struct ConvDescs {
   dims strides, dilates, pad;
 };
 
-dnnl::memory::desc data_desc(const dims& d, Layout l) {
-  return l == Layout::Plain ? plain_f32(d) : dnnl::memory::desc(d, dnnl::memory::data_type::f32, tag::nChw16c);
+using dt = dnnl::memory::data_type;
+
+dt act_type(ElemType act) {
+  if (act == ElemType::F32) return dt::f32;
+  if (act == ElemType::BF16) return dt::bf16;
+  throw Unsupported{};
 }
 
-ConvDescs conv_descs(const ConvParams& p, Layout src, Layout dst) {
+dnnl::memory::desc data_desc(const dims& d, Layout l, dt t) {
+  if (t == dt::f32) return l == Layout::Plain ? plain_f32(d) : dnnl::memory::desc(d, dt::f32, tag::nChw16c);
+  return dnnl::memory::desc(d, t, l == Layout::Plain ? tag::nchw : tag::nChw16c);
+}
+
+ConvDescs conv_descs(const ConvParams& p, Layout src, Layout dst, dt t) {
   ConvDescs d;
   d.src_dims = {p.N, p.C, p.H, p.W};
   // [K, C/G, R, S] is the same memory as oneDNN's grouped [G, K/G, C/G, R, S].
   d.wei_dims = p.groups > 1 ? dims{p.groups, p.K / p.groups, p.C / p.groups, p.R, p.S} : dims{p.K, p.C, p.R, p.S};
   d.dst_dims = {p.N, p.K, p.OH, p.OW};
-  d.src = data_desc(d.src_dims, src);
+  d.src = data_desc(d.src_dims, src, t);
   d.wei = plain_f32(d.wei_dims);
   d.bias = p.bias ? plain_f32({p.K}) : dnnl::memory::desc();
-  d.dst = data_desc(d.dst_dims, dst);
+  d.dst = data_desc(d.dst_dims, dst, t);
   d.strides = {p.stride_h, p.stride_w};
   d.dilates = {p.dil_h - 1, p.dil_w - 1};
   d.pad = {p.pad_h, p.pad_w};
@@ -56,13 +79,18 @@ ConvDescs conv_descs(const ConvParams& p, Layout src, Layout dst) {
 }
 
 // Descriptors the primitive is created with: plain, or "any" to let oneDNN
-// pick its layouts.
+// pick its layouts; data and weights in the activations' type t.
 struct Chosen {
   dnnl::memory::desc src, wei, dst;
 };
-Chosen choose(const ConvDescs& d, bool any) {
-  if (!any) return {plain_f32(d.src_dims), d.wei, plain_f32(d.dst_dims)};
-  auto a = [](const dims& x) { return dnnl::memory::desc(x, dnnl::memory::data_type::f32, tag::any); };
+Chosen choose(const ConvDescs& d, bool any, dt t) {
+  if (!any) {
+    if (t == dt::f32) return {plain_f32(d.src_dims), d.wei, plain_f32(d.dst_dims)};
+    const tag wt = d.wei_dims.size() == 5 ? tag::goihw : tag::oihw;
+    return {dnnl::memory::desc(d.src_dims, t, tag::nchw), dnnl::memory::desc(d.wei_dims, t, wt),
+            dnnl::memory::desc(d.dst_dims, t, tag::nchw)};
+  }
+  auto a = [t](const dims& x) { return dnnl::memory::desc(x, t, tag::any); };
   return {a(d.src_dims), a(d.wei_dims), a(d.dst_dims)};
 }
 
@@ -76,24 +104,29 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const ConvDescs& d, const Chose
 // in: x, w (, b)  out: y
 class ConvFwd final : public RelayoutKernel {
  public:
-  ConvFwd(const ConvParams& p, Layout x, Layout y) {
-    const ConvDescs d = conv_descs(p, x, y);
-    auto pd = fwd_pd(d, choose(d, true), p.bias);
+  ConvFwd(const ConvParams& p, Layout x, Layout y, ElemType act) : bf16_(act == ElemType::BF16) {
+    const dt t = act_type(act);
+    const ConvDescs d = conv_descs(p, x, y, t);
+    auto pd = fwd_pd(d, choose(d, true, t), p.bias);
     std::vector<Operand> ops{{DNNL_ARG_SRC, true, 0, d.src, pd.src_desc()},
                              {DNNL_ARG_WEIGHTS, true, 1, d.wei, pd.weights_desc()},
                              {DNNL_ARG_DST, false, 0, d.dst, pd.dst_desc()}};
     if (p.bias) ops.push_back({DNNL_ARG_BIAS, true, 2, d.bias, d.bias});
     setup(dnnl::convolution_forward(pd), pd.scratchpad_desc(), std::move(ops));
   }
-  const char* name() const override { return "dnnl.conv2d"; }
+  const char* name() const override { return bf16_ ? "dnnl.conv2d.bf16" : "dnnl.conv2d"; }
+
+ private:
+  bool bf16_;
 };
 
 // in: dy, w  out: dx
 class ConvBwdData final : public RelayoutKernel {
  public:
-  ConvBwdData(const ConvParams& p, Layout dy, Layout dx) {
-    const ConvDescs d = conv_descs(p, dx, dy);
-    const Chosen c = choose(d, p.groups > 1 || p.C >= 16);
+  ConvBwdData(const ConvParams& p, Layout dy, Layout dx, ElemType act) : bf16_(act == ElemType::BF16) {
+    const dt t = act_type(act);
+    const ConvDescs d = conv_descs(p, dx, dy, t);
+    const Chosen c = choose(d, p.groups > 1 || p.C >= 16, t);
     dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, c.src, c.wei, c.dst, d.strides,
                                                d.dilates, d.pad, d.pad);
     dnnl::convolution_backward_data::primitive_desc pd(desc, user_scratchpad_attr(), engine(), fwd_pd(d, c, false));
@@ -102,16 +135,22 @@ class ConvBwdData final : public RelayoutKernel {
            {DNNL_ARG_WEIGHTS, true, 1, d.wei, pd.weights_desc()},
            {DNNL_ARG_DIFF_SRC, false, 0, d.src, pd.diff_src_desc()}});
   }
-  const char* name() const override { return "dnnl.conv2d_bwd_data"; }
+  const char* name() const override { return bf16_ ? "dnnl.conv2d_bwd_data.bf16" : "dnnl.conv2d_bwd_data"; }
+
+ private:
+  bool bf16_;
 };
 
 // in: x, dy  out: dw (, db)
 class ConvBwdWeight final : public RelayoutKernel {
  public:
-  ConvBwdWeight(const ConvParams& p, Layout x, Layout dy) {
-    const ConvDescs d = conv_descs(p, x, dy);
-    const Chosen c = choose(d, true);
-    dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, c.src, c.wei, d.bias, c.dst,
+  ConvBwdWeight(const ConvParams& p, Layout x, Layout dy, ElemType act) : bf16_(act == ElemType::BF16) {
+    const dt t = act_type(act);
+    const ConvDescs d = conv_descs(p, x, dy, t);
+    const Chosen c = choose(d, true, t);
+    // The weight gradient is f32 whatever the activations are.
+    const dnnl::memory::desc dw(d.wei_dims, dt::f32, tag::any);
+    dnnl::convolution_backward_weights::desc desc(algorithm::convolution_direct, c.src, dw, d.bias, c.dst,
                                                   d.strides, d.dilates, d.pad, d.pad);
     dnnl::convolution_backward_weights::primitive_desc pd(desc, user_scratchpad_attr(), engine(),
                                                           fwd_pd(d, c, p.bias));
@@ -121,19 +160,76 @@ class ConvBwdWeight final : public RelayoutKernel {
     if (p.bias) ops.push_back({DNNL_ARG_DIFF_BIAS, false, 1, d.bias, pd.diff_bias_desc()});
     setup(dnnl::convolution_backward_weights(pd), pd.scratchpad_desc(), std::move(ops));
   }
-  const char* name() const override { return "dnnl.conv2d_bwd_weight"; }
+  const char* name() const override { return bf16_ ? "dnnl.conv2d_bwd_weight.bf16" : "dnnl.conv2d_bwd_weight"; }
+
+ private:
+  bool bf16_;
 };
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x, Layout y) {
-  return try_make<ConvFwd, Kernel>(p, x, y);
+std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x, Layout y, ElemType act) {
+  return try_make<ConvFwd, Kernel>(p, x, y, act);
 }
-std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy, Layout dx) {
-  return try_make<ConvBwdData, Kernel>(p, dy, dx);
+std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy, Layout dx, ElemType act) {
+  return try_make<ConvBwdData, Kernel>(p, dy, dx, act);
 }
-std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x, Layout dy) {
-  return try_make<ConvBwdWeight, Kernel>(p, x, dy);
+std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x, Layout dy, ElemType act) {
+  return try_make<ConvBwdWeight, Kernel>(p, x, dy, act);
+}
+
+namespace {
+
+// Median seconds of k runs of the kernel after one warm-up.
+double time_kernel(Kernel& k, std::vector<void*> in, std::vector<void*> out, void* scratch) {
+  k.bind(std::move(in), std::move(out), scratch);
+  StepContext ctx;
+  k.run(ctx);
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    k.run(ctx);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+bool measure_bf16_native() {
+  ConvParams p;
+  p.N = 16;
+  p.C = p.K = 64;
+  p.H = p.W = p.OH = p.OW = 14;
+  p.R = p.S = 3;
+  p.pad_h = p.pad_w = 1;
+  double secs[2] = {0, 0};
+  for (int bf = 0; bf < 2; ++bf) {
+    const ElemType act = bf ? ElemType::BF16 : ElemType::F32;
+    auto fwd = make_conv2d(p, Layout::Blocked16, Layout::Blocked16, act);
+    auto bww = make_conv2d_bwd_weight(p, Layout::Blocked16, Layout::Blocked16, act);
+    if (!fwd || !bww) return false;
+    const size_t es = bf ? 2 : 4;
+    const size_t nx = size_t(p.N * p.C * p.H * p.W), nw = size_t(p.K * p.C * p.R * p.S);
+    std::vector<float> w(nw, 0.01f), dw(nw);
+    std::vector<std::byte> x(nx * es, std::byte{0x3c}), y(nx * es);
+    std::vector<std::byte> scratch(std::max(fwd->scratch_bytes(), bww->scratch_bytes()) + 64);
+    secs[bf] = time_kernel(*fwd, {x.data(), w.data()}, {y.data()}, scratch.data()) +
+               time_kernel(*bww, {x.data(), x.data()}, {dw.data()}, scratch.data());
+  }
+  return secs[1] < secs[0];
+}
+
+}  // namespace
+
+bool bf16_convs_native() {
+  static const bool native = [] {
+    if (const char* e = std::getenv("MEMFIT_BF16_CONV")) {
+      if (std::string(e) == "native") return true;
+      if (std::string(e) == "f32") return false;
+    }
+    return measure_bf16_native();
+  }();
+  return native;
 }
 
 }  // namespace memfit::kernels::cpu

@@ -1,7 +1,13 @@
-// oneDNN convolution kernels (f32). Weights are plain [K, C/G, R, S]; the
+// oneDNN convolution kernels. Weights are plain [K, C/G, R, S] f32; the
 // activations x/dx and y/dy are stored in the given layouts (Blocked16 needs
-// C, respectively K, a multiple of 16). Each factory returns nullptr when
-// oneDNN has no implementation for the shape.
+// C, respectively K, a multiple of 16) and element type `act`:
+//   F32:  everything f32.
+//   BF16: x, y, dy, dx are bf16; w is rounded to bf16 (RNE) on its way into
+//         oneDNN's layout; the bias stays f32 (not rounded); dw and db are
+//         f32. Products of bf16 values are exact in f32, sums run in f32, and
+//         each bf16 output element is rounded once.
+// Each factory returns nullptr when oneDNN has no implementation for the
+// shape (or the element type, e.g. bf16 on a CPU without AVX-512).
 #pragma once
 
 #include <memory>
@@ -12,9 +18,23 @@
 
 namespace memfit::kernels::cpu {
 
-std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x = Layout::Plain, Layout y = Layout::Plain);
-std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy = Layout::Plain, Layout dx = Layout::Plain);
+std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x = Layout::Plain, Layout y = Layout::Plain,
+                                    ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy = Layout::Plain, Layout dx = Layout::Plain,
+                                             ElemType act = ElemType::F32);
 std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = Layout::Plain,
-                                               Layout dy = Layout::Plain);
+                                               Layout dy = Layout::Plain, ElemType act = ElemType::F32);
+
+// Whether bf16 convolutions should run as oneDNN's bf16 primitives (true) or
+// as the f32 primitives between conversions (false; the lowering converts,
+// runtime/mixed.hpp). Both keep the same semantics: f32 products of the
+// exact bf16 inputs and bf16-rounded weights, summed in f32, rounded once.
+// Which is faster depends on the CPU: with AMX or full-rate vdpbf16ps (AMD
+// Zen 4) bf16 wins ~2x; on Intel cores with AVX512-BF16 but no AMX the bf16
+// primitives measured 1.6-1.9x slower than f32. So it is measured, once per
+// process: one ResNet-style 3x3 convolution (forward and backward-weights)
+// in both types, ~20 ms. MEMFIT_BF16_CONV=native|f32 overrides (tests use
+// it to cover both paths on any machine).
+bool bf16_convs_native();
 
 }  // namespace memfit::kernels::cpu

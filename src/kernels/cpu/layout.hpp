@@ -6,7 +6,9 @@
 // batch norm, global average pooling and the element-wise ops can all keep
 // their activations in it, so that a chain of them never reorders; the
 // lowering (runtime/lower_cpu/layout.hpp) decides which values are blocked.
-// The buffer's size is the same in both layouts.
+// The buffer's size is the same in both layouts. bf16 activations
+// (ElemType::BF16) use the same element order with 2-byte elements: oneDNN's
+// bf16 convolutions compute in nChw16c as well.
 #pragma once
 
 #include <cstdint>

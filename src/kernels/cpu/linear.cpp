@@ -1,12 +1,67 @@
 // M rows, K input features, N output features (linear: y[M,N] = x[M,K] w[N,K]^T + b).
 // matmul: B batch, c[B,M,N] = op(a) op(b); a transposed operand is described
 // to oneDNN by its strides, a broadcast one by a batch extent of 1.
+//
+// bf16 activations (act = BF16): x, y, dy, dx bf16. oneDNN's bf16 matmul takes
+// bf16 weights only, so the forward and backward-data kernels first round
+// the graph's f32 w into a bf16 copy in their scratch (after the matmul's
+// scratchpad), threaded; the bias is passed as f32. Backward-weights writes
+// f32 dw (f32 accumulation of exact bf16 products) and sums db in f32 from
+// the bf16 dy.
 #include "kernels/cpu/linear.hpp"
 
+#include <algorithm>
+#include <cstddef>
+
+#include "kernels/bf16.hpp"
 #include "kernels/cpu/dnnl_util.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 namespace memfit::kernels::cpu {
 namespace {
+
+using dt = dnnl::memory::data_type;
+
+bool is_bf16(ElemType act) {
+  if (act != ElemType::F32 && act != ElemType::BF16) throw Unsupported{};
+  return act == ElemType::BF16;
+}
+
+// Dense row-major, or explicitly strided, tensor of type t.
+dnnl::memory::desc plain_of(const dims& d, dt t) {
+  if (t == dt::f32) return plain_f32(d);
+  dims st(d.size());
+  dnnl::memory::dim s = 1;
+  for (size_t i = d.size(); i-- > 0;) {
+    st[i] = s;
+    s *= d[i];
+  }
+  return dnnl::memory::desc(d, t, st);
+}
+dnnl::memory::desc strided_of(const dims& d, const dims& strides, dt t) {
+  return t == dt::f32 ? strided_f32(d, strides) : dnnl::memory::desc(d, t, strides);
+}
+
+// out[0, n) = in rounded to bf16, split across threads in chunks.
+void round_weights(const float* in, bf16_t* out, int64_t n) {
+  constexpr int64_t kChunk = 4096;
+  parallel_for((n + kChunk - 1) / kChunk, n, [&](int64_t c) {
+    const int64_t i0 = c * kChunk;
+    f32_to_bf16(in + i0, out + i0, static_cast<size_t>(std::min(kChunk, n - i0)));
+  });
+}
+
+// Scratch of a kernel that rounds its weights: [matmul scratchpad][bf16 w].
+struct WeightCopy {
+  size_t offset = 0, total = 0;
+  void plan(size_t scratchpad, int64_t n, bool on) {
+    ScratchLayout l;
+    l.add(scratchpad);
+    offset = on ? l.add(static_cast<size_t>(n) * sizeof(bf16_t)) : 0;
+    total = l.total();
+  }
+  bf16_t* at(void* scratch) const { return reinterpret_cast<bf16_t*>(static_cast<std::byte*>(scratch) + offset); }
+};
 
 // The three linear kernels are oneDNN matmuls (brgemm), not inner
 // products: the inner product's gemm implementation allocates its packing
@@ -17,75 +72,98 @@ namespace {
 // in: x, w, (b)  out: y = x w^T (+ b)
 class LinearFwd final : public Kernel {
  public:
-  explicit LinearFwd(const LinearParams& p)
+  LinearFwd(const LinearParams& p, ElemType act)
       : p_(p),
-        x_(plain_f32({p.M, p.K})),
-        wt_(strided_f32({p.K, p.N}, {1, p.K})),
+        bf16_(is_bf16(act)),
+        x_(plain_of({p.M, p.K}, bf16_ ? dt::bf16 : dt::f32)),
+        wt_(strided_of({p.K, p.N}, {1, p.K}, bf16_ ? dt::bf16 : dt::f32)),
         b_(p.bias ? plain_f32({1, p.N}) : dnnl::memory::desc()),
-        y_(plain_f32({p.M, p.N})) {
+        y_(plain_of({p.M, p.N}, bf16_ ? dt::bf16 : dt::f32)) {
     dnnl::matmul::desc desc(x_, wt_, b_, y_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
+    wcopy_.plan(scratchpad_bytes(pd_), p.N * p.K, bf16_);
   }
-  const char* name() const override { return "dnnl.linear"; }
-  size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
-  void run(const StepContext&) override { call_.run(); }
+  const char* name() const override { return bf16_ ? "dnnl.linear.bf16" : "dnnl.linear"; }
+  size_t scratch_bytes() const override { return wcopy_.total; }
+  void run(const StepContext&) override {
+    if (bf16_) round_weights(in<float>(1), wcopy_.at(scratch_), p_.N * p_.K);
+    call_.run();
+  }
 
  private:
   void on_bind() override {
     call_.clear_args();
     call_.arg(DNNL_ARG_SRC, x_, in_[0]);
-    call_.arg(DNNL_ARG_WEIGHTS, wt_, in_[1]);
+    call_.arg(DNNL_ARG_WEIGHTS, wt_, bf16_ ? static_cast<void*>(wcopy_.at(scratch_)) : in_[1]);
     if (p_.bias) call_.arg(DNNL_ARG_BIAS, b_, in_[2]);
     call_.arg(DNNL_ARG_DST, y_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
   LinearParams p_;
+  bool bf16_;
   dnnl::memory::desc x_, wt_, b_, y_;
   dnnl::matmul::primitive_desc pd_;
+  WeightCopy wcopy_;
   Call call_;
 };
 
 // in: dy, w  out: dx = dy w
 class LinearBwdData final : public Kernel {
  public:
-  explicit LinearBwdData(const LinearParams& p)
-      : dy_(plain_f32({p.M, p.N})), w_(plain_f32({p.N, p.K})), dx_(plain_f32({p.M, p.K})) {
+  LinearBwdData(const LinearParams& p, ElemType act)
+      : nw_(p.N * p.K),
+        bf16_(is_bf16(act)),
+        dy_(plain_of({p.M, p.N}, bf16_ ? dt::bf16 : dt::f32)),
+        w_(plain_of({p.N, p.K}, bf16_ ? dt::bf16 : dt::f32)),
+        dx_(plain_of({p.M, p.K}, bf16_ ? dt::bf16 : dt::f32)) {
     dnnl::matmul::desc desc(dy_, w_, dx_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
+    wcopy_.plan(scratchpad_bytes(pd_), nw_, bf16_);
   }
-  const char* name() const override { return "dnnl.linear_bwd_data"; }
-  size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
-  void run(const StepContext&) override { call_.run(); }
+  const char* name() const override { return bf16_ ? "dnnl.linear_bwd_data.bf16" : "dnnl.linear_bwd_data"; }
+  size_t scratch_bytes() const override { return wcopy_.total; }
+  void run(const StepContext&) override {
+    if (bf16_) round_weights(in<float>(1), wcopy_.at(scratch_), nw_);
+    call_.run();
+  }
 
  private:
   void on_bind() override {
     call_.clear_args();
     call_.arg(DNNL_ARG_SRC, dy_, in_[0]);
-    call_.arg(DNNL_ARG_WEIGHTS, w_, in_[1]);
+    call_.arg(DNNL_ARG_WEIGHTS, w_, bf16_ ? static_cast<void*>(wcopy_.at(scratch_)) : in_[1]);
     call_.arg(DNNL_ARG_DST, dx_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
+  int64_t nw_;
+  bool bf16_;
   dnnl::memory::desc dy_, w_, dx_;
   dnnl::matmul::primitive_desc pd_;
+  WeightCopy wcopy_;
   Call call_;
 };
 
 // in: x, dy  out: dw = dy^T x, (db = column sums of dy)
 class LinearBwdWeight final : public Kernel {
  public:
-  explicit LinearBwdWeight(const LinearParams& p)
-      : p_(p), dyt_(strided_f32({p.N, p.M}, {1, p.N})), x_(plain_f32({p.M, p.K})), dw_(plain_f32({p.N, p.K})) {
+  LinearBwdWeight(const LinearParams& p, ElemType act)
+      : p_(p),
+        bf16_(is_bf16(act)),
+        dyt_(strided_of({p.N, p.M}, {1, p.N}, bf16_ ? dt::bf16 : dt::f32)),
+        x_(plain_of({p.M, p.K}, bf16_ ? dt::bf16 : dt::f32)),
+        dw_(plain_f32({p.N, p.K})) {
     dnnl::matmul::desc desc(dyt_, x_, dw_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
   }
-  const char* name() const override { return "dnnl.linear_bwd_weight"; }
+  const char* name() const override { return bf16_ ? "dnnl.linear_bwd_weight.bf16" : "dnnl.linear_bwd_weight"; }
   size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
   void run(const StepContext&) override {
     call_.run();
     if (!p_.bias) return;
+    if (bf16_) return bias_bf16();
     const float* dy = in<float>(1);
     float* db = out<float>(1);
     const int64_t M = p_.M, N = p_.N;
@@ -98,6 +176,18 @@ class LinearBwdWeight final : public Kernel {
   }
 
  private:
+  // db = column sums of the bf16 dy, in f32 row by row (as the f32 path).
+  void bias_bf16() {
+    const bf16_t* dy = in<bf16_t>(1);
+    float* db = out<float>(1);
+    const int64_t M = p_.M, N = p_.N;
+    for (int64_t n = 0; n < N; ++n) db[n] = 0.0f;
+    for (int64_t m = 0; m < M; ++m) {
+      const bf16_t* row = dy + m * N;
+#pragma omp simd
+      for (int64_t n = 0; n < N; ++n) db[n] += bf16_to_f32(row[n]);
+    }
+  }
   void on_bind() override {
     call_.clear_args();
     call_.arg(DNNL_ARG_SRC, dyt_, in_[1]);
@@ -106,6 +196,7 @@ class LinearBwdWeight final : public Kernel {
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
   LinearParams p_;
+  bool bf16_;
   dnnl::memory::desc dyt_, x_, dw_;
   dnnl::matmul::primitive_desc pd_;
   Call call_;
@@ -143,9 +234,15 @@ class Matmul final : public Kernel {
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_linear(const LinearParams& p) { return try_make<LinearFwd, Kernel>(p); }
-std::unique_ptr<Kernel> make_linear_bwd_data(const LinearParams& p) { return try_make<LinearBwdData, Kernel>(p); }
-std::unique_ptr<Kernel> make_linear_bwd_weight(const LinearParams& p) { return try_make<LinearBwdWeight, Kernel>(p); }
+std::unique_ptr<Kernel> make_linear(const LinearParams& p, ElemType act) {
+  return try_make<LinearFwd, Kernel>(p, act);
+}
+std::unique_ptr<Kernel> make_linear_bwd_data(const LinearParams& p, ElemType act) {
+  return try_make<LinearBwdData, Kernel>(p, act);
+}
+std::unique_ptr<Kernel> make_linear_bwd_weight(const LinearParams& p, ElemType act) {
+  return try_make<LinearBwdWeight, Kernel>(p, act);
+}
 std::unique_ptr<Kernel> make_matmul(const MatmulParams& p) { return try_make<Matmul, Kernel>(p); }
 
 }  // namespace memfit::kernels::cpu

@@ -1,5 +1,8 @@
-// oneDNN linear (inner product) and batched matmul kernels, f32, row-major.
+// oneDNN linear (inner product) and batched matmul kernels, row-major.
 // Factories return nullptr when oneDNN has no implementation.
+// act = BF16 (linear only): x, y, dy, dx are bf16; w is rounded to bf16 (RNE)
+// into the kernel's scratch before each product; the bias stays f32 (not
+// rounded); dw and db are f32. The matmul is f32 only.
 #pragma once
 
 #include <memory>
@@ -9,9 +12,9 @@
 
 namespace memfit::kernels::cpu {
 
-std::unique_ptr<Kernel> make_linear(const LinearParams& p);
-std::unique_ptr<Kernel> make_linear_bwd_data(const LinearParams& p);
-std::unique_ptr<Kernel> make_linear_bwd_weight(const LinearParams& p);
+std::unique_ptr<Kernel> make_linear(const LinearParams& p, ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_linear_bwd_data(const LinearParams& p, ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_linear_bwd_weight(const LinearParams& p, ElemType act = ElemType::F32);
 std::unique_ptr<Kernel> make_matmul(const MatmulParams& p);
 
 }  // namespace memfit::kernels::cpu

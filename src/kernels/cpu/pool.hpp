@@ -4,6 +4,8 @@
 // same decision for the same params (either both oneDNN or both nullptr).
 // Global average pooling reads (its backward writes) x in the given layout;
 // y/dy [N, C] are plain.
+// act = BF16: x, y, dy, dx are bf16 (sums in f32, each output rounded once;
+// the max-pool workspace is unchanged in meaning and size).
 #pragma once
 
 #include <memory>
@@ -14,11 +16,13 @@
 
 namespace memfit::kernels::cpu {
 
-std::unique_ptr<Kernel> make_max_pool2d(const PoolParams& p);
-std::unique_ptr<Kernel> make_max_pool2d_bwd(const PoolParams& p);
-std::unique_ptr<Kernel> make_avg_pool2d(const PoolParams& p);
-std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p);
-std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p, Layout x = Layout::Plain);
-std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p, Layout dx = Layout::Plain);
+std::unique_ptr<Kernel> make_max_pool2d(const PoolParams& p, ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_max_pool2d_bwd(const PoolParams& p, ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_avg_pool2d(const PoolParams& p, ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p, ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p, Layout x = Layout::Plain,
+                                             ElemType act = ElemType::F32);
+std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p, Layout dx = Layout::Plain,
+                                                 ElemType act = ElemType::F32);
 
 }  // namespace memfit::kernels::cpu

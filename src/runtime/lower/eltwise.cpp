@@ -1,5 +1,6 @@
 #include "kernels/ref/eltwise.hpp"
 #include "runtime/lower/lower_util.hpp"
+#include "runtime/mixed.hpp"
 
 namespace memfit {
 
@@ -20,6 +21,7 @@ void register_eltwise_kernels() {
   register_kernel("fill", [=](const Graph& g, const Node& n, Backend b) {
     return make_ref<kernels::ref::Fill>(b, kernels::FillParams{n_of(g, n), n.attrs.f("value")});
   });
+  register_kernel("cast", make_cast_kernel);
   // Views need no kernel.
   register_kernel("reshape", [](const Graph&, const Node&, Backend) { return std::unique_ptr<kernels::Kernel>(); });
 }

@@ -16,15 +16,17 @@ void register_cpu_batchnorm_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   register_cpu_kernel("batch_norm", [](const Graph& g, const Node& n, Backend) -> KPtr {
     auto p = bn_params(g, n);
-    if (!all_f32(g, n) || !handled(p)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act || !handled(p)) return nullptr;
     const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
-    return blocked_checked(kernels::cpu::make_batch_norm(p, l), l != kernels::cpu::Layout::Plain, g, n);
+    return blocked_checked(kernels::cpu::make_batch_norm(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
   });
   register_cpu_kernel("batch_norm_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
     auto p = bn_params(g, n);
-    if (!all_f32(g, n) || !handled(p)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act || !handled(p)) return nullptr;
     const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
-    return blocked_checked(kernels::cpu::make_batch_norm_bwd(p, l), l != kernels::cpu::Layout::Plain, g, n);
+    return blocked_checked(kernels::cpu::make_batch_norm_bwd(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
   });
 }
 

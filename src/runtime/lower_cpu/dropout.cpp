@@ -14,12 +14,14 @@ kernels::DropoutParams dropout_params(const Graph& g, const Node& n) {
 void register_cpu_dropout_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   register_cpu_kernel("dropout", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_dropout(dropout_params(g, n));
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
+    return kernels::cpu::make_dropout(dropout_params(g, n), *act);
   });
   register_cpu_kernel("dropout_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_dropout_bwd(dropout_params(g, n));
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
+    return kernels::cpu::make_dropout_bwd(dropout_params(g, n), *act);
   });
 }
 

@@ -15,6 +15,7 @@ namespace {
 using kernels::cpu::Layout;
 
 std::atomic<bool> g_blocked{true};
+thread_local int t_plain_scopes = 0;
 
 // Activation operands (input and output positions) an op's fast kernel takes
 // in either layout; `same`: they must all share one.
@@ -41,13 +42,13 @@ const std::map<std::string, Rule>& rules() {
 }
 
 bool candidate(const Value& v) {
-  return v.dtype == DType::f32 && v.shape.size() == 4 && v.shape[1] % kernels::cpu::kChannelBlock == 0 &&
+  return (v.dtype == DType::f32 || v.dtype == DType::bf16) && v.shape.size() == 4 && v.shape[1] % kernels::cpu::kChannelBlock == 0 &&
          v.cls == VClass::Transient && !v.is_output;
 }
 
 // The node gets its fast kernel (the lowering files' own conditions).
 bool fast_node(const Graph& g, const Node& n) {
-  if (!all_f32(g, n)) return false;
+  if (!cpu_act(g, n)) return false;
   if (n.op == "batch_norm" || n.op == "batch_norm_bwd") {
     const Shape& x = g.value(n.inputs[0]).shape;
     const bool training = n.attrs.i("training", 1) != 0;
@@ -70,6 +71,9 @@ struct Sets {
 
 void set_cpu_blocked_layouts(bool on) { g_blocked = on; }
 
+PlainLayoutScope::PlainLayoutScope() { ++t_plain_scopes; }
+PlainLayoutScope::~PlainLayoutScope() { --t_plain_scopes; }
+
 std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel> k, bool any_blocked, const Graph& g,
                                                  const Node& n) {
   if (!k && any_blocked)
@@ -80,7 +84,7 @@ std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel
 std::vector<Layout> cpu_layouts(const Graph& g) {
   const size_t V = g.num_values();
   std::vector<Layout> out(V, Layout::Plain);
-  if (!g_blocked) return out;
+  if (!g_blocked || t_plain_scopes > 0) return out;
   Sets sets(V);
   std::vector<bool> ok(V);
   for (size_t v = 0; v < V; ++v) ok[v] = candidate(g.value(static_cast<ValueId>(v)));

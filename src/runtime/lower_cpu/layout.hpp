@@ -38,4 +38,14 @@ std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel
 // Takes effect for kernels made afterwards. Default true.
 void set_cpu_blocked_layouts(bool on);
 
+// While one exists, cpu_layouts() on this thread answers Plain for every
+// value: used when a fast f32 kernel is made for a converted copy of a
+// low-precision node (runtime/mixed.hpp), whose shadows are plain.
+struct PlainLayoutScope {
+  PlainLayoutScope();
+  ~PlainLayoutScope();
+  PlainLayoutScope(const PlainLayoutScope&) = delete;
+  PlainLayoutScope& operator=(const PlainLayoutScope&) = delete;
+};
+
 }  // namespace memfit

@@ -8,22 +8,25 @@ void register_cpu_linear_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   // x[..., K] is viewed as [M, K].
   register_cpu_kernel("linear", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const Shape& w = shape_of(g, n.inputs[1]);
-    return kernels::cpu::make_linear({numel(x) / x.back(), x.back(), w[0], n.inputs.size() == 3});
+    return kernels::cpu::make_linear({numel(x) / x.back(), x.back(), w[0], n.inputs.size() == 3}, *act);
   });
   register_cpu_kernel("linear_bwd_data", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
     const Shape& dy = shape_of(g, n.inputs[0]);
     const Shape& w = shape_of(g, n.inputs[1]);
-    return kernels::cpu::make_linear_bwd_data({numel(dy) / dy.back(), w[1], w[0], false});
+    return kernels::cpu::make_linear_bwd_data({numel(dy) / dy.back(), w[1], w[0], false}, *act);
   });
   register_cpu_kernel("linear_bwd_weight", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const Shape& dy = shape_of(g, n.inputs[1]);
-    return kernels::cpu::make_linear_bwd_weight({numel(x) / x.back(), x.back(), dy.back(), n.attrs.i("bias", 0) != 0});
+    return kernels::cpu::make_linear_bwd_weight({numel(x) / x.back(), x.back(), dy.back(), n.attrs.i("bias", 0) != 0}, *act);
   });
   register_cpu_kernel("matmul", [](const Graph& g, const Node& n, Backend) -> KPtr {
     if (!all_f32(g, n)) return nullptr;

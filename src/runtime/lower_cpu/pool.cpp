@@ -11,13 +11,15 @@ namespace {
 // decision from the same facts: the forward node and every reader of its
 // index output compute in f32, and (inside kernels/cpu) oneDNN handles the
 // shapes, which the two nodes share.
-bool max_pool_on_cpu(const Graph& g, const Node& fwd) {
-  if (!all_f32(g, fwd)) return false;
+// Returns the activation type both use, or nullopt.
+std::optional<kernels::ElemType> max_pool_on_cpu(const Graph& g, const Node& fwd) {
+  const auto act = cpu_act(g, fwd);
+  if (!act) return std::nullopt;
   const ValueId idx = fwd.outputs[1];
   for (const Node& m : g.nodes())
     for (ValueId v : m.inputs)
-      if (v == idx && !all_f32(g, m)) return false;
-  return true;
+      if (v == idx && cpu_act(g, m) != act) return std::nullopt;
+  return act;
 }
 
 }  // namespace
@@ -25,35 +27,41 @@ bool max_pool_on_cpu(const Graph& g, const Node& fwd) {
 void register_cpu_pool_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   register_cpu_kernel("max_pool2d", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!max_pool_on_cpu(g, n)) return nullptr;
-    return kernels::cpu::make_max_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
+    const auto act = max_pool_on_cpu(g, n);
+    if (!act) return nullptr;
+    return kernels::cpu::make_max_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])), *act);
   });
   // in: dy, idx (output 1 of the forward node)
   register_cpu_kernel("max_pool2d_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
     const NodeId fwd = g.value(n.inputs[1]).producer;
-    if (fwd < 0 || !max_pool_on_cpu(g, g.node(fwd))) return nullptr;
-    return kernels::cpu::make_max_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
+    const auto act = fwd < 0 ? std::nullopt : max_pool_on_cpu(g, g.node(fwd));
+    if (!act) return nullptr;
+    return kernels::cpu::make_max_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])), *act);
   });
   register_cpu_kernel("avg_pool2d", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_avg_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
+    return kernels::cpu::make_avg_pool2d(pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])), *act);
   });
   register_cpu_kernel("avg_pool2d_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
-    return kernels::cpu::make_avg_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
+    return kernels::cpu::make_avg_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])), *act);
   });
   register_cpu_kernel("global_avg_pool", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
-    return blocked_checked(kernels::cpu::make_global_avg_pool({x[0], x[1], x[2] * x[3]}, l),
+    return blocked_checked(kernels::cpu::make_global_avg_pool({x[0], x[1], x[2] * x[3]}, l, *act),
                            l != kernels::cpu::Layout::Plain, g, n);
   });
   register_cpu_kernel("global_avg_pool_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
-    if (!all_f32(g, n)) return nullptr;
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
     const Shape& x = n.attrs.ints("x_shape");
     const auto l = cpu_layouts(g)[static_cast<size_t>(n.outputs[0])];
-    return blocked_checked(kernels::cpu::make_global_avg_pool_bwd({x[0], x[1], x[2] * x[3]}, l),
+    return blocked_checked(kernels::cpu::make_global_avg_pool_bwd({x[0], x[1], x[2] * x[3]}, l, *act),
                            l != kernels::cpu::Layout::Plain, g, n);
   });
 }

@@ -1,0 +1,317 @@
+#include "data/idx_stream.hpp"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace memfit::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kCacheHint =
+    " (pass --cache-dir DIR or set MEMFIT_CACHE_DIR to a writable directory, or use --data-in memory)";
+
+std::string errno_text() { return std::strerror(errno); }
+
+uint32_t be32(const unsigned char* b) {
+  return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | uint32_t(b[3]);
+}
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// Reads exactly n bytes at offset; returns how many were read before the end
+// of the file. Throws (naming `path`) on an I/O error.
+size_t pread_full(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
+  auto* p = static_cast<unsigned char*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, p + got, n - got, off_t(offset + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(path + ": read error at byte " + std::to_string(offset + got) + ": " +
+                               errno_text());
+    }
+    if (r == 0) break;
+    got += size_t(r);
+  }
+  return got;
+}
+
+// Removes temp files of `final_path` that a crashed build left behind: ones
+// not modified for 10 minutes (a build in progress writes continuously).
+void remove_stale_temps(const fs::path& final_path) {
+  std::error_code ec;
+  const std::string prefix = final_path.filename().string() + ".tmp.";
+  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::minutes(10);
+  for (fs::directory_iterator it(final_path.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    std::error_code ec2;
+    const auto t = fs::last_write_time(it->path(), ec2);
+    if (!ec2 && t < cutoff) fs::remove(it->path(), ec2);
+  }
+}
+
+}  // namespace
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("MEMFIT_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return (fs::path(x) / "memfit").string();
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h && *h) {
+    home = h;
+  } else {
+    struct passwd pw, *res = nullptr;
+    char buf[4096];
+    if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &res) == 0 && res && res->pw_dir && *res->pw_dir)
+      home = res->pw_dir;
+  }
+  if (!home.empty()) return (fs::path(home) / ".cache" / "memfit").string();
+  std::error_code ec;
+  fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  return (tmp / ("memfit-cache-" + std::to_string(getuid()))).string();
+}
+
+std::string idx_cache_path(const std::string& source, const std::string& cache_dir) {
+  struct stat st;
+  if (::stat(source.c_str(), &st) != 0) throw std::runtime_error(source + ": cannot stat: " + errno_text());
+  if (!is_gzip_file(source)) return source;  // a raw IDX file is streamed as it is
+  std::error_code ec;
+  fs::path abs = fs::weakly_canonical(fs::absolute(source), ec);
+  if (ec) abs = fs::absolute(source);
+  const std::string key = abs.string();
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const uint64_t size = uint64_t(st.st_size);
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = fnv1a(h, "memfit idx cache v1", 19);
+  h = fnv1a(h, key.data(), key.size() + 1);
+  h = fnv1a(h, &size, sizeof size);
+  h = fnv1a(h, &mtime_ns, sizeof mtime_ns);
+  std::string name = fs::path(source).filename().string();
+  if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) name.resize(name.size() - 3);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  const std::string dir = cache_dir.empty() ? default_cache_dir() : cache_dir;
+  return (fs::path(dir) / (name + "-" + hex + ".idx")).string();
+}
+
+StreamedIdxDataset StreamedIdxDataset::open(const std::string& dir, const std::string& split,
+                                            const IdxOptions& opt, const StreamOptions& so) {
+  const std::string images = find_idx_file(dir, split, "images-idx3");
+  const std::string labels = find_idx_file(dir, split, "labels-idx1");
+  return open_files(images, labels, opt, so);
+}
+
+StreamedIdxDataset StreamedIdxDataset::open_files(const std::string& images_path,
+                                                  const std::string& labels_path,
+                                                  const IdxOptions& opt, const StreamOptions& so) {
+  opt.normalize.validate();
+  if (opt.num_classes <= 0 || opt.num_classes > 256)
+    throw std::invalid_argument("StreamedIdxDataset: num_classes must be in [1, 256], got " +
+                                std::to_string(opt.num_classes));
+  const IdxImages header = read_idx_images_header(images_path);
+  StreamedIdxDataset d;
+  d.labels_ = read_idx_labels(labels_path);
+  if (header.count != d.labels_.size())
+    throw std::runtime_error(images_path + " holds " + std::to_string(header.count) + " images but " +
+                             labels_path + " holds " + std::to_string(d.labels_.size()) +
+                             " labels: mismatched files");
+  check_idx_labels(d.labels_, opt.num_classes, labels_path);
+  d.images_path_ = images_path;
+  d.rows_ = header.rows;
+  d.cols_ = header.cols;
+  d.num_classes_ = opt.num_classes;
+  idx_lut(opt.normalize, d.lut_);
+  d.raw_source_ = !is_gzip_file(images_path);
+  d.cache_path_ = idx_cache_path(images_path, so.cache_dir);
+  if (so.prepare) d.prepare();
+  return d;
+}
+
+StreamedIdxDataset::StreamedIdxDataset(StreamedIdxDataset&& o) noexcept
+    : images_path_(std::move(o.images_path_)), cache_path_(std::move(o.cache_path_)),
+      raw_source_(o.raw_source_), rows_(o.rows_), cols_(o.cols_), num_classes_(o.num_classes_),
+      labels_(std::move(o.labels_)), fd_(std::exchange(o.fd_, -1)) {
+  std::memcpy(lut_, o.lut_, sizeof lut_);
+}
+
+StreamedIdxDataset::~StreamedIdxDataset() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+namespace {
+
+// Why the open IDX file `fd` is not the raw form of `count` images of
+// rows x cols ("" when it is).
+std::string check_raw_idx(int fd, const std::string& path, uint64_t count, uint32_t rows, uint32_t cols) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return "cannot stat: " + errno_text();
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < 16) return "it is " + std::to_string(size) + " bytes, shorter than an IDX header";
+  unsigned char h[16];
+  if (pread_full(fd, h, 16, 0, path) != 16) return "it ends inside its IDX header";
+  const uint32_t magic = be32(h), n = be32(h + 4), r = be32(h + 8), c = be32(h + 12);
+  char m[16];
+  std::snprintf(m, sizeof m, "0x%08x", magic);
+  if (magic != 0x00000803u) return std::string("bad magic ") + m + " (expected 0x00000803, IDX unsigned-byte images)";
+  if (n != count || r != rows || c != cols)
+    return "its header declares " + std::to_string(n) + " images of " + std::to_string(r) + "x" +
+           std::to_string(c) + ", the source " + std::to_string(count) + " of " + std::to_string(rows) +
+           "x" + std::to_string(cols);
+  const uint64_t want = 16 + count * rows * cols;
+  if (size != want)
+    return "it is " + std::to_string(size) + " bytes but its header declares " + std::to_string(want) +
+           " (truncated or corrupt)";
+  return "";
+}
+
+}  // namespace
+
+CacheStatus StreamedIdxDataset::prepare() {
+  CacheStatus st;
+  st.path = cache_path_;
+  if (fd_ >= 0) {
+    st.action = raw_source_ ? CacheStatus::Raw : CacheStatus::Reused;
+    return st;
+  }
+  const uint64_t count = labels_.size();
+  if (raw_source_) {
+    const int fd = ::open(images_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(images_path_ + ": cannot open: " + errno_text());
+    const std::string why = check_raw_idx(fd, images_path_, count, rows_, cols_);
+    if (!why.empty()) {
+      ::close(fd);
+      throw std::runtime_error(images_path_ + ": " + why);
+    }
+    fd_ = fd;
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+    st.action = CacheStatus::Raw;
+    return st;
+  }
+
+  // Reuse a cache that checks out.
+  int fd = ::open(cache_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    st.reason = check_raw_idx(fd, cache_path_, count, rows_, cols_);
+    if (st.reason.empty()) {
+      fd_ = fd;
+      ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+      st.action = CacheStatus::Reused;
+      return st;
+    }
+    ::close(fd);
+    st.action = CacheStatus::Rebuilt;
+  } else if (errno == ENOENT) {
+    st.action = CacheStatus::Built;
+  } else {
+    st.reason = "cannot open it: " + errno_text();
+    st.action = CacheStatus::Rebuilt;
+  }
+
+  // Build: decompress into a temp file next to the cache, fsync, rename.
+  const fs::path final_path(cache_path_);
+  const fs::path dir = final_path.parent_path();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec))
+    throw std::runtime_error("cannot create the dataset cache directory " + dir.string() + ": " +
+                             (ec ? ec.message() : std::string("not a directory")) + kCacheHint);
+  remove_stale_temps(final_path);
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = cache_path_ + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(counter.fetch_add(1));
+  int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0)
+    throw std::runtime_error("cannot write the dataset cache in " + dir.string() + " (" + tmp + "): " +
+                             errno_text() + kCacheHint);
+  try {
+    const IdxImages h = copy_idx_images(images_path_, out, tmp);
+    if (h.count != count || h.rows != rows_ || h.cols != cols_)
+      throw std::runtime_error(images_path_ + ": changed while memfit was reading it; run again");
+    if (::fsync(out) != 0) throw std::runtime_error(tmp + ": fsync failed: " + errno_text());
+    const int rc = ::close(out);
+    out = -1;
+    if (rc != 0) throw std::runtime_error(tmp + ": cannot write: " + errno_text());
+    if (::rename(tmp.c_str(), cache_path_.c_str()) != 0)
+      throw std::runtime_error("cannot rename " + tmp + " to " + cache_path_ + ": " + errno_text());
+  } catch (...) {
+    if (out >= 0) ::close(out);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  // Make the rename itself durable.
+  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    ::fsync(d);
+    ::close(d);
+  }
+  fd = ::open(cache_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(cache_path_ + ": cannot open the dataset cache just written: " + errno_text());
+  const std::string why = check_raw_idx(fd, cache_path_, count, rows_, cols_);
+  if (!why.empty()) {
+    ::close(fd);
+    throw std::runtime_error(cache_path_ + ": the dataset cache just written is corrupt: " + why +
+                             "; delete it and check the disk");
+  }
+  fd_ = fd;
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+  return st;
+}
+
+void StreamedIdxDataset::get(size_t i, float* out_chw, int32_t* label) const {
+  if (i >= labels_.size())
+    throw std::out_of_range("StreamedIdxDataset: index " + std::to_string(i) + " >= size " +
+                            std::to_string(labels_.size()));
+  if (fd_ < 0) throw std::logic_error("StreamedIdxDataset::get before prepare(): " + cache_path_);
+  const size_t n = size_t(rows_) * cols_;
+  const uint64_t offset = 16 + uint64_t(i) * n;
+  unsigned char buf[kChunk];
+  for (size_t done = 0; done < n;) {
+    const size_t want = std::min(kChunk, n - done);
+    const size_t got = pread_full(fd_, buf, want, offset + done, cache_path_);
+    if (got != want)
+      throw std::runtime_error(cache_path_ + ": short read of sample " + std::to_string(i) + " (" +
+                               std::to_string(done + got) + " of " + std::to_string(n) + " bytes at offset " +
+                               std::to_string(offset) + "): the file was truncated or replaced while in use; "
+                               "delete it and run again");
+    float* out = out_chw + done;
+    for (size_t k = 0; k < want; ++k) out[k] = lut_[buf[k]];
+    done += want;
+  }
+  *label = int32_t(labels_[i]);
+}
+
+size_t StreamedIdxDataset::resident_bytes() const {
+  return labels_.capacity() + sizeof(lut_) + images_path_.capacity() + cache_path_.capacity();
+}
+
+size_t StreamedIdxDataset::transient_bytes() const {
+  return std::min(kChunk, size_t(rows_) * cols_);
+}
+
+size_t StreamedIdxDataset::in_memory_resident_bytes() const {
+  return labels_.size() * size_t(rows_) * cols_ + labels_.size() + sizeof(lut_);
+}
+
+}  // namespace memfit::data
