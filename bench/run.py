@@ -182,8 +182,9 @@ def main():
         f"({peak['isa']}). Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
         f"{peak['peak_fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 {peak['peak_bf16_flops'] / 1e9:.0f} GFLOP/s.",
         f"Median of {a.reps} repetitions, each a fresh pair of processes whose timed steps alternate one by one; "
-        "SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data. PyTorch bf16 is autocast; memfit has no bf16 "
-        f"kernels yet. PyTorch's fp32 linear layers run on the BLAS it was built with (BLAS_INFO="
+        "SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data. PyTorch bf16 is autocast; memfit bf16 stores "
+        "activations in bf16 with fp32 master weights (its convolutions run in bf16 or as f32 between conversions, "
+        f"whichever this CPU runs faster: {peak.get('bf16_convs', '?')}). PyTorch's fp32 linear layers run on the BLAS it was built with (BLAS_INFO="
         f"{torch_info.get('blas')}), its convolutions on oneDNN.",
         "",
         "| case | memfit img/s | PyTorch img/s | speed ratio | memfit step | PyTorch step "

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/conv.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
@@ -97,8 +98,9 @@ int peak(int threads) {
   const double f32 = matmul_flops(dnnl::memory::data_type::f32, 3072, 4);
   const double bf16 = matmul_flops(dnnl::memory::data_type::bf16, 3072, 4);
   std::printf("{\"threads\": %d, \"peak_fp32_flops\": %.6g, \"peak_bf16_flops\": %.6g, \"onednn\": \"%d.%d.%d\", "
-              "\"isa\": \"%s\"}\n",
-              omp_get_max_threads(), f32, bf16, v->major, v->minor, v->patch, isa_name(dnnl::get_effective_cpu_isa()));
+              "\"isa\": \"%s\", \"bf16_convs\": \"%s\"}\n",
+              omp_get_max_threads(), f32, bf16, v->major, v->minor, v->patch, isa_name(dnnl::get_effective_cpu_isa()),
+              kernels::cpu::bf16_convs_native() ? "native bf16" : "f32 between conversions");
   return 0;
 }
 
@@ -134,12 +136,8 @@ int main(int argc, char** argv) {
   }
   if (do_peak) return peak(threads);
   if (spec.batch <= 0 || steps <= 0 || warmup < 0) return usage("--batch and --steps must be positive");
-  if (precision != "fp32") {
-    // bf16 needs the engine's mixed-precision path, which does not exist yet.
-    std::printf("{\"model\": \"%s\", \"batch\": %lld, \"precision\": \"%s\", \"supported\": false}\n",
-                spec.model.c_str(), static_cast<long long>(spec.batch), precision.c_str());
-    return 0;
-  }
+  if (precision == "bf16") spec.precision = DType::bf16;
+  else if (precision != "fp32") return usage("--precision expects fp32 or bf16");
   if (threads > 0) omp_set_num_threads(threads);
   spec.optimizer.kind = "sgd";
   spec.optimizer.momentum = 0.9;
@@ -202,10 +200,11 @@ int main(int argc, char** argv) {
   std::vector<double> sorted = t;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
-  std::printf("{\"model\": \"%s\", \"batch\": %lld, \"precision\": \"fp32\", \"supported\": true, \"threads\": %d, "
+  std::printf("{\"model\": \"%s\", \"batch\": %lld, \"precision\": \"%s\", \"supported\": true, \"threads\": %d, "
               "\"steps\": %d, \"median_step_s\": %.6f, \"images_per_s\": %.3f, \"step_flops\": %.6g, "
               "\"peak_rss_bytes\": %zu, \"arena_bytes\": %zu, \"loss\": %.6g, \"step_s\": [",
-              spec.model.c_str(), static_cast<long long>(spec.batch), omp_get_max_threads(), steps, median,
+              spec.model.c_str(), static_cast<long long>(spec.batch), precision.c_str(), omp_get_max_threads(), steps,
+              median,
               static_cast<double>(spec.batch) / median, step_flops(sg->g), train::peak_rss(), ex.arena_bytes(),
               static_cast<double>(loss));
   for (size_t i = 0; i < t.size(); ++i) std::printf("%s%.6f", i ? ", " : "", t[i]);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kernels/cpu/conv.hpp"
 #include "memfit/op_registry.hpp"
 
 namespace memfit::train {
@@ -10,8 +11,12 @@ namespace memfit::train {
 std::string FitCandidate::describe() const {
   const char* data = data_in == "disk" ? ", dataset streamed from disk" : data_in == "memory" ? ", dataset in memory" : "";
   char buf[240];
-  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld, recompute %s%s: %.1f MiB, ~%.2f s/step",
-                static_cast<long long>(micro), static_cast<long long>(accumulate), recompute.c_str(), data,
+  const char* prec = precision == DType::bf16 ? ", bf16"
+                     : precision == DType::f16 ? ", fp16"
+                     : saved == DType::bf16    ? ", fp32 with bf16 saved activations"
+                                               : ", fp32";
+  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s: %.1f MiB, ~%.2f s/step",
+                static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(), data,
                 static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
   return buf;
 }
@@ -28,17 +33,27 @@ FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, si
   return search_fit(base, batch, std::vector<FitData>{{"", fixed_bytes, 0.0}}, budget, cfg);
 }
 
+std::vector<FitPrecision> default_fit_precisions() {
+  const bool native = kernels::cpu::bf16_convs_native();
+  return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, native ? 0.6 : 1.05}, {DType::f32, DType::bf16, 1.03}};
+}
+
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
-                     const ExecConfig& cfg) {
+                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions_in) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
+  const std::vector<FitPrecision> precisions =
+      precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
+    for (const FitPrecision& fp : precisions)
     for (const char* rc : {"none", "cheap", "segments"}) {
       StepSpec s = base;
       s.batch = batch / k;
       s.accumulation = k;
       s.recompute = rc;
+      s.precision = fp.precision;
+      s.saved = fp.saved;
       auto sg = build_step_graph(s);
       ExecConfig c = cfg;
       c.defer_allocation = true;
@@ -46,12 +61,14 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       double flops = 0;
       for (const Node& n : sg->g.nodes())
         if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
-      const double seconds = predict_step_seconds(flops, s.batch, k, sg->g.num_nodes());
+      const double seconds = fp.time_factor * predict_step_seconds(flops, s.batch, k, sg->g.num_nodes());
       for (const FitData& d : data) {
         FitCandidate cand;
         cand.micro = s.batch;
         cand.accumulate = k;
         cand.recompute = rc;
+        cand.precision = fp.precision;
+        cand.saved = fp.saved;
         cand.data_in = data.size() > 1 ? d.data_in : "";
         cand.total_bytes = d.fixed_bytes + ex.plan().total_bytes();
         cand.step_flops = flops * static_cast<double>(k);

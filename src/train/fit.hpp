@@ -16,6 +16,8 @@ struct FitCandidate {
   int64_t micro = 0, accumulate = 1;
   std::string recompute = "none";
   std::string data_in;           // "memory" | "disk" when residency was searched, else ""
+  DType precision = DType::f32;  // activations (StepSpec::precision)
+  DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)
   size_t total_bytes = 0;        // predicted peak of the whole process
   double step_flops = 0;         // per optimizer step, recomputation included
   double predicted_seconds = 0;  // cost model, per optimizer step
@@ -47,12 +49,29 @@ struct FitData {
 // never for the same plan.
 inline constexpr double kStreamSecondsPerSample = 1e-6;
 
+// One activation storage choice, a dimension of the search, with its step
+// time relative to fp32 (the cost model's factor).
+struct FitPrecision {
+  DType precision = DType::f32;
+  DType saved = DType::f32;
+  double time_factor = 1.0;
+};
+
+// The choices the search tries when the user did not fix the precision:
+// fp32; bf16 (faster than fp32 where this CPU's bf16 convolutions are, else
+// ~5% slower: conversions around f32 convolutions, measured on ResNet-18);
+// fp32 with bf16 saved activations (~3% for the casts). fp16 is never chosen
+// on its own: this CPU has no faster fp16 arithmetic and it needs loss
+// scaling. Ties go to the earlier entry.
+std::vector<FitPrecision> default_fit_precisions();
+
 // base: the run's step spec (its batch is the effective batch).
 // data: the ways to hold the data, in order of preference (first wins a tie).
 // Every plan is tried with every entry; FitCandidate::data_in names the one
 // used when there is more than one.
+// precisions: the storage choices to try; empty = base's own.
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
-                     const ExecConfig& cfg);
+                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions = {});
 // fixed_bytes: what does not depend on the plan (baseline, data pipeline).
 FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, size_t budget, const ExecConfig& cfg);
 

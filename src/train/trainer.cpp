@@ -1,5 +1,7 @@
 #include "train/trainer.hpp"
 
+#include <malloc.h>
+
 #include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <sstream>
 
 #include "data/dataset.hpp"
+#include "kernels/cpu/engine.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "data/idx.hpp"
 #include "data/idx_stream.hpp"
@@ -307,6 +310,10 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   // (Not with guard bytes: evaluation would overwrite training's guards.)
   const bool eval_shares = !o.plan.guard_bytes && eval_transient <= ex.plan().arena_bytes[0];
   start_threads();
+  // Hand back what an earlier attempt (a fit search, a re-plan) freed, so the
+  // baseline measures this plan's process and not the previous one's heap.
+  kernels::cpu::drop_primitive_cache();
+  ::malloc_trim(0);
   const size_t rss_kernels = current_rss();
 
   MemoryInputs mi;
@@ -399,11 +406,13 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     base.batch = o.batch;
     ExecConfig fcfg = cfg;
     if (fit_data.empty()) fit_data = {{"", fixed, 0.0}};
-    FitResult fr = search_fit(base, o.batch, fit_data, budget.bytes - budget.bytes / 50, fcfg);
+    const std::vector<FitPrecision> precisions =
+        o.precision_set || o.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions();
+    FitResult fr = search_fit(base, o.batch, fit_data, budget.bytes - budget.bytes / 50, fcfg, precisions);
     if (fr.fitting.empty()) {
       std::ostringstream m;
       m << "predicted peak " << format_bytes(rep.total) << " is over the budget of " << format_bytes(budget.bytes) << " ("
-        << budget.source << "), and no micro-batch, accumulation or recomputation"
+        << budget.source << "), and no micro-batch, accumulation, precision or recomputation"
         << (fit_data.size() > 1 ? " (with the dataset in memory or streamed from disk)" : "")
         << " fits either; the smallest plan ("
         << fr.smallest.describe() << ") needs " << format_bytes(fr.smallest.total_bytes)
@@ -417,6 +426,8 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     TrainOptions next = o;
     next.accumulate = fr.fitting[0].accumulate;
     next.recompute = fr.fitting[0].recompute;
+    next.precision = fr.fitting[0].precision;
+    next.saved_activations = fr.fitting[0].saved;
     if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
     next.auto_fit = false;
     if (o.plan_only) next.auto_fit = false;

@@ -12,4 +12,10 @@ dnnl::stream& stream() {
   return s;
 }
 
+void drop_primitive_cache() {
+  const int cap = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(0);
+  dnnl::set_primitive_cache_capacity(cap);
+}
+
 }  // namespace memfit::kernels::cpu

@@ -8,4 +8,9 @@ namespace memfit::kernels::cpu {
 dnnl::engine& engine();
 dnnl::stream& stream();
 
+// Drops oneDNN's cache of created primitives (their JIT code): a fit search
+// creates primitives for many plans that will not run, and their code would
+// otherwise stay in the process's memory. Kernels keep their own primitives.
+void drop_primitive_cache();
+
 }  // namespace memfit::kernels::cpu
