@@ -63,3 +63,18 @@ TEST(Fit, OutOfMemoryMidRunContinuesFromTheLastStep) {
   const double a = json_field(plain.out, "final_train_loss"), b = json_field(r.out, "final_train_loss");
   EXPECT_NEAR(a, b, 1e-3 * std::abs(a)) << plain.out << "\n---\n" << r.out;
 }
+
+// Precision is a dimension of the search unless --precision fixes it: then
+// every candidate keeps the given type.
+TEST(Fit, GivenPrecisionIsKept) {
+  for (const char* p : {"fp32", "bf16"}) {
+    RunResult r = run_memfit(std::string("plan --model resnet18 --batch 256 --optimizer adam --memory 300MiB --precision ") +
+                             p + " --threads 2");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const size_t at = r.out.find("chosen:");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(line.find(std::string(", ") + p + ","), std::string::npos) << line;
+    EXPECT_NE(r.out.find(std::string("cpu ") + p), std::string::npos) << r.out;
+  }
+}

@@ -22,17 +22,19 @@
 // node is a recomputation. Eval: normalises with the running statistics and
 // copies them to mean/var.
 //
-// bf16 activations (act = BF16): x, y, dy, dx are bf16, read exactly into
-// f32 lanes and each output rounded once (kernels/cpu/bf16_simd.hpp); the
-// statistics, gamma/beta and their gradients stay f32, and the arithmetic is
-// the f32 kernel's: f32 sums along a row (plain) or over kRow positions
-// (blocked), double across them, the same two-pass variance and the same
-// double coefficients. Written with AVX-512 intrinsics, a row's tail by
-// masked loads and stores.
+// One kernel template serves both activation storage types (act = F32 or
+// BF16: x, y, dy, dx; kernels/cpu/bf16_simd.hpp's loads and stores, bf16
+// read exactly into f32 lanes and each output rounded once); the statistics,
+// gamma/beta and their gradients are f32 for both, and so is the arithmetic:
+// f32 sums along a row (plain) or over kRow positions (blocked), double
+// across them, the same two-pass variance and the same double coefficients.
+// Only a plain row's f32 sum differs by storage type, in its order (see
+// "Plain rows" below).
 #include "kernels/cpu/batchnorm.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cpu/bf16_simd.hpp"
 #include "kernels/cpu/layout.hpp"
@@ -41,576 +43,358 @@
 namespace memfit::kernels::cpu {
 namespace {
 
+using simd::V;
+
 constexpr int64_t B16 = kChannelBlock;
 constexpr int64_t kRow = 64;  // blocked: positions summed in f32 before a flush to double
 
-// Per-channel sums of f(x, ...) over the N rows of HW values.
-template <class F>
-double channel_sum(int64_t N, int64_t stride, int64_t HW, F&& row_sum) {
-  double s = 0.0;
-  for (int64_t b = 0; b < N; ++b) s += static_cast<double>(row_sum(b * stride, HW));
-  return s;
-}
+// ---- Per channel, shared by both layouts and storage types ----
 
-// Blocked: for each of the N tiles of channel block cb, calls
-// tile(offset of the tile's first element); tiles are HW x 16 floats.
-template <class F>
-void for_tiles(int64_t N, int64_t CB, int64_t HW, int64_t cb, F&& tile) {
-  for (int64_t n = 0; n < N; ++n) tile(((n * CB + cb) * HW) * B16);
-}
-
-// Blocked: s[j] += sum over the block's positions of term(i, j), i the
-// element offset, j the lane; f32 within kRow positions, double across.
-template <class T>
-void block_sum(int64_t N, int64_t CB, int64_t HW, int64_t cb, double* s, T&& term) {
-  for_tiles(N, CB, HW, cb, [&](int64_t o) {
-    for (int64_t h0 = 0; h0 < HW; h0 += kRow) {
-      const int64_t h1 = std::min(HW, h0 + kRow);
-      float acc[B16] = {};
-      for (int64_t h = h0; h < h1; ++h) {
-#pragma omp simd
-        for (int64_t j = 0; j < B16; ++j) acc[j] += term(o + h * B16 + j, j);
-      }
-      for (int64_t j = 0; j < B16; ++j) s[j] += static_cast<double>(acc[j]);
-    }
-  });
-}
-
-// in: x, gamma, beta, running_mean, running_var  out: y, mean, var
-class BatchNormFwd final : public Kernel {
- public:
-  BatchNormFwd(const BatchNormParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override { return blocked_ ? "cpu.batch_norm.blk16" : "cpu.batch_norm"; }
-  void run(const StepContext&) override {
-    if (blocked_) return run_blocked();
-    const float* x = in<float>(0);
-    const float* gamma = in<float>(1);
-    const float* beta = in<float>(2);
-    float* rm = in<float>(3);
-    float* rv = in<float>(4);
-    float* y = out<float>(0);
-    float* mean_out = out<float>(1);
-    float* var_out = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, stride = C * HW;
-    const double n = static_cast<double>(N * HW), m = p_.momentum, eps = p_.eps;
-    const bool training = p_.training, update = p_.update_stats;
-    parallel_for(C, N * C * HW, [&](int64_t c) {
-      const float* xc = x + c * HW;
-      float* yc = y + c * HW;
-      double mean, var;
-      if (training) {
-        mean = channel_sum(N, stride, HW, [&](int64_t o, int64_t len) {
-                 const float* r = xc + o;
-                 float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-                 for (int64_t i = 0; i < len; ++i) s += r[i];
-                 return s;
-               }) / n;
-        const float mf = static_cast<float>(mean);
-        // Deviations from the f32 mean, corrected to the exact one:
-        // sum (x - m)^2 = sum (x - mf)^2 - n (m - mf)^2.
-        const double ss = channel_sum(N, stride, HW, [&](int64_t o, int64_t len) {
-          const float* r = xc + o;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < len; ++i) s += (r[i] - mf) * (r[i] - mf);
-          return s;
-        });
-        const double dev = mean - static_cast<double>(mf);
-        var = std::max(0.0, ss / n - dev * dev);
-        if (update) {
-          rm[c] = static_cast<float>((1.0 - m) * static_cast<double>(rm[c]) + m * mean);
-          rv[c] = static_cast<float>((1.0 - m) * static_cast<double>(rv[c]) + m * var * n / (n - 1.0));
-        }
-      } else {
-        mean = static_cast<double>(rm[c]);
-        var = static_cast<double>(rv[c]);
-      }
-      mean_out[c] = static_cast<float>(mean);
-      var_out[c] = static_cast<float>(var);
-      const float mf = static_cast<float>(mean);
-      const float a = static_cast<float>(static_cast<double>(gamma[c]) / std::sqrt(var + eps));
-      const float b = beta[c];
-      for (int64_t r = 0; r < N; ++r) {
-        const float* xr = xc + r * stride;
-        float* yr = yc + r * stride;
-#pragma omp simd
-        for (int64_t i = 0; i < HW; ++i) yr[i] = (xr[i] - mf) * a + b;
-      }
-    });
-  }
-
- private:
-  // Sixteen channels at a time, the same arithmetic per lane.
-  void run_blocked() {
-    const float* x = in<float>(0);
-    const float* gamma = in<float>(1);
-    const float* beta = in<float>(2);
-    float* rm = in<float>(3);
-    float* rv = in<float>(4);
-    float* y = out<float>(0);
-    float* mean_out = out<float>(1);
-    float* var_out = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, CB = C / B16;
-    const double n = static_cast<double>(N * HW), m = p_.momentum, eps = p_.eps;
-    const bool training = p_.training, update = p_.update_stats;
-    parallel_for(CB, N * C * HW, [&](int64_t cb) {
-      const int64_t c0 = cb * B16;
-      double mean[B16], var[B16];
-      float mf[B16], a[B16], b[B16];
-      if (training) {
-        double s[B16] = {};
-        block_sum(N, CB, HW, cb, s, [&](int64_t i, int64_t) { return x[i]; });
-        for (int64_t j = 0; j < B16; ++j) {
-          mean[j] = s[j] / n;
-          mf[j] = static_cast<float>(mean[j]);
-          s[j] = 0.0;
-        }
-        block_sum(N, CB, HW, cb, s, [&](int64_t i, int64_t j) { return (x[i] - mf[j]) * (x[i] - mf[j]); });
-        for (int64_t j = 0; j < B16; ++j) {
-          const double dev = mean[j] - static_cast<double>(mf[j]);
-          var[j] = std::max(0.0, s[j] / n - dev * dev);
-          if (update) {
-            rm[c0 + j] = static_cast<float>((1.0 - m) * static_cast<double>(rm[c0 + j]) + m * mean[j]);
-            rv[c0 + j] = static_cast<float>((1.0 - m) * static_cast<double>(rv[c0 + j]) + m * var[j] * n / (n - 1.0));
-          }
-        }
-      } else {
-        for (int64_t j = 0; j < B16; ++j) {
-          mean[j] = static_cast<double>(rm[c0 + j]);
-          var[j] = static_cast<double>(rv[c0 + j]);
-        }
-      }
-      for (int64_t j = 0; j < B16; ++j) {
-        mean_out[c0 + j] = static_cast<float>(mean[j]);
-        var_out[c0 + j] = static_cast<float>(var[j]);
-        mf[j] = static_cast<float>(mean[j]);
-        a[j] = static_cast<float>(static_cast<double>(gamma[c0 + j]) / std::sqrt(var[j] + eps));
-        b[j] = beta[c0 + j];
-      }
-      for_tiles(N, CB, HW, cb, [&](int64_t o) {
-        const float* xt = x + o;
-        float* yt = y + o;
-        for (int64_t h = 0; h < HW; ++h) {
-#pragma omp simd
-          for (int64_t j = 0; j < B16; ++j) yt[h * B16 + j] = (xt[h * B16 + j] - mf[j]) * a[j] + b[j];
-        }
-      });
-    });
-  }
-
-  BatchNormParams p_;
-  bool blocked_;
+// y = (x - mf) a + b.
+struct Affine {
+  float mf, a, b;
 };
 
-// in: x, dy, gamma, mean, var  out: dx, dgamma, dbeta
+// One channel's statistics and normalisation. Training: mean (= sum x / n)
+// and the biased variance from ss = sum (x - mf)^2, the deviations from the
+// f32 mean mf, corrected to the exact one: sum (x - m)^2 = sum (x - mf)^2 -
+// n (m - mf)^2; the running statistics are updated unless the node is a
+// recomputation. Eval: the running statistics. Writes mean_out/var_out.
+Affine normalisation(const BatchNormParams& p, double n, double mean, double ss, float gamma, float beta, float& rm,
+                     float& rv, float& mean_out, float& var_out) {
+  double var;
+  if (p.training) {
+    const double dev = mean - static_cast<double>(static_cast<float>(mean));
+    var = std::max(0.0, ss / n - dev * dev);
+    if (p.update_stats) {
+      const double m = p.momentum;
+      rm = static_cast<float>((1.0 - m) * static_cast<double>(rm) + m * mean);
+      rv = static_cast<float>((1.0 - m) * static_cast<double>(rv) + m * var * n / (n - 1.0));
+    }
+  } else {
+    mean = static_cast<double>(rm);
+    var = static_cast<double>(rv);
+  }
+  mean_out = static_cast<float>(mean);
+  var_out = static_cast<float>(var);
+  return {static_cast<float>(mean), static_cast<float>(static_cast<double>(gamma) / std::sqrt(var + p.eps)), beta};
+}
+
+// dx = a dy + (b (x - mean) + k).
+struct InputGrad {
+  float a, b, k;
+};
+
+// One channel's gradients from sdy = sum dy and sdyx = sum dy (x - mean).
 // With xhat = (x - mean) istd, istd = 1/sqrt(var + eps):
 //   dbeta = sum dy, dgamma = sum dy xhat,
 //   training: dx = gamma istd (dy - dbeta/n - xhat dgamma/n)
 //   eval:     dx = gamma istd dy.
-class BatchNormBwd final : public Kernel {
- public:
-  BatchNormBwd(const BatchNormParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override { return blocked_ ? "cpu.batch_norm_bwd.blk16" : "cpu.batch_norm_bwd"; }
-  void run(const StepContext&) override {
-    if (blocked_) return run_blocked();
-    const float* x = in<float>(0);
-    const float* dy = in<float>(1);
-    const float* gamma = in<float>(2);
-    const float* mean_in = in<float>(3);
-    const float* var_in = in<float>(4);
-    float* dx = out<float>(0);
-    float* dgamma = out<float>(1);
-    float* dbeta = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, stride = C * HW;
-    const double n = static_cast<double>(N * HW), eps = p_.eps;
-    const bool training = p_.training;
-    parallel_for(C, N * C * HW, [&](int64_t c) {
-      const float* xc = x + c * HW;
-      const float* dyc = dy + c * HW;
-      float* dxc = dx + c * HW;
-      const float mf = mean_in[c];
-      const double istd = 1.0 / std::sqrt(static_cast<double>(var_in[c]) + eps);
-      double sdy = 0.0, sdyx = 0.0;
-      for (int64_t r = 0; r < N; ++r) {
-        const float* xr = xc + r * stride;
-        const float* gr = dyc + r * stride;
-        float s1 = 0.0f, s2 = 0.0f;
-#pragma omp simd reduction(+ : s1, s2)
-        for (int64_t i = 0; i < HW; ++i) {
-          s1 += gr[i];
-          s2 += gr[i] * (xr[i] - mf);
-        }
-        sdy += static_cast<double>(s1);
-        sdyx += static_cast<double>(s2);
-      }
-      sdyx *= istd;  // sum dy xhat
-      dbeta[c] = static_cast<float>(sdy);
-      dgamma[c] = static_cast<float>(sdyx);
-      // dx = a dy + b (x - mean) + k
-      const double gs = static_cast<double>(gamma[c]) * istd;
-      const float a = static_cast<float>(gs);
-      const float b = training ? static_cast<float>(-gs * istd * sdyx / n) : 0.0f;
-      const float k = training ? static_cast<float>(-gs * sdy / n) : 0.0f;
-      for (int64_t r = 0; r < N; ++r) {
-        const float* xr = xc + r * stride;
-        const float* gr = dyc + r * stride;
-        float* dr = dxc + r * stride;
-#pragma omp simd
-        for (int64_t i = 0; i < HW; ++i) dr[i] = a * gr[i] + (b * (xr[i] - mf) + k);
-      }
-    });
-  }
+InputGrad gradients(const BatchNormParams& p, double n, double sdy, double sdyx, float gamma, float var, float& dgamma,
+                    float& dbeta) {
+  const double istd = 1.0 / std::sqrt(static_cast<double>(var) + p.eps);
+  sdyx *= istd;  // sum dy xhat
+  dbeta = static_cast<float>(sdy);
+  dgamma = static_cast<float>(sdyx);
+  const double gs = static_cast<double>(gamma) * istd;
+  return {static_cast<float>(gs), p.training ? static_cast<float>(-gs * istd * sdyx / n) : 0.0f,
+          p.training ? static_cast<float>(-gs * sdy / n) : 0.0f};
+}
 
- private:
-  void run_blocked() {
-    const float* x = in<float>(0);
-    const float* dy = in<float>(1);
-    const float* gamma = in<float>(2);
-    const float* mean_in = in<float>(3);
-    const float* var_in = in<float>(4);
-    float* dx = out<float>(0);
-    float* dgamma = out<float>(1);
-    float* dbeta = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, CB = C / B16;
-    const double n = static_cast<double>(N * HW), eps = p_.eps;
-    const bool training = p_.training;
-    parallel_for(CB, N * C * HW, [&](int64_t cb) {
-      const int64_t c0 = cb * B16;
-      float mf[B16], a[B16], b[B16], k[B16];
-      for (int64_t j = 0; j < B16; ++j) mf[j] = mean_in[c0 + j];
-      double sdy[B16] = {}, sdyx[B16] = {};
-      block_sum(N, CB, HW, cb, sdy, [&](int64_t i, int64_t) { return dy[i]; });
-      block_sum(N, CB, HW, cb, sdyx, [&](int64_t i, int64_t j) { return dy[i] * (x[i] - mf[j]); });
-      for (int64_t j = 0; j < B16; ++j) {
-        const double istd = 1.0 / std::sqrt(static_cast<double>(var_in[c0 + j]) + eps);
-        const double s2 = sdyx[j] * istd;  // sum dy xhat
-        dbeta[c0 + j] = static_cast<float>(sdy[j]);
-        dgamma[c0 + j] = static_cast<float>(s2);
-        const double gs = static_cast<double>(gamma[c0 + j]) * istd;
-        a[j] = static_cast<float>(gs);
-        b[j] = training ? static_cast<float>(-gs * istd * s2 / n) : 0.0f;
-        k[j] = training ? static_cast<float>(-gs * sdy[j] / n) : 0.0f;
-      }
-      for_tiles(N, CB, HW, cb, [&](int64_t o) {
-        const float* xt = x + o;
-        const float* gt = dy + o;
-        float* dt = dx + o;
-        for (int64_t h = 0; h < HW; ++h) {
-#pragma omp simd
-          for (int64_t j = 0; j < B16; ++j)
-            dt[h * B16 + j] = a[j] * gt[h * B16 + j] + (b[j] * (xt[h * B16 + j] - mf[j]) + k[j]);
-        }
-      });
-    });
-  }
-
-  BatchNormParams p_;
-  bool blocked_;
-};
+// ---- Plain rows ----
+//
+// A row's f32 sum keeps, per storage type, the order its kernel always had
+// (one order for both would change the results of one of them): f32 rows are
+// the compiler's omp simd reductions (simd::row_sum, add_row_dsums); bf16
+// rows are summed in 16-lane accumulators, the tail masked, then across the
+// lanes by simd::hsum (two alternating accumulators for the forward's sums,
+// one per sum for the backward's). The forward's terms are written once, as
+// generic lambdas of a float or a V.
 
 #if MEMFIT_BF16_SIMD
-
 // Sum over [0, len) of the f32 lanes term(i, mask) (16 positions from i; the
 // lanes past len are left out), in two accumulators.
 template <class F>
-inline __m512 sum_row(int64_t len, F&& term) {
+inline V sum_row(int64_t len, F&& term) {
   constexpr int64_t L = simd::kLanes;
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  V a0 = simd::zero(), a1 = simd::zero();
   int64_t i = 0;
   for (; i + 2 * L <= len; i += 2 * L) {
-    a0 = _mm512_add_ps(a0, term(i, __mmask16(0xffff)));
-    a1 = _mm512_add_ps(a1, term(i + L, __mmask16(0xffff)));
+    a0 = _mm512_add_ps(a0, term(i, simd::Mask(0xffff)));
+    a1 = _mm512_add_ps(a1, term(i + L, simd::Mask(0xffff)));
   }
   for (; i < len; i += L) {
-    const __mmask16 m = simd::lanes(len - i);
+    const simd::Mask m = simd::lanes(len - i);
     a0 = _mm512_mask_add_ps(a0, m, a0, term(i, m));
   }
   return _mm512_add_ps(a0, a1);
 }
 
-// Blocked: s[j] += sum over the block's positions of term(offset) (16 lanes
-// = the block's channels), f32 within kRow positions, double across.
-template <class T>
-void block_sum_bf16(int64_t N, int64_t CB, int64_t HW, int64_t cb, double* s, T&& term) {
+template <class F>
+float row_sum(const bf16_t* r, int64_t len, F&& term) {
+  return simd::hsum(sum_row(len, [&](int64_t i, simd::Mask k) { return term(simd::load(r + i, k)); }));
+}
+#endif
+using simd::row_sum;
+
+// s1 += sum dy, s2 += sum dy (x - mf) over a row, in double.
+inline void add_row_dsums(const float* x, const float* g, int64_t len, float mf, double& s1, double& s2) {
+  float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+  for (int64_t i = 0; i < len; ++i) {
+    a += g[i];
+    b += g[i] * (x[i] - mf);
+  }
+  s1 += static_cast<double>(a);
+  s2 += static_cast<double>(b);
+}
+#if MEMFIT_BF16_SIMD
+inline void add_row_dsums(const bf16_t* x, const bf16_t* g, int64_t len, float mf, double& s1, double& s2) {
+  const V vm = simd::set1(mf);
+  V a = simd::zero(), b = simd::zero();
+  for (int64_t i = 0; i < len; i += simd::kLanes) {
+    const simd::Mask k = simd::lanes(len - i);
+    const V gv = simd::load(g + i, k);  // masked lanes are 0: they add nothing
+    a = _mm512_add_ps(a, gv);
+    b = simd::fmadd(gv, simd::load(x + i, k) - vm, b);
+  }
+  s1 += static_cast<double>(simd::hsum(a));
+  s2 += static_cast<double>(simd::hsum(b));
+}
+#endif
+
+// ---- Blocked tiles ----
+
+// For each of the N tiles of channel block cb, calls tile(offset of the
+// tile's first element); tiles are HW x 16 elements.
+template <class F>
+void for_tiles(int64_t N, int64_t CB, int64_t HW, int64_t cb, F&& tile) {
+  for (int64_t n = 0; n < N; ++n) tile(((n * CB + cb) * HW) * B16);
+}
+
+// K sums over the block's positions: step(acc, e) adds position e's terms
+// (16 lanes = the block's channels) to the f32 accumulators acc[0..K), which
+// are flushed to s[k][0..16) in double every kRow positions.
+template <int K, class F>
+void block_sums(int64_t N, int64_t CB, int64_t HW, int64_t cb, double* const (&s)[K], F&& step) {
   for_tiles(N, CB, HW, cb, [&](int64_t o) {
     for (int64_t h0 = 0; h0 < HW; h0 += kRow) {
       const int64_t h1 = std::min(HW, h0 + kRow);
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t h = h0; h < h1; ++h) acc = _mm512_add_ps(acc, term(o + h * B16));
-      simd::add_to_double(s, acc);
+      V acc[K];
+      for (int k = 0; k < K; ++k) acc[k] = simd::zero();
+      for (int64_t h = h0; h < h1; ++h) step(acc, o + h * B16);
+      for (int k = 0; k < K; ++k) simd::add_to_double(s[k], acc[k]);
     }
   });
 }
 
-inline __m512 lanes_of(const float* v) { return _mm512_loadu_ps(v); }
+template <class T>
+constexpr bool kBf16 = std::is_same_v<T, bf16_t>;
 
-// in: x, gamma, beta, running_mean, running_var  out: y, mean, var (x, y bf16)
-class BatchNormFwdBf16 final : public Kernel {
+// A run's sizes, passed by value into the loops.
+struct Dims {
+  int64_t N, C, HW;
+  double n;  // values per channel
+};
+
+// What both kernels share (K the kernel, which derives from it): run() reads
+// the buffers (K::io()) and runs K::channel(io, d, c) for each channel
+// (plain) or K::block(io, d, cb) for each block of sixteen channels
+// (Blocked16), on the threads. Both are out of line: one compiled copy
+// serves the serial and the threaded loop, so the results cannot depend on
+// the thread count, and the loops are not squeezed into run()'s registers.
+// They take the buffers and sizes by value, so that the loops keep them in
+// registers (a vector store may alias any memory).
+template <class K>
+class BatchNormKernel : public Kernel {
  public:
-  BatchNormFwdBf16(const BatchNormParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override { return blocked_ ? "cpu.batch_norm.blk16.bf16" : "cpu.batch_norm.bf16"; }
+  BatchNormKernel(const BatchNormParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
   void run(const StepContext&) override {
-    if (blocked_) return run_blocked();
-    const bf16_t* x = in<bf16_t>(0);
-    const float* gamma = in<float>(1);
-    const float* beta = in<float>(2);
-    float* rm = in<float>(3);
-    float* rv = in<float>(4);
-    bf16_t* y = out<bf16_t>(0);
-    float* mean_out = out<float>(1);
-    float* var_out = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, stride = C * HW;
-    const double n = static_cast<double>(N * HW), m = p_.momentum, eps = p_.eps;
-    const bool training = p_.training, update = p_.update_stats;
-    parallel_for(C, N * C * HW, [&](int64_t c) {
-      const bf16_t* xc = x + c * HW;
-      bf16_t* yc = y + c * HW;
-      double mean, var;
-      if (training) {
-        double s = 0.0;
-        for (int64_t r = 0; r < N; ++r) {
-          const bf16_t* xr = xc + r * stride;
-          s += static_cast<double>(simd::hsum(sum_row(HW, [&](int64_t i, __mmask16 k) { return simd::load(xr + i, k); })));
-        }
-        mean = s / n;
-        const float mf = static_cast<float>(mean);
-        const __m512 vm = _mm512_set1_ps(mf);
-        // Deviations from the f32 mean, corrected to the exact one (as the f32 kernel).
-        double ss = 0.0;
-        for (int64_t r = 0; r < N; ++r) {
-          const bf16_t* xr = xc + r * stride;
-          ss += static_cast<double>(simd::hsum(sum_row(HW, [&](int64_t i, __mmask16 k) {
-            const __m512 d = _mm512_sub_ps(simd::load(xr + i, k), vm);
-            return _mm512_mul_ps(d, d);
-          })));
-        }
-        const double dev = mean - static_cast<double>(mf);
-        var = std::max(0.0, ss / n - dev * dev);
-        if (update) {
-          rm[c] = static_cast<float>((1.0 - m) * static_cast<double>(rm[c]) + m * mean);
-          rv[c] = static_cast<float>((1.0 - m) * static_cast<double>(rv[c]) + m * var * n / (n - 1.0));
-        }
-      } else {
-        mean = static_cast<double>(rm[c]);
-        var = static_cast<double>(rv[c]);
-      }
-      mean_out[c] = static_cast<float>(mean);
-      var_out[c] = static_cast<float>(var);
-      const __m512 vm = _mm512_set1_ps(static_cast<float>(mean));
-      const __m512 a = _mm512_set1_ps(static_cast<float>(static_cast<double>(gamma[c]) / std::sqrt(var + eps)));
-      const __m512 b = _mm512_set1_ps(beta[c]);
-      for (int64_t r = 0; r < N; ++r) {
-        const bf16_t* xr = xc + r * stride;
-        bf16_t* yr = yc + r * stride;
-        for (int64_t i = 0; i < HW; i += simd::kLanes) {
-          const __mmask16 k = simd::lanes(HW - i);
-          simd::store(yr + i, _mm512_fmadd_ps(_mm512_sub_ps(simd::load(xr + i, k), vm), a, b), k);
-        }
-      }
-    });
+    K& k = static_cast<K&>(*this);
+    const auto io = k.io();
+    const Dims d{p_.N, p_.C, p_.HW, static_cast<double>(p_.N * p_.HW)};
+    const int64_t work = d.N * d.C * d.HW;
+    if (blocked_) return parallel_for(d.C / B16, work, [&](int64_t cb) { k.block(io, d, cb); });
+    parallel_for(d.C, work, [&](int64_t c) { k.channel(io, d, c); });
+  }
+
+ protected:
+  BatchNormParams p_;
+  bool blocked_;
+};
+
+// in: x, gamma, beta, running_mean, running_var  out: y, mean, var
+template <class T>
+class BatchNormFwd final : public BatchNormKernel<BatchNormFwd<T>> {
+  using Base = BatchNormKernel<BatchNormFwd<T>>;
+  friend Base;
+  using Base::p_;
+
+ public:
+  using Base::Base;
+  const char* name() const override {
+    if constexpr (kBf16<T>) return this->blocked_ ? "cpu.batch_norm.blk16.bf16" : "cpu.batch_norm.bf16";
+    return this->blocked_ ? "cpu.batch_norm.blk16" : "cpu.batch_norm";
   }
 
  private:
-  void run_blocked() {
-    const bf16_t* x = in<bf16_t>(0);
-    const float* gamma = in<float>(1);
-    const float* beta = in<float>(2);
-    float* rm = in<float>(3);
-    float* rv = in<float>(4);
-    bf16_t* y = out<bf16_t>(0);
-    float* mean_out = out<float>(1);
-    float* var_out = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, CB = C / B16;
-    const double n = static_cast<double>(N * HW), m = p_.momentum, eps = p_.eps;
-    const bool training = p_.training, update = p_.update_stats;
-    parallel_for(CB, N * C * HW, [&](int64_t cb) {
-      const int64_t c0 = cb * B16;
-      double mean[B16], var[B16];
-      float mf[B16], a[B16], b[B16];
-      if (training) {
-        double s[B16] = {};
-        block_sum_bf16(N, CB, HW, cb, s, [&](int64_t o) { return simd::load(x + o); });
-        for (int64_t j = 0; j < B16; ++j) {
-          mean[j] = s[j] / n;
-          mf[j] = static_cast<float>(mean[j]);
-          s[j] = 0.0;
-        }
-        const __m512 vm = lanes_of(mf);
-        block_sum_bf16(N, CB, HW, cb, s, [&](int64_t o) {
-          const __m512 d = _mm512_sub_ps(simd::load(x + o), vm);
-          return _mm512_mul_ps(d, d);
-        });
-        for (int64_t j = 0; j < B16; ++j) {
-          const double dev = mean[j] - static_cast<double>(mf[j]);
-          var[j] = std::max(0.0, s[j] / n - dev * dev);
-          if (update) {
-            rm[c0 + j] = static_cast<float>((1.0 - m) * static_cast<double>(rm[c0 + j]) + m * mean[j]);
-            rv[c0 + j] = static_cast<float>((1.0 - m) * static_cast<double>(rv[c0 + j]) + m * var[j] * n / (n - 1.0));
-          }
-        }
-      } else {
-        for (int64_t j = 0; j < B16; ++j) {
-          mean[j] = static_cast<double>(rm[c0 + j]);
-          var[j] = static_cast<double>(rv[c0 + j]);
-        }
-      }
+  struct Io {
+    const T* x;
+    const float *gamma, *beta;
+    float *rm, *rv;
+    T* y;
+    float *mean, *var;
+  };
+  Io io() const {
+    return {Kernel::in<T>(0),     Kernel::in<float>(1),  Kernel::in<float>(2),  Kernel::in<float>(3),
+            Kernel::in<float>(4), Kernel::out<T>(0),     Kernel::out<float>(1), Kernel::out<float>(2)};
+  }
+
+  [[gnu::noinline]] void channel(const Io io, const Dims d, int64_t c) {
+    const int64_t stride = d.C * d.HW;
+    const T* xc = io.x + c * d.HW;
+    T* yc = io.y + c * d.HW;
+    double mean = 0.0, ss = 0.0;
+    if (p_.training) {
+      for (int64_t r = 0; r < d.N; ++r)
+        mean += static_cast<double>(row_sum(xc + r * stride, d.HW, [](auto x) { return x; }));
+      mean /= d.n;
+      const float mf = static_cast<float>(mean);
+      for (int64_t r = 0; r < d.N; ++r)
+        ss += static_cast<double>(row_sum(xc + r * stride, d.HW, [mf](auto x) { return (x - mf) * (x - mf); }));
+    }
+    const Affine f =
+        normalisation(p_, d.n, mean, ss, io.gamma[c], io.beta[c], io.rm[c], io.rv[c], io.mean[c], io.var[c]);
+    const V vm = simd::set1(f.mf), va = simd::set1(f.a), vb = simd::set1(f.b);
+    for (int64_t r = 0; r < d.N; ++r) {
+      const T* xr = xc + r * stride;
+      T* yr = yc + r * stride;
+      simd::for_row(d.HW, [&](int64_t i, simd::Mask k) {
+        simd::store(yr + i, simd::fmadd(simd::load(xr + i, k) - vm, va, vb), k);
+      });
+    }
+  }
+
+  // Sixteen channels at a time, the same arithmetic per lane.
+  [[gnu::noinline]] void block(const Io io, const Dims d, int64_t cb) {
+    const int64_t CB = d.C / B16, c0 = cb * B16;
+    double mean[B16] = {}, ss[B16] = {};
+    float mf[B16], a[B16], b[B16];
+    if (p_.training) {
+      block_sums<1>(d.N, CB, d.HW, cb, {mean}, [&](V* acc, int64_t e) { acc[0] = acc[0] + simd::load(io.x + e); });
       for (int64_t j = 0; j < B16; ++j) {
-        mean_out[c0 + j] = static_cast<float>(mean[j]);
-        var_out[c0 + j] = static_cast<float>(var[j]);
+        mean[j] /= d.n;
         mf[j] = static_cast<float>(mean[j]);
-        a[j] = static_cast<float>(static_cast<double>(gamma[c0 + j]) / std::sqrt(var[j] + eps));
-        b[j] = beta[c0 + j];
       }
-      const __m512 vm = lanes_of(mf), va = lanes_of(a), vb = lanes_of(b);
-      for_tiles(N, CB, HW, cb, [&](int64_t o) {
-        for (int64_t h = 0; h < HW; ++h) {
-          const int64_t e = o + h * B16;
-          simd::store(y + e, _mm512_fmadd_ps(_mm512_sub_ps(simd::load(x + e), vm), va, vb));
-        }
+      const V vm = simd::load(mf);
+      block_sums<1>(d.N, CB, d.HW, cb, {ss}, [&](V* acc, int64_t e) {
+        const V dev = simd::load(io.x + e) - vm;
+        acc[0] = simd::fmadd(dev, dev, acc[0]);
       });
+    }
+    for (int64_t j = 0; j < B16; ++j) {
+      const int64_t c = c0 + j;
+      const Affine f =
+          normalisation(p_, d.n, mean[j], ss[j], io.gamma[c], io.beta[c], io.rm[c], io.rv[c], io.mean[c], io.var[c]);
+      mf[j] = f.mf;
+      a[j] = f.a;
+      b[j] = f.b;
+    }
+    const V vm = simd::load(mf), va = simd::load(a), vb = simd::load(b);
+    for_tiles(d.N, CB, d.HW, cb, [&](int64_t o) {
+      for (int64_t h = 0; h < d.HW; ++h) {
+        const int64_t e = o + h * B16;
+        simd::store(io.y + e, simd::fmadd(simd::load(io.x + e) - vm, va, vb));
+      }
     });
   }
-
-  BatchNormParams p_;
-  bool blocked_;
 };
 
-// in: x, dy, gamma, mean, var  out: dx, dgamma, dbeta (x, dy, dx bf16); the
-// f32 kernel's formulas.
-class BatchNormBwdBf16 final : public Kernel {
+// in: x, dy, gamma, mean, var  out: dx, dgamma, dbeta (formulas at gradients())
+template <class T>
+class BatchNormBwd final : public BatchNormKernel<BatchNormBwd<T>> {
+  using Base = BatchNormKernel<BatchNormBwd<T>>;
+  friend Base;
+  using Base::p_;
+
  public:
-  BatchNormBwdBf16(const BatchNormParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override { return blocked_ ? "cpu.batch_norm_bwd.blk16.bf16" : "cpu.batch_norm_bwd.bf16"; }
-  void run(const StepContext&) override {
-    if (blocked_) return run_blocked();
-    const bf16_t* x = in<bf16_t>(0);
-    const bf16_t* dy = in<bf16_t>(1);
-    const float* gamma = in<float>(2);
-    const float* mean_in = in<float>(3);
-    const float* var_in = in<float>(4);
-    bf16_t* dx = out<bf16_t>(0);
-    float* dgamma = out<float>(1);
-    float* dbeta = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, stride = C * HW;
-    const double n = static_cast<double>(N * HW), eps = p_.eps;
-    const bool training = p_.training;
-    parallel_for(C, N * C * HW, [&](int64_t c) {
-      const bf16_t* xc = x + c * HW;
-      const bf16_t* dyc = dy + c * HW;
-      bf16_t* dxc = dx + c * HW;
-      const __m512 vm = _mm512_set1_ps(mean_in[c]);
-      const double istd = 1.0 / std::sqrt(static_cast<double>(var_in[c]) + eps);
-      double sdy = 0.0, sdyx = 0.0;
-      for (int64_t r = 0; r < N; ++r) {
-        const bf16_t* xr = xc + r * stride;
-        const bf16_t* gr = dyc + r * stride;
-        __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
-        for (int64_t i = 0; i < HW; i += simd::kLanes) {
-          const __mmask16 k = simd::lanes(HW - i);
-          const __m512 g = simd::load(gr + i, k);  // masked lanes are 0: they add nothing
-          s1 = _mm512_add_ps(s1, g);
-          s2 = _mm512_fmadd_ps(g, _mm512_sub_ps(simd::load(xr + i, k), vm), s2);
-        }
-        sdy += static_cast<double>(simd::hsum(s1));
-        sdyx += static_cast<double>(simd::hsum(s2));
-      }
-      sdyx *= istd;  // sum dy xhat
-      dbeta[c] = static_cast<float>(sdy);
-      dgamma[c] = static_cast<float>(sdyx);
-      // dx = a dy + b (x - mean) + k
-      const double gs = static_cast<double>(gamma[c]) * istd;
-      const __m512 a = _mm512_set1_ps(static_cast<float>(gs));
-      const __m512 b = _mm512_set1_ps(training ? static_cast<float>(-gs * istd * sdyx / n) : 0.0f);
-      const __m512 kk = _mm512_set1_ps(training ? static_cast<float>(-gs * sdy / n) : 0.0f);
-      for (int64_t r = 0; r < N; ++r) {
-        const bf16_t* xr = xc + r * stride;
-        const bf16_t* gr = dyc + r * stride;
-        bf16_t* dr = dxc + r * stride;
-        for (int64_t i = 0; i < HW; i += simd::kLanes) {
-          const __mmask16 k = simd::lanes(HW - i);
-          const __m512 t = _mm512_fmadd_ps(b, _mm512_sub_ps(simd::load(xr + i, k), vm), kk);
-          simd::store(dr + i, _mm512_fmadd_ps(a, simd::load(gr + i, k), t), k);
-        }
-      }
-    });
+  using Base::Base;
+  const char* name() const override {
+    if constexpr (kBf16<T>) return this->blocked_ ? "cpu.batch_norm_bwd.blk16.bf16" : "cpu.batch_norm_bwd.bf16";
+    return this->blocked_ ? "cpu.batch_norm_bwd.blk16" : "cpu.batch_norm_bwd";
   }
 
  private:
-  void run_blocked() {
-    const bf16_t* x = in<bf16_t>(0);
-    const bf16_t* dy = in<bf16_t>(1);
-    const float* gamma = in<float>(2);
-    const float* mean_in = in<float>(3);
-    const float* var_in = in<float>(4);
-    bf16_t* dx = out<bf16_t>(0);
-    float* dgamma = out<float>(1);
-    float* dbeta = out<float>(2);
-    const int64_t N = p_.N, C = p_.C, HW = p_.HW, CB = C / B16;
-    const double n = static_cast<double>(N * HW), eps = p_.eps;
-    const bool training = p_.training;
-    parallel_for(CB, N * C * HW, [&](int64_t cb) {
-      const int64_t c0 = cb * B16;
-      float a[B16], b[B16], k[B16];
-      const __m512 vm = lanes_of(mean_in + c0);
-      double sdy[B16] = {}, sdyx[B16] = {};
-      // Both sums in one pass over the tiles.
-      for_tiles(N, CB, HW, cb, [&](int64_t o) {
-        for (int64_t h0 = 0; h0 < HW; h0 += kRow) {
-          const int64_t h1 = std::min(HW, h0 + kRow);
-          __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
-          for (int64_t h = h0; h < h1; ++h) {
-            const int64_t e = o + h * B16;
-            const __m512 g = simd::load(dy + e);
-            s1 = _mm512_add_ps(s1, g);
-            s2 = _mm512_fmadd_ps(g, _mm512_sub_ps(simd::load(x + e), vm), s2);
-          }
-          simd::add_to_double(sdy, s1);
-          simd::add_to_double(sdyx, s2);
-        }
-      });
-      for (int64_t j = 0; j < B16; ++j) {
-        const double istd = 1.0 / std::sqrt(static_cast<double>(var_in[c0 + j]) + eps);
-        const double s2 = sdyx[j] * istd;  // sum dy xhat
-        dbeta[c0 + j] = static_cast<float>(sdy[j]);
-        dgamma[c0 + j] = static_cast<float>(s2);
-        const double gs = static_cast<double>(gamma[c0 + j]) * istd;
-        a[j] = static_cast<float>(gs);
-        b[j] = training ? static_cast<float>(-gs * istd * s2 / n) : 0.0f;
-        k[j] = training ? static_cast<float>(-gs * sdy[j] / n) : 0.0f;
-      }
-      const __m512 va = lanes_of(a), vb = lanes_of(b), vk = lanes_of(k);
-      for_tiles(N, CB, HW, cb, [&](int64_t o) {
-        for (int64_t h = 0; h < HW; ++h) {
-          const int64_t e = o + h * B16;
-          const __m512 t = _mm512_fmadd_ps(vb, _mm512_sub_ps(simd::load(x + e), vm), vk);
-          simd::store(dx + e, _mm512_fmadd_ps(va, simd::load(dy + e), t));
-        }
-      });
-    });
+  struct Io {
+    const T *x, *dy;
+    const float *gamma, *mean, *var;
+    T* dx;
+    float *dgamma, *dbeta;
+  };
+  Io io() const {
+    return {Kernel::in<T>(0),     Kernel::in<T>(1),      Kernel::in<float>(2),  Kernel::in<float>(3),
+            Kernel::in<float>(4), Kernel::out<T>(0),     Kernel::out<float>(1), Kernel::out<float>(2)};
   }
 
-  BatchNormParams p_;
-  bool blocked_;
-};
+  [[gnu::noinline]] void channel(const Io io, const Dims d, int64_t c) {
+    const int64_t stride = d.C * d.HW;
+    const T* xc = io.x + c * d.HW;
+    const T* gc = io.dy + c * d.HW;
+    T* dc = io.dx + c * d.HW;
+    const float mf = io.mean[c];
+    double sdy = 0.0, sdyx = 0.0;
+    for (int64_t r = 0; r < d.N; ++r) add_row_dsums(xc + r * stride, gc + r * stride, d.HW, mf, sdy, sdyx);
+    const InputGrad g = gradients(p_, d.n, sdy, sdyx, io.gamma[c], io.var[c], io.dgamma[c], io.dbeta[c]);
+    const V vm = simd::set1(mf), va = simd::set1(g.a), vb = simd::set1(g.b), vk = simd::set1(g.k);
+    for (int64_t r = 0; r < d.N; ++r) {
+      const T* xr = xc + r * stride;
+      const T* gr = gc + r * stride;
+      T* dr = dc + r * stride;
+      simd::for_row(d.HW, [&](int64_t i, simd::Mask k) {
+        const V t = simd::fmadd(vb, simd::load(xr + i, k) - vm, vk);
+        simd::store(dr + i, simd::fmadd(va, simd::load(gr + i, k), t), k);
+      });
+    }
+  }
 
-#endif
+  [[gnu::noinline]] void block(const Io io, const Dims d, int64_t cb) {
+    const int64_t CB = d.C / B16, c0 = cb * B16;
+    const V vm = simd::load(io.mean + c0);
+    double sdy[B16] = {}, sdyx[B16] = {};
+    // Both sums in one pass over the tiles.
+    block_sums<2>(d.N, CB, d.HW, cb, {sdy, sdyx}, [&](V* acc, int64_t e) {
+      const V g = simd::load(io.dy + e);
+      acc[0] = acc[0] + g;
+      acc[1] = simd::fmadd(g, simd::load(io.x + e) - vm, acc[1]);
+    });
+    float a[B16], b[B16], k[B16];
+    for (int64_t j = 0; j < B16; ++j) {
+      const int64_t c = c0 + j;
+      const InputGrad g = gradients(p_, d.n, sdy[j], sdyx[j], io.gamma[c], io.var[c], io.dgamma[c], io.dbeta[c]);
+      a[j] = g.a;
+      b[j] = g.b;
+      k[j] = g.k;
+    }
+    const V va = simd::load(a), vb = simd::load(b), vk = simd::load(k);
+    for_tiles(d.N, CB, d.HW, cb, [&](int64_t o) {
+      for (int64_t h = 0; h < d.HW; ++h) {
+        const int64_t e = o + h * B16;
+        const V t = simd::fmadd(vb, simd::load(io.x + e) - vm, vk);
+        simd::store(io.dx + e, simd::fmadd(va, simd::load(io.dy + e), t));
+      }
+    });
+  }
+};
 
 }  // namespace
 
 std::unique_ptr<Kernel> make_batch_norm(const BatchNormParams& p, Layout l, ElemType act) {
   if (l == Layout::Blocked16 && p.C % kChannelBlock) return nullptr;
-#if MEMFIT_BF16_SIMD
-  if (act == ElemType::BF16) return std::make_unique<BatchNormFwdBf16>(p, l);
-#endif
-  return act == ElemType::F32 ? std::make_unique<BatchNormFwd>(p, l) : nullptr;
+  return simd::make_for<BatchNormFwd>(act, p, l);
 }
 std::unique_ptr<Kernel> make_batch_norm_bwd(const BatchNormParams& p, Layout l, ElemType act) {
   if (l == Layout::Blocked16 && p.C % kChannelBlock) return nullptr;
-#if MEMFIT_BF16_SIMD
-  if (act == ElemType::BF16) return std::make_unique<BatchNormBwdBf16>(p, l);
-#endif
-  return act == ElemType::F32 ? std::make_unique<BatchNormBwd>(p, l) : nullptr;
+  return simd::make_for<BatchNormBwd>(act, p, l);
 }
 
 }  // namespace memfit::kernels::cpu

@@ -14,6 +14,7 @@
 #include <cstddef>
 
 #include "kernels/bf16.hpp"
+#include "kernels/cpu/bf16_simd.hpp"
 #include "kernels/cpu/dnnl_util.hpp"
 #include "kernels/cpu/parallel.hpp"
 
@@ -163,29 +164,21 @@ class LinearBwdWeight final : public Kernel {
   void run(const StepContext&) override {
     call_.run();
     if (!p_.bias) return;
-    if (bf16_) return bias_bf16();
-    const float* dy = in<float>(1);
-    float* db = out<float>(1);
-    const int64_t M = p_.M, N = p_.N;
-    for (int64_t n = 0; n < N; ++n) db[n] = 0.0f;
-    for (int64_t m = 0; m < M; ++m) {
-      const float* row = dy + m * N;
-#pragma omp simd
-      for (int64_t n = 0; n < N; ++n) db[n] += row[n];
-    }
+    if (bf16_) return bias(in<bf16_t>(1));
+    bias(in<float>(1));
   }
 
  private:
-  // db = column sums of the bf16 dy, in f32 row by row (as the f32 path).
-  void bias_bf16() {
-    const bf16_t* dy = in<bf16_t>(1);
+  // db = column sums of dy (f32 or bf16), in f32 row by row.
+  template <class T>
+  void bias(const T* dy) {
     float* db = out<float>(1);
     const int64_t M = p_.M, N = p_.N;
     for (int64_t n = 0; n < N; ++n) db[n] = 0.0f;
     for (int64_t m = 0; m < M; ++m) {
-      const bf16_t* row = dy + m * N;
+      const T* row = dy + m * N;
 #pragma omp simd
-      for (int64_t n = 0; n < N; ++n) db[n] += bf16_to_f32(row[n]);
+      for (int64_t n = 0; n < N; ++n) db[n] += simd::to_f32(row[n]);
     }
   }
   void on_bind() override {

@@ -6,9 +6,14 @@
 // count_include_pad does; "exclude padding" by the valid elements.
 //
 // bf16 (act = BF16): max/avg pooling are oneDNN's bf16 pooling primitives on
-// NCHW bf16 data; global average pooling is an AVX-512 loop (f32 sums, one
-// rounding of the mean; the backward rounds dy / HW once).
+// NCHW bf16 data; global average pooling is the f32 kernel's loop on bf16
+// storage (AVX-512; f32 sums, one rounding of the mean; the backward rounds
+// dy / HW once).
 #include "kernels/cpu/pool.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/bf16_simd.hpp"
 #include "kernels/cpu/dnnl_util.hpp"
@@ -110,159 +115,108 @@ class PoolBwd final : public Kernel {
   Call call_;
 };
 
-// Plain: rows of HW elements, one per (n, c). Blocked16: tiles of HW x 16,
-// one per (n, channel block), the channels in the vector lanes.
-class GlobalAvgPool final : public Kernel {
+// Global average pooling, one template for both activation storage types
+// (bf16: sums in f32 lanes, each output rounded once). Plain: rows of HW
+// elements, one per (n, c). Blocked16: tiles of HW x 16, one per
+// (n, channel block), the channels in the vector lanes.
+template <class T>
+class GlobalPool : public Kernel {
  public:
-  GlobalAvgPool(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override { return blocked_ ? "cpu.global_avg_pool.blk16" : "cpu.global_avg_pool"; }
-  void run(const StepContext&) override {
-    const float* x = in<float>(0);
-    float* y = out<float>(0);
-    const int64_t rows = p_.N * p_.C, hw = p_.HW;
-    const float count = static_cast<float>(hw);
-    if (blocked_) {
-      constexpr int64_t B = kChannelBlock;
-      parallel_for(rows / B, rows * hw, [&](int64_t t) {
-        const float* xt = x + t * hw * B;
-        float s[B] = {};
-        for (int64_t i = 0; i < hw; ++i) {
-#pragma omp simd
-          for (int64_t j = 0; j < B; ++j) s[j] += xt[i * B + j];
-        }
-        for (int64_t j = 0; j < B; ++j) y[t * B + j] = s[j] / count;
-      });
-      return;
-    }
-    parallel_for(rows, rows * hw, [&](int64_t r) {
-      const float* xr = x + r * hw;
-      float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < hw; ++i) s += xr[i];
-      y[r] = s / count;
-    });
-  }
+  GlobalPool(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
 
- private:
+ protected:
+  // "cpu.global_avg_pool" + op + (".blk16") + (".bf16")
+  const char* name_of(bool bwd) const {
+    static constexpr const char* kNames[2][2][2] = {
+        {{"cpu.global_avg_pool", "cpu.global_avg_pool.bf16"},
+         {"cpu.global_avg_pool.blk16", "cpu.global_avg_pool.blk16.bf16"}},
+        {{"cpu.global_avg_pool_bwd", "cpu.global_avg_pool_bwd.bf16"},
+         {"cpu.global_avg_pool_bwd.blk16", "cpu.global_avg_pool_bwd.blk16.bf16"}}};
+    return kNames[bwd][blocked_][std::is_same_v<T, bf16_t>];
+  }
+  // f(t) for each Blocked16 tile or f(r) for each plain row.
+  template <class F>
+  void for_each(F&& f) const {
+    const int64_t rows = p_.N * p_.C;
+    parallel_for(blocked_ ? rows / kChannelBlock : rows, rows * p_.HW, f);
+  }
   GlobalPoolParams p_;
   bool blocked_;
 };
 
-class GlobalAvgPoolBwd final : public Kernel {
- public:
-  GlobalAvgPoolBwd(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override { return blocked_ ? "cpu.global_avg_pool_bwd.blk16" : "cpu.global_avg_pool_bwd"; }
-  void run(const StepContext&) override {
-    const float* dy = in<float>(0);
-    float* dx = out<float>(0);
-    const int64_t rows = p_.N * p_.C, hw = p_.HW;
-    const float count = static_cast<float>(hw);
-    if (blocked_) {
-      constexpr int64_t B = kChannelBlock;
-      parallel_for(rows / B, rows * hw, [&](int64_t t) {
-        float g[B];
-        for (int64_t j = 0; j < B; ++j) g[j] = dy[t * B + j] / count;
-        float* dt = dx + t * hw * B;
-        for (int64_t i = 0; i < hw; ++i) {
-#pragma omp simd
-          for (int64_t j = 0; j < B; ++j) dt[i * B + j] = g[j];
-        }
-      });
-      return;
-    }
-    parallel_for(rows, rows * hw, [&](int64_t r) {
-      const float g = dy[r] / count;
-      float* dxr = dx + r * hw;
-#pragma omp simd
-      for (int64_t i = 0; i < hw; ++i) dxr[i] = g;
-    });
-  }
+// Sum over the HW positions of a [HW][16] tile, in 16 f32 lanes: f32 tiles
+// add the positions in order, bf16 tiles alternate two accumulators (the
+// orders these kernels always had).
+template <class T>
+simd::V tile_sum(const T* xt, int64_t hw) {
+  constexpr int K = std::is_same_v<T, bf16_t> ? 2 : 1;
+  constexpr int64_t B = kChannelBlock;
+  simd::V s[K];
+  for (int k = 0; k < K; ++k) s[k] = simd::zero();
+  int64_t i = 0;
+  for (; i + K <= hw; i += K)
+    for (int k = 0; k < K; ++k) s[k] = s[k] + simd::load(xt + (i + k) * B);
+  if (i < hw) s[0] = s[0] + simd::load(xt + i * B);
+  for (int k = 1; k < K; ++k) s[0] = s[0] + s[k];
+  return s[0];
+}
 
- private:
-  GlobalPoolParams p_;
-  bool blocked_;
-};
-
+// Sum of a plain row: f32 the compiler's omp simd reduction, bf16 one
+// 16-lane accumulator (the tail masked) summed across by simd::hsum.
+using simd::row_sum;
 #if MEMFIT_BF16_SIMD
-
-// bf16 global average pooling. Plain: one row of HW values per (n, c),
-// summed in f32 lanes then across them; Blocked16: HW x 16 tiles, the
-// sixteen channels in the lanes. y = round_bf16(sum / HW).
-class GlobalAvgPoolBf16 final : public Kernel {
- public:
-  GlobalAvgPoolBf16(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override {
-    return blocked_ ? "cpu.global_avg_pool.blk16.bf16" : "cpu.global_avg_pool.bf16";
-  }
-  void run(const StepContext&) override {
-    const bf16_t* x = in<bf16_t>(0);
-    bf16_t* y = out<bf16_t>(0);
-    const int64_t rows = p_.N * p_.C, hw = p_.HW;
-    const float count = static_cast<float>(hw);
-    if (blocked_) {
-      constexpr int64_t B = kChannelBlock;
-      const __m512 vc = _mm512_set1_ps(count);
-      parallel_for(rows / B, rows * hw, [&](int64_t t) {
-        const bf16_t* xt = x + t * hw * B;
-        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-        int64_t i = 0;
-        for (; i + 2 <= hw; i += 2) {
-          s0 = _mm512_add_ps(s0, simd::load(xt + i * B));
-          s1 = _mm512_add_ps(s1, simd::load(xt + (i + 1) * B));
-        }
-        if (i < hw) s0 = _mm512_add_ps(s0, simd::load(xt + i * B));
-        simd::store(y + t * B, _mm512_div_ps(_mm512_add_ps(s0, s1), vc));
-      });
-      return;
-    }
-    parallel_for(rows, rows * hw, [&](int64_t r) {
-      const bf16_t* xr = x + r * hw;
-      __m512 s = _mm512_setzero_ps();
-      for (int64_t i = 0; i < hw; i += simd::kLanes) s = _mm512_add_ps(s, simd::load(xr + i, simd::lanes(hw - i)));
-      y[r] = f32_to_bf16(simd::hsum(s) / count);
-    });
-  }
-
- private:
-  GlobalPoolParams p_;
-  bool blocked_;
-};
-
-// dx = round_bf16(dy / HW) broadcast over each (n, c)'s HW positions.
-class GlobalAvgPoolBwdBf16 final : public Kernel {
- public:
-  GlobalAvgPoolBwdBf16(const GlobalPoolParams& p, Layout l) : p_(p), blocked_(l == Layout::Blocked16) {}
-  const char* name() const override {
-    return blocked_ ? "cpu.global_avg_pool_bwd.blk16.bf16" : "cpu.global_avg_pool_bwd.bf16";
-  }
-  void run(const StepContext&) override {
-    const bf16_t* dy = in<bf16_t>(0);
-    bf16_t* dx = out<bf16_t>(0);
-    const int64_t rows = p_.N * p_.C, hw = p_.HW;
-    const float count = static_cast<float>(hw);
-    if (blocked_) {
-      constexpr int64_t B = kChannelBlock;
-      const __m512 vc = _mm512_set1_ps(count);
-      parallel_for(rows / B, rows * hw, [&](int64_t t) {
-        const __m256i g = simd::narrow(_mm512_div_ps(simd::load(dy + t * B), vc));
-        bf16_t* dt = dx + t * hw * B;
-        for (int64_t i = 0; i < hw; ++i) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dt + i * B), g);
-      });
-      return;
-    }
-    parallel_for(rows, rows * hw, [&](int64_t r) {
-      const __m256i g = _mm256_set1_epi16(static_cast<short>(f32_to_bf16(bf16_to_f32(dy[r]) / count)));
-      bf16_t* dxr = dx + r * hw;
-      for (int64_t i = 0; i < hw; i += simd::kLanes) _mm256_mask_storeu_epi16(dxr + i, simd::lanes(hw - i), g);
-    });
-  }
-
- private:
-  GlobalPoolParams p_;
-  bool blocked_;
-};
-
+float row_sum(const bf16_t* r, int64_t hw) {
+  __m512 s = _mm512_setzero_ps();
+  for (int64_t i = 0; i < hw; i += simd::kLanes) s = _mm512_add_ps(s, simd::load(r + i, simd::lanes(hw - i)));
+  return simd::hsum(s);
+}
 #endif
+float row_sum(const float* r, int64_t hw) { return row_sum(r, hw, [](float x) { return x; }); }
+
+// in: x  out: y = mean of each (n, c)'s HW values
+template <class T>
+class GlobalAvgPool final : public GlobalPool<T> {
+ public:
+  using GlobalPool<T>::GlobalPool;
+  const char* name() const override { return this->name_of(false); }
+  void run(const StepContext&) override {
+    constexpr int64_t B = kChannelBlock;
+    const T* x = this->template in<T>(0);
+    T* y = this->template out<T>(0);
+    const int64_t hw = this->p_.HW;
+    const float count = static_cast<float>(hw);
+    if (this->blocked_) {
+      const simd::V vc = simd::set1(count);
+      return this->for_each([&](int64_t t) { simd::store(y + t * B, tile_sum(x + t * hw * B, hw) / vc); });
+    }
+    this->for_each([&](int64_t r) { y[r] = simd::from_f32<T>(row_sum(x + r * hw, hw) / count); });
+  }
+};
+
+// in: dy  out: dx = dy / HW (rounded once) broadcast over each (n, c)'s HW positions
+template <class T>
+class GlobalAvgPoolBwd final : public GlobalPool<T> {
+ public:
+  using GlobalPool<T>::GlobalPool;
+  const char* name() const override { return this->name_of(true); }
+  void run(const StepContext&) override {
+    constexpr int64_t B = kChannelBlock;
+    const T* dy = this->template in<T>(0);
+    T* dx = this->template out<T>(0);
+    const int64_t hw = this->p_.HW;
+    const float count = static_cast<float>(hw);
+    if (this->blocked_) {
+      const simd::V vc = simd::set1(count);
+      return this->for_each([&](int64_t t) {
+        T g[B];
+        simd::store(g, simd::load(dy + t * B) / vc);
+        T* dt = dx + t * hw * B;
+        for (int64_t i = 0; i < hw; ++i) std::memcpy(dt + i * B, g, sizeof g);
+      });
+    }
+    this->for_each([&](int64_t r) { std::fill_n(dx + r * hw, hw, simd::from_f32<T>(simd::to_f32(dy[r]) / count)); });
+  }
+};
 
 template <class K>
 std::unique_ptr<Kernel> try_pool(const PoolParams& p, algorithm alg, ElemType act) {
@@ -291,17 +245,11 @@ std::unique_ptr<Kernel> make_avg_pool2d_bwd(const PoolParams& p, ElemType act) {
 }
 std::unique_ptr<Kernel> make_global_avg_pool(const GlobalPoolParams& p, Layout x, ElemType act) {
   if (x == Layout::Blocked16 && p.C % kChannelBlock) return nullptr;
-#if MEMFIT_BF16_SIMD
-  if (act == ElemType::BF16) return std::make_unique<GlobalAvgPoolBf16>(p, x);
-#endif
-  return act == ElemType::F32 ? std::make_unique<GlobalAvgPool>(p, x) : nullptr;
+  return simd::make_for<GlobalAvgPool>(act, p, x);
 }
 std::unique_ptr<Kernel> make_global_avg_pool_bwd(const GlobalPoolParams& p, Layout dx, ElemType act) {
   if (dx == Layout::Blocked16 && p.C % kChannelBlock) return nullptr;
-#if MEMFIT_BF16_SIMD
-  if (act == ElemType::BF16) return std::make_unique<GlobalAvgPoolBwdBf16>(p, dx);
-#endif
-  return act == ElemType::F32 ? std::make_unique<GlobalAvgPoolBwd>(p, dx) : nullptr;
+  return simd::make_for<GlobalAvgPoolBwd>(act, p, dx);
 }
 
 }  // namespace memfit::kernels::cpu

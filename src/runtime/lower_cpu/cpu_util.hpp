@@ -2,8 +2,11 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
+#include "kernels/cpu/conv.hpp"
 #include "runtime/kernel_table.hpp"
+#include "runtime/mixed.hpp"
 
 namespace memfit {
 
@@ -26,5 +29,21 @@ inline std::optional<kernels::ElemType> cpu_act(const Graph& g, const Node& n) {
 // True if every float input and output of the node is f32 (kernels that have
 // no bf16 variant: the optimizer, fill, matmul).
 inline bool all_f32(const Graph& g, const Node& n) { return cpu_act(g, n) == kernels::ElemType::F32; }
+
+// Convolutions and linear layers with bf16 activations compute in bf16, or
+// in f32 between conversions where this CPU runs f32 faster
+// (kernels::cpu::bf16_convs_native): the type to make their kernel for.
+inline kernels::ElemType product_type(kernels::ElemType act) {
+  return act == kernels::ElemType::BF16 && !kernels::cpu::bf16_convs_native() ? kernels::ElemType::F32 : act;
+}
+
+// k made for product_type(): wrapped in the conversions (runtime/mixed.hpp)
+// when the node stores bf16 but k computes f32 (kernel names of bf16
+// kernels end in ".bf16").
+inline std::unique_ptr<kernels::Kernel> converted(const Graph& g, const Node& n, std::unique_ptr<kernels::Kernel> k) {
+  if (k && low_precision_type(g, n) != DType::f32 && std::string(k->name()).find(".bf16") == std::string::npos)
+    return wrap_low_precision(g, n, std::move(k));
+  return k;
+}
 
 }  // namespace memfit
