@@ -42,8 +42,49 @@ inline bf16_t f32_to_bf16(float f) {
 // x rounded to the nearest bf16 value, as a float.
 inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+#if defined(__F16C__)
 inline float f16_to_f32(f16_t h) { return _cvtsh_ss(h); }
 inline f16_t f32_to_f16(float f) { return f16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+#else
+// The same conversions without F16C (builds for other targets, sanitizer
+// builds): exact widening; narrowing rounds to nearest even, overflows to
+// inf from 65520 up, keeps NaN a (quiet) NaN.
+inline float f16_to_f32(f16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    const float f = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant * 2^-24, exact
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline f16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x7f800000u) return f16_t(sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (u >= 0x477ff000u) return f16_t(sign | 0x7c00u);  // >= 65520: inf
+  if (u < 0x38800000u) {                               // below 2^-14: subnormal or zero
+    float a;
+    std::memcpy(&a, &u, 4);
+    const float m = a * 16777216.0f;  // in units of 2^-24, exact
+    uint32_t r = static_cast<uint32_t>(m);
+    const float frac = m - static_cast<float>(r);
+    if (frac > 0.5f || (frac == 0.5f && (r & 1u))) ++r;
+    return f16_t(sign | r);
+  }
+  u += 0xc8000fffu + ((u >> 13) & 1u);  // rebias the exponent by -112, round to nearest even
+  return f16_t(sign | (u >> 13));
+}
+#endif
 inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
 
 // Bulk conversions (vectorised with AVX-512 where the compiler targets it).

@@ -1,5 +1,7 @@
 #include "kernels/cpu/engine.hpp"
 
+#include "kernels/cpu/bf16_simd.hpp"
+
 namespace memfit::kernels::cpu {
 
 dnnl::engine& engine() {
@@ -11,6 +13,8 @@ dnnl::stream& stream() {
   static dnnl::stream s(engine());
   return s;
 }
+
+bool bf16_kernels_available() { return MEMFIT_BF16_SIMD != 0; }
 
 void drop_primitive_cache() {
   const int cap = dnnl::get_primitive_cache_capacity();

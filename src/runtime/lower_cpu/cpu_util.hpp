@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
 #include "runtime/kernel_table.hpp"
 #include "runtime/mixed.hpp"
 
@@ -14,14 +15,18 @@ namespace memfit {
 // their gradients and statistics are f32 either way). The activation type of
 // a node: F32 if every float operand is f32, BF16 if the others are bf16;
 // nullopt for f16 (no f16 arithmetic on the CPU: runtime/mixed.hpp converts
-// around the f32 kernel instead).
+// around the f32 kernel instead), and for bf16 in a build without the bf16
+// kernels.
 inline std::optional<kernels::ElemType> cpu_act(const Graph& g, const Node& n) {
   kernels::ElemType act = kernels::ElemType::F32;
   for (const auto* vs : {&n.inputs, &n.outputs})
     for (ValueId v : *vs) {
       const DType t = g.value(v).dtype;
       if (t == DType::f16) return std::nullopt;
-      if (t == DType::bf16) act = kernels::ElemType::BF16;
+      if (t == DType::bf16) {
+        if (!kernels::cpu::bf16_kernels_available()) return std::nullopt;
+        act = kernels::ElemType::BF16;
+      }
     }
   return act;
 }
