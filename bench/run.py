@@ -195,8 +195,11 @@ def main():
     for r in rows:
         flops = flops_of.get((r["model"], r["batch"]))
         pk = peak["peak_bf16_flops"] if r["precision"] == "bf16" else peak["peak_fp32_flops"]
-        for side in ("mf", "pt"):
-            r[f"{side}_frac"] = flops / r[f"{side}_step"] / pk if (flops and r[f"{side}_step"]) else None
+        # memfit's bf16 convolutions compute in f32 where that is faster (the
+        # header says which): then its fraction is of the fp32 peak.
+        mf_pk = peak["peak_fp32_flops"] if peak.get("bf16_convs", "").startswith("f32") else pk
+        for side, p_ in (("mf", mf_pk), ("pt", pk)):
+            r[f"{side}_frac"] = flops / r[f"{side}_step"] / p_ if (flops and r[f"{side}_step"]) else None
     pct = lambda f: f"{100 * f:.0f}%" if f else ""  # noqa: E731
     for r in rows:
         case = f"{r['model']} b{r['batch']} {r['precision']}"

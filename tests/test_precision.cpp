@@ -351,6 +351,15 @@ TEST(Precision, Fp16LossScalingRecoversFromOverflow) {
   EXPECT_GE(json_field(r.out, "test_accuracy"), 0.70) << r.out;
 }
 
+TEST(Precision, PlanJsonNamesTheStorageTypes) {
+  auto r = run_memfit("plan --model resnet18 --batch 64 --precision bf16 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"precision\": \"bf16\", \"saved_precision\": \"fp32\""), std::string::npos) << r.out;
+  auto s = run_memfit("plan --model resnet18 --batch 64 --saved-activations bf16 --json");
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_NE(s.out.find("\"precision\": \"fp32\", \"saved_precision\": \"bf16\""), std::string::npos) << s.out;
+}
+
 TEST(Precision, BadPrecisionFlagIsAUsageError) {
   auto r = run_memfit("train --precision fp8 --steps 1");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -161,6 +161,8 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch
     << ", \"fragmentation\": " << r.fragmentation << ", \"inputs\": " << r.inputs << ", \"data_pipeline\": " << r.data
     << ", \"evaluation\": " << r.eval << "}";
+  if (!r.precision.empty()) o << ", \"precision\": " << json_string(r.precision);
+  if (!r.saved_activations.empty()) o << ", \"saved_precision\": " << json_string(r.saved_activations);
   if (!r.data_in.empty()) o << ", \"data_in\": " << json_string(r.data_in);
   if (!r.data_cache.empty()) o << ", \"data_cache\": " << json_string(r.data_cache);
   o << ", \"largest\": [";

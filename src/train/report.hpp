@@ -37,6 +37,8 @@ struct MemoryReport {
   size_t fragmentation = 0;   // arena - (saved + transient + scratch)
   size_t data = 0, eval = 0;
   std::string data_in, data_note, data_cache;  // as in MemoryInputs
+  std::string precision;        // "fp32" | "bf16" | "fp16" (activation storage)
+  std::string saved_activations;  // "fp32" | "bf16"
   size_t total = 0;
   size_t naive = 0;           // the same run with every buffer its own memory
   std::vector<BufferInfo> largest;  // ten largest transient buffers

@@ -375,6 +375,8 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
                   train_g->recompute.cloned_nodes);
     log << buf;
   }
+  rep.precision = precision_name(o.precision);
+  rep.saved_activations = precision_name(o.saved_activations);
   if (train_g->compress.cloned_nodes && (!o.plan_only || !o.json)) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
