@@ -258,10 +258,12 @@ struct StepCounts {
 
 class StepRunner {
  public:
-  StepRunner(const std::string& model, int64_t batch) {
+  StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32) {
     train::StepSpec spec;
     spec.model = model;
     spec.batch = batch;
+    spec.precision = precision;
+    spec.saved = saved;
     spec.optimizer.kind = "sgd";
     spec.optimizer.momentum = 0.9;
     sg_ = train::build_step_graph(spec);
@@ -275,6 +277,8 @@ class StepRunner {
     for (size_t i = 0; i < nx; ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>(i % 10);
     ctx_.lr = 0.01;
+    ctx_.loss_scale = precision == DType::f16 ? 256.0 : 1.0;  // exercises the scaled cast
+    ctx_.grad_scale = 1.0 / ctx_.loss_scale;
   }
   void step() {
     ex_->run(ctx_);
@@ -309,8 +313,9 @@ class NoAlloc : public ::testing::Test {
     backtrace(frames, 4);  // loads the unwinder before a hook needs it
   }
 
-  void check_model(const std::string& model, int64_t batch, int steps) {
-    StepRunner r(model, batch);
+  void check_model(const std::string& model, int64_t batch, int steps, DType precision = DType::f32,
+                   DType saved = DType::f32) {
+    StepRunner r(model, batch, precision, saved);
     find_dnnl();  // after the kernels were made: oneDNN is loaded
     ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
     r.step();  // warm-up: first-touch of arenas, lazily made library state
@@ -359,3 +364,10 @@ TEST_F(NoAlloc, HooksSeeAllocations) {
 TEST_F(NoAlloc, ConvNetStep) { check_model("convnet", 32, 3); }
 
 TEST_F(NoAlloc, ResNet18Step) { check_model("resnet18", 8, 2); }
+
+// Mixed precision: bf16 kernels, the f32 kernels between conversions (fp16;
+// bf16 convolutions where f32 is faster), the loss-scaled cast, and the
+// saved-activation casts allocate nothing either.
+TEST_F(NoAlloc, ResNet18Bf16Step) { check_model("resnet18", 8, 2, DType::bf16); }
+TEST_F(NoAlloc, ConvNetFp16Step) { check_model("convnet", 32, 2, DType::f16); }
+TEST_F(NoAlloc, ResNet18SavedBf16Step) { check_model("resnet18", 8, 2, DType::f32, DType::bf16); }

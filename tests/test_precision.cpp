@@ -27,7 +27,8 @@ namespace {
 std::vector<float> special_values() {
   std::vector<float> v{0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* 1 + 2^-8: a bf16 tie */, 1.01171875f,
                        3.14159265f, 1e-3f, 6e-8f /* f16 subnormal */, 1e-10f, 65504.0f, 65520.0f /* f16 -> inf */,
-                       1e5f, -1e5f, 3e38f, std::numeric_limits<float>::infinity()};
+                       1e5f, -1e5f, 3e38f, std::numeric_limits<float>::infinity(),
+                       1e-40f, -1e-40f /* f32 denormals: bf16 flushes them to zero */};
   std::mt19937 gen(5);
   std::normal_distribution<float> N(0.0f, 10.0f);
   for (int i = 0; i < 1000; ++i) v.push_back(N(gen));
@@ -67,7 +68,87 @@ TEST(Precision, CastRoundsToNearestEven) {
   EXPECT_EQ(kernels::round_bf16(1.00390625f), 1.0f);
   EXPECT_EQ(kernels::round_bf16(1.01171875f), 1.015625f);
   EXPECT_EQ(kernels::round_f16(65519.0f), 65504.0f);
+  EXPECT_EQ(kernels::round_bf16(1e-40f), 0.0f);
+  EXPECT_TRUE(std::signbit(kernels::round_bf16(-1e-40f)));
   EXPECT_TRUE(std::isinf(kernels::round_f16(65520.0f)));
+}
+
+// ------------------------------------------------------------------ one node
+
+// A convolution (or a linear layer) between casts, on each backend, against
+// an oracle in double: inputs rounded to the storage type, f32 weights
+// rounded to it on the way in, bias not rounded, output rounded once. Both
+// the native bf16 kernels and the f32 kernels between conversions
+// (runtime/mixed.cpp; fp16 always, bf16 where the CPU runs f32 faster, and
+// every Reference node) must give it: an output may differ from the oracle
+// only where f32 summation order moves it across a rounding boundary (at
+// most one ulp, and rarely: we require >= 97% exact). A missing or double
+// weight rounding moves outputs by ~2^-9 of their terms, which flips the
+// rounding of a large share of them.
+double round_to(DType t, double v) {
+  return t == DType::bf16 ? kernels::round_bf16(static_cast<float>(v)) : kernels::round_f16(static_cast<float>(v));
+}
+
+void check_node(const std::string& op, DType dt, Backend b) {
+  Graph g;
+  Builder bd(g, true);
+  const bool conv = op == "conv2d";
+  const Shape xs = conv ? Shape{2, 16, 6, 6} : Shape{4, 64};
+  ValueId x = g.input("x", xs);
+  ValueId h = cast(bd, x, dt);
+  ValueId y = cast(bd, conv ? conv2d(bd, h, 16, 3, ConvOpts{.pad = 1}) : linear(bd, h, 10), DType::f32);
+  g.value(y).is_output = true;
+  ValueId w = g.params()[0], bias = g.params()[1];
+  ExecConfig cfg;
+  cfg.backend = b;
+  cfg.plan.guard_bytes = 64;
+  Executor ex(g, cfg);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> N(0.0f, 1.0f);
+  auto fill = [&](ValueId v) {
+    std::vector<float> d(static_cast<size_t>(numel(g.value(v).shape)));
+    for (float& e : d) e = N(gen);
+    ex.write_f32(v, d.data());
+    return d;
+  };
+  const auto xv = fill(x), wv = fill(w), bv = fill(bias);
+  ex.run(kernels::StepContext{});
+  ASSERT_TRUE(ex.guards_intact()) << ex.broken_guard();
+  std::vector<float> got(static_cast<size_t>(numel(g.value(y).shape)));
+  ex.read_f32(y, got.data());
+  const std::string what = op + " " + dtype_name(dt) + " on " + backend_name(b) + " (" + ex.kernel_name(1) + ")";
+  auto X = [&](size_t i) { return round_to(dt, xv[i]); };
+  auto W = [&](size_t i) { return round_to(dt, wv[i]); };
+  size_t exact = 0;
+  for (size_t o = 0; o < got.size(); ++o) {
+    double acc = 0;
+    if (conv) {  // y[n][k][i][j], 16 -> 16 channels, 3x3, pad 1, 6x6
+      const size_t n = o / (16 * 36), k = o / 36 % 16, i = o / 6 % 6, j = o % 6;
+      acc = bv[k];
+      for (size_t c = 0; c < 16; ++c)
+        for (size_t r = 0; r < 3; ++r)
+          for (size_t q = 0; q < 3; ++q) {
+            const long ii = long(i + r) - 1, jj = long(j + q) - 1;
+            if (ii < 0 || jj < 0 || ii >= 6 || jj >= 6) continue;
+            acc += X(((n * 16 + c) * 6 + size_t(ii)) * 6 + size_t(jj)) * W(((k * 16 + c) * 3 + r) * 3 + q);
+          }
+    } else {  // y[m][k], 64 -> 10
+      const size_t m = o / 10, k = o % 10;
+      acc = bv[k];
+      for (size_t c = 0; c < 64; ++c) acc += X(m * 64 + c) * W(k * 64 + c);
+    }
+    const double want = round_to(dt, acc);
+    exact += got[o] == want;
+    const double ulp = std::abs(want) * (dt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024) + 1e-6;
+    EXPECT_LE(std::abs(got[o] - want), ulp) << what << " at " << o;
+  }
+  EXPECT_GE(static_cast<double>(exact), 0.97 * static_cast<double>(got.size())) << what;
+}
+
+TEST(Precision, NodeSemanticsMatchTheOracle) {
+  for (const char* op : {"conv2d", "linear"})
+    for (DType dt : {DType::bf16, DType::f16})
+      for (Backend b : {Backend::Cpu, Backend::Reference}) check_node(op, dt, b);
 }
 
 // ------------------------------------------------------------------ whole steps
@@ -349,6 +430,35 @@ TEST(Precision, Fp16LossScalingRecoversFromOverflow) {
             std::string::npos)
       << r.out;
   EXPECT_GE(json_field(r.out, "test_accuracy"), 0.70) << r.out;
+}
+
+// The loss scale is part of the training state: a run whose first steps
+// overflowed at 2^24 and lowered the scale resumes with the lowered scale
+// (so it skips nothing more), not with --loss-scale again. With
+// accumulation the scale applies to every micro-batch and is divided out
+// once: 2 x 16 at scale 256 trains like 2 x 16 at scale 1.
+TEST(Precision, Fp16LossScaleResumesAndWorksWithAccumulation) {
+  const std::string run = "train --precision fp16 --subset 512 --test-subset 64 --threads 2 --batch 32 --json";
+  const std::string dir = temp_dir("fp16-resume");
+  auto a = run_memfit(run + " --loss-scale 16777216 --steps 4 --out " + dir);
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_GE(json_field(a.out, "skipped_steps"), 1) << a.out;
+  const double lowered = json_field(a.out, "loss_scale");
+  EXPECT_LT(lowered, 16777216.0) << a.out;
+  auto b = run_memfit(run + " --loss-scale 16777216 --steps 8 --resume " + dir + " --out " + dir);
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_EQ(json_field(b.out, "skipped_steps"), 0) << b.out;
+  EXPECT_EQ(json_field(b.out, "loss_scale"), lowered) << b.out;
+
+  auto s1 = run_memfit(run + " --accumulate 2 --loss-scale 1 --steps 6 --out " + temp_dir("fp16-acc1"));
+  auto s256 = run_memfit(run + " --accumulate 2 --loss-scale 256 --steps 6 --out " + temp_dir("fp16-acc256"));
+  ASSERT_EQ(s1.code, 0) << s1.out;
+  ASSERT_EQ(s256.code, 0) << s256.out;
+  EXPECT_EQ(json_field(s256.out, "skipped_steps"), 0) << s256.out;
+  // Scaling by a power of two is exact except where it rescues fp16
+  // subnormals; after 6 steps the losses agree to 1e-2.
+  const double l1 = json_field(s1.out, "final_train_loss"), l256 = json_field(s256.out, "final_train_loss");
+  EXPECT_NEAR(l256, l1, 1e-2 * l1) << s1.out << s256.out;
 }
 
 TEST(Precision, PlanJsonNamesTheStorageTypes) {

@@ -37,7 +37,7 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy);
 // cast back to f32 right before each backward reader, so the f32 original
 // dies with its last forward reader. Lossy (8 significant bits), unlike
 // recomputation; relu masks (y > 0) and max-pool indices come through
-// exactly. extra_flops stays 0 (the casts are memory-bound); cloned_nodes
+// exactly (but for f32 denormals, which bf16 flushes to zero). extra_flops stays 0 (the casts are memory-bound); cloned_nodes
 // counts the casts added.
 RecomputeStats compress_saved(Graph& g, DType to, size_t min_bytes = 64 * 1024);
 

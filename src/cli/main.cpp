@@ -230,6 +230,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::cout << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
             << " images/s, final train loss " << num(r.final_train_loss);
   if (r.evaluated) std::cout << ", test accuracy " << num(r.test_accuracy);
+  if (o.precision == DType::f16)
+    std::cout << ", fp16 loss scale " << num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
   std::cout << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
             << train::format_bytes(r.planned_peak_bytes) << ")\n";
   if (o.json) {
@@ -237,7 +239,10 @@ int cmd_train(const std::vector<std::string>& argv) {
     if (r.evaluated) std::cout << ", \"test_loss\": " << num(r.test_loss) << ", \"test_accuracy\": " << num(r.test_accuracy);
     std::cout << ", \"images_per_second\": " << num(r.images_per_second) << ", \"seconds\": " << num(r.seconds)
               << ", \"peak_rss_bytes\": " << r.peak_rss_bytes << ", \"planned_peak_bytes\": " << r.planned_peak_bytes
-              << ", \"budget_bytes\": " << r.budget_bytes << "}\n";
+              << ", \"budget_bytes\": " << r.budget_bytes;
+    if (o.precision == DType::f16)
+      std::cout << ", \"loss_scale\": " << num(r.loss_scale) << ", \"skipped_steps\": " << r.skipped_steps;
+    std::cout << "}\n";
   }
   return 0;
 }

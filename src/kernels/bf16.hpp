@@ -2,8 +2,10 @@
 //
 // bf16 is the upper 16 bits of an IEEE float32. Rounding float -> bf16 is
 // round-to-nearest-even on the dropped 16 bits (what oneDNN's reorders and
-// AVX512-BF16's vcvtneps2bf16 do); NaN stays NaN (quiet). bf16 -> float is
-// exact. Every memfit op on bf16 storage computes in float (or wider) from
+// AVX512-BF16's vcvtneps2bf16 do); NaN stays NaN (quiet); f32 denormal
+// inputs (below 2^-126) become zero of the same sign, as vcvtneps2bf16 and
+// oneDNN's reorders make them, so a value converts the same wherever it
+// sits in a buffer. bf16 -> float is exact. Every memfit op on bf16 storage computes in float (or wider) from
 // the exact float values of its bf16 inputs and rounds each output element
 // once.
 //
@@ -33,6 +35,7 @@ inline float bf16_to_f32(bf16_t h) {
 inline bf16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0) return bf16_t((u >> 16) & 0x8000u);  // f32 denormals flush to (signed) zero
   if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return bf16_t((u >> 16) | 0x0040u);  // quiet NaN
   const uint32_t lsb = (u >> 16) & 1u;
   u += 0x7fffu + lsb;

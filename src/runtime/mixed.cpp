@@ -28,10 +28,12 @@ const std::set<size_t>& rounded_inputs(const std::string& op) {
 constexpr size_t kAlign = 64;
 size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
+// Elements per chunk of a conversion (and the loss-scaled cast's stack buffer).
+constexpr int64_t kChunk = 4096;
+
 // Converts n elements in chunks across the thread team.
 template <class F>
 void chunked(size_t n, F&& f) {
-  constexpr int64_t kChunk = 4096;
   const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
   kernels::cpu::parallel_for(chunks, static_cast<int64_t>(n), [&](int64_t c) {
     const size_t b = static_cast<size_t>(c * kChunk);
@@ -150,7 +152,7 @@ class CastKernel final : public kernels::Kernel {
     if (from_ != DType::f32) throw std::logic_error("loss-scaled cast from a low-precision type");
     const float* x = static_cast<const float*>(in_[0]);
     chunked(n_, [&](size_t b, size_t m) {
-      float t[4096];
+      float t[kChunk];
       for (size_t i = 0; i < m; ++i) t[i] = x[b + i] * s;
       if (to_ == DType::f32) std::memcpy(static_cast<float*>(out_[0]) + b, t, m * 4);
       else if (to_ == DType::bf16) kernels::f32_to_bf16(t, static_cast<kernels::bf16_t*>(out_[0]) + b, m);

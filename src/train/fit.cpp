@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
 #include "memfit/op_registry.hpp"
 
 namespace memfit::train {
@@ -34,8 +35,10 @@ FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, si
 }
 
 std::vector<FitPrecision> default_fit_precisions() {
-  const bool native = kernels::cpu::bf16_convs_native();
-  return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, native ? 0.6 : 1.05}, {DType::f32, DType::bf16, 1.03}};
+  // Without bf16 kernels in the build every bf16 node runs as an f32 kernel
+  // between conversions: far slower, a last resort for memory.
+  const double bf16 = !kernels::cpu::bf16_kernels_available() ? 2.0 : kernels::cpu::bf16_convs_native() ? 0.6 : 1.05;
+  return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, bf16}, {DType::f32, DType::bf16, 1.08}};
 }
 
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,

@@ -551,13 +551,6 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     loss_sum = 0.0;
     loss_n = 0;
   };
-  auto do_checkpoint = [&]() {
-    data::Position p = loader.position();
-    st.epoch = p.epoch;
-    st.sample = p.sample;
-    save_checkpoint(o.out, ex, st);
-  };
-
   // fp16: dynamic loss scaling. The gradient of the loss enters fp16
   // multiplied by `scale`; the update divides it out. A step whose
   // gradients overflowed (inf/NaN) is skipped and the scale halved; after
@@ -569,6 +562,17 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     scale = std::stod(st.extra["loss_scale"]);
     good_steps = std::stoll(st.extra["loss_scale_good"]);
   }
+  auto do_checkpoint = [&]() {
+    data::Position p = loader.position();
+    st.epoch = p.epoch;
+    st.sample = p.sample;
+    if (scaling) {
+      st.extra["loss_scale"] = json_num(scale);
+      st.extra["loss_scale_good"] = std::to_string(good_steps);
+    }
+    save_checkpoint(o.out, ex, st);
+  };
+
   std::vector<std::pair<const float*, size_t>> grads;  // what the update reads
   if (scaling)
     for (ValueId v : train_g->g.node(static_cast<NodeId>(train_g->g.num_nodes() - 1)).inputs) {
@@ -610,7 +614,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     ctx.step = st.step;
     ctx.lr = sched.lr(st.step);
     ctx.micro = group;
-    ctx.grad_scale = 1.0 / scale;  // (accumulate == 1: the update runs within this call)
+    ctx.grad_scale = 1.0 / scale;  // for an update that runs within this call (accumulate 1, no scaling)
     ctx.loss_scale = scale;
     if (o.profile > 0 && group == 0 && st.step == total_steps - o.profile) ex.set_profiling(true);
     ex.run_nodes(0, update_node, ctx);
@@ -634,8 +638,6 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
         good_steps = 0;
         scale = std::min(scale * 2, 16777216.0);
       }
-      st.extra["loss_scale"] = json_num(scale);
-      st.extra["loss_scale_good"] = std::to_string(good_steps);
     }
     if (!skip) ex.run_nodes(update_node, train_g->g.num_nodes(), ctx);
     if (o.plan.guard_bytes && !ex.guards_intact())
@@ -666,6 +668,8 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   }
 
   res.steps = st.step;
+  res.skipped_steps = skipped_steps;
+  res.loss_scale = scale;
   res.final_train_loss = last_loss;
   res.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   res.images_per_second = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;

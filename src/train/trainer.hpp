@@ -76,6 +76,8 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t steps = 0;
+  int64_t skipped_steps = 0;   // fp16: steps skipped for overflowed gradients
+  double loss_scale = 1.0;     // fp16: the loss scale at the end
   double final_train_loss = 0.0;
   bool evaluated = false;
   double test_loss = 0.0, test_accuracy = 0.0;

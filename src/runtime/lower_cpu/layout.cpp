@@ -35,6 +35,7 @@ const std::map<std::string, Rule>& rules() {
       {"relu_bwd", {{0, 1}, {0}, true}},
       {"add", {{0, 1}, {0}, true}},
       {"scale", {{0}, {0}, true}},
+      {"cast", {{0}, {0}, true}},  // element-wise: any layout, the same on both sides
       {"global_avg_pool", {{0}, {}, false}},
       {"global_avg_pool_bwd", {{}, {0}, false}},
   };
