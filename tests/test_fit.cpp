@@ -78,3 +78,16 @@ TEST(Fit, GivenPrecisionIsKept) {
     EXPECT_NE(r.out.find(std::string("cpu ") + p), std::string::npos) << r.out;
   }
 }
+
+// The precision dimension is used: with SGD at 192 MiB, fp32 only fits at
+// micro-batch 8 while bf16 storage (of everything, or of what backward
+// reads) fits micro-batch 16, which the cost model ranks faster.
+TEST(Fit, TightBudgetChoosesBf16Storage) {
+  RunResult r = run_memfit("plan --model resnet18 --batch 256 --optimizer sgd --memory 192MiB --threads 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find("chosen:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("bf16"), std::string::npos) << line;
+  EXPECT_EQ(line.find("micro-batch 8 "), std::string::npos) << line;
+}
