@@ -28,6 +28,21 @@ size_t saved_bytes(const Graph& g) {
   return b;
 }
 
+// Puts the nodes added by a pass in place: before[k] run right before
+// original node k, after[k] right after it (k < before.size()).
+void place_added(Graph& g, const std::vector<std::vector<NodeId>>& before,
+                 const std::vector<std::vector<NodeId>>& after) {
+  std::vector<NodeId> order;
+  order.reserve(g.num_nodes());
+  for (size_t k = 0; k < before.size(); ++k) {
+    for (NodeId c : before[k]) order.push_back(c);
+    order.push_back(static_cast<NodeId>(k));
+    if (k < after.size())
+      for (NodeId c : after[k]) order.push_back(c);
+  }
+  g.reorder(order);
+}
+
 }  // namespace
 
 RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, ValueId)>& keep) {
@@ -70,13 +85,7 @@ RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, 
     st.saved_bytes_after = st.saved_bytes_before;
     return st;
   }
-  std::vector<NodeId> order;
-  order.reserve(g.num_nodes());
-  for (size_t k = 0; k < n0; ++k) {
-    for (NodeId c : before[k]) order.push_back(c);
-    order.push_back(static_cast<NodeId>(k));
-  }
-  g.reorder(order);
+  place_added(g, before, {});
   st.saved_bytes_after = saved_bytes(g);
   return st;
 }
@@ -118,14 +127,7 @@ RecomputeStats compress_saved(Graph& g, DType to, size_t min_bytes) {
     st.saved_bytes_after = st.saved_bytes_before;
     return st;
   }
-  std::vector<NodeId> order;
-  order.reserve(g.num_nodes());
-  for (size_t k = 0; k < n0; ++k) {
-    for (NodeId c : before[k]) order.push_back(c);
-    order.push_back(static_cast<NodeId>(k));
-    for (NodeId c : after[k]) order.push_back(c);
-  }
-  g.reorder(order);
+  place_added(g, before, after);
   st.saved_bytes_after = saved_bytes(g);
   return st;
 }
