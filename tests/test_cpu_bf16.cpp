@@ -63,10 +63,15 @@
 #include "kernels/ref/linear.hpp"
 #include "kernels/ref/loss.hpp"
 #include "kernels/ref/pool.hpp"
+#include "kernel_cases.hpp"
 
 using namespace memfit;
 using namespace memfit::kernels;
 using cpu::Layout;
+using memfit::testing::ConvCase;
+using memfit::testing::conv_str;
+using memfit::testing::to_blocked;
+using memfit::testing::to_plain;
 
 namespace {
 
@@ -180,18 +185,13 @@ std::string cat(const A&... a) {
 
 float bf(double v) { return round_bf16(static_cast<float>(v)); }
 
-std::vector<float> rand_bf16(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> U(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = round_bf16(U(gen));
-  return v;
-}
 std::vector<float> rand_f32(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> U(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = U(gen);
+  return memfit::testing::random_floats(n, seed, lo, hi);
+}
+// The same values rounded to bf16.
+std::vector<float> rand_bf16(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v = rand_f32(n, seed, lo, hi);
+  for (float& x : v) x = round_bf16(x);
   return v;
 }
 std::vector<double> dbl(const std::vector<float>& v) { return {v.begin(), v.end()}; }
@@ -282,22 +282,6 @@ void expect_sum_f32(const std::string& what, const std::vector<float>& got, cons
 
 // ---------------------------------------------------------------- layouts
 
-std::vector<float> to_blocked(const std::vector<float>& p, int64_t N, int64_t C, int64_t HW) {
-  std::vector<float> b(p.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i)
-        b[static_cast<size_t>(cpu::offset_of(Layout::Blocked16, C, HW, n, c, i))] = p[static_cast<size_t>((n * C + c) * HW + i)];
-  return b;
-}
-std::vector<float> to_plain(const std::vector<float>& b, int64_t N, int64_t C, int64_t HW) {
-  std::vector<float> p(b.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i)
-        p[static_cast<size_t>((n * C + c) * HW + i)] = b[static_cast<size_t>(cpu::offset_of(Layout::Blocked16, C, HW, n, c, i))];
-  return p;
-}
 std::vector<float> in_layout(const std::vector<float>& p, Layout l, int64_t N, int64_t C, int64_t HW) {
   return l == Layout::Plain ? p : to_blocked(p, N, C, HW);
 }
@@ -308,18 +292,6 @@ const char* lname(Layout l) { return l == Layout::Plain ? "plain" : "blocked16";
 
 // ---------------------------------------------------------------- conv2d
 
-struct ConvCase {
-  int64_t N, C, H, W, K, R, S;
-  int64_t stride = 1, pad = 0, dil = 1, groups = 1;
-  bool bias = true;
-};
-
-std::string conv_str(const ConvCase& c) {
-  std::ostringstream o;
-  o << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " " << c.R << "x" << c.S << " s"
-    << c.stride << " p" << c.pad << " d" << c.dil << " g" << c.groups << (c.bias ? " bias" : "");
-  return o.str();
-}
 
 ConvParams conv_params(const ConvCase& c) {
   auto o = [&](int64_t in, int64_t k) { return (in + 2 * c.pad - c.dil * (k - 1) - 1) / c.stride + 1; };

@@ -41,8 +41,13 @@
 #include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "train/step_graph.hpp"
+#include "kernel_cases.hpp"
 
 using namespace memfit;
+using memfit::testing::ConvCase;
+using memfit::testing::conv_str;
+using memfit::testing::to_blocked;
+using memfit::testing::to_plain;
 
 namespace {
 
@@ -212,18 +217,6 @@ void mark_outputs(Graph& g, const std::vector<ValueId>& vs) {
 
 // ---------------------------------------------------------------- conv2d
 
-struct ConvCase {
-  int64_t N, C, H, W, K, R, S;
-  int64_t stride = 1, pad = 0, dil = 1, groups = 1;
-  bool bias = true;
-};
-
-std::string conv_str(const ConvCase& c) {
-  std::ostringstream o;
-  o << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " " << c.R << "x" << c.S << " s"
-    << c.stride << " p" << c.pad << " d" << c.dil << " g" << c.groups << (c.bias ? " bias" : "");
-  return o.str();
-}
 
 Attrs conv_attrs(const ConvCase& c) {
   return {{"stride", Shape{c.stride, c.stride}},
@@ -946,33 +939,7 @@ namespace blk {
 
 using kernels::cpu::Layout;
 
-std::vector<float> to_blocked(const std::vector<float>& p, int64_t N, int64_t C, int64_t HW) {
-  std::vector<float> b(p.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i)
-        b[static_cast<size_t>(kernels::cpu::offset_of(Layout::Blocked16, C, HW, n, c, i))] =
-            p[static_cast<size_t>((n * C + c) * HW + i)];
-  return b;
-}
 
-std::vector<float> to_plain(const std::vector<float>& b, int64_t N, int64_t C, int64_t HW) {
-  std::vector<float> p(b.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < HW; ++i)
-        p[static_cast<size_t>((n * C + c) * HW + i)] =
-            b[static_cast<size_t>(kernels::cpu::offset_of(Layout::Blocked16, C, HW, n, c, i))];
-  return p;
-}
-
-std::vector<float> random_vec(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> U(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = U(gen);
-  return v;
-}
 
 // Binds k to copies of `ins` and to zeroed outputs of the given sizes, with
 // scratch, runs it once and returns the outputs.
@@ -1007,22 +974,22 @@ TEST(CpuKernels, BlockedBatchNorm) {
       const size_t n = static_cast<size_t>(N * C * HW), c = static_cast<size_t>(C);
       kernels::BatchNormParams p{N, C, HW};
       p.training = training != 0;
-      std::vector<float> x = blk::random_vec(n, 1, -1.5f, 2.5f), dy = blk::random_vec(n, 2);
-      std::vector<float> gamma = blk::random_vec(c, 3), beta = blk::random_vec(c, 4);
-      std::vector<float> rm = blk::random_vec(c, 5), rv = blk::random_vec(c, 6, 0.5f, 1.5f);
+      std::vector<float> x = memfit::testing::random_floats(n, 1, -1.5f, 2.5f), dy = memfit::testing::random_floats(n, 2);
+      std::vector<float> gamma = memfit::testing::random_floats(c, 3), beta = memfit::testing::random_floats(c, 4);
+      std::vector<float> rm = memfit::testing::random_floats(c, 5), rv = memfit::testing::random_floats(c, 6, 0.5f, 1.5f);
       auto plain_f = kernels::cpu::make_batch_norm(p, Layout::Plain);
       auto blk_f = kernels::cpu::make_batch_norm(p, Layout::Blocked16);
       auto pf = blk::run_kernel(*plain_f, {x, gamma, beta, rm, rv}, {n, c, c});
-      auto bf = blk::run_kernel(*blk_f, {blk::to_blocked(x, N, C, HW), gamma, beta, rm, rv}, {n, c, c});
-      blk::expect_near_rel("y", blk::to_plain(bf[0], N, C, HW), pf[0], 1e-5, 1.0);
+      auto bf = blk::run_kernel(*blk_f, {to_blocked(x, N, C, HW), gamma, beta, rm, rv}, {n, c, c});
+      blk::expect_near_rel("y", to_plain(bf[0], N, C, HW), pf[0], 1e-5, 1.0);
       blk::expect_near_rel("mean", bf[1], pf[1], 1e-5, 1.0);
       blk::expect_near_rel("var", bf[2], pf[2], 1e-5, 1.0);
       auto plain_b = kernels::cpu::make_batch_norm_bwd(p, Layout::Plain);
       auto blk_b = kernels::cpu::make_batch_norm_bwd(p, Layout::Blocked16);
       auto pb = blk::run_kernel(*plain_b, {x, dy, gamma, pf[1], pf[2]}, {n, c, c});
       auto bb = blk::run_kernel(
-          *blk_b, {blk::to_blocked(x, N, C, HW), blk::to_blocked(dy, N, C, HW), gamma, pf[1], pf[2]}, {n, c, c});
-      blk::expect_near_rel("dx", blk::to_plain(bb[0], N, C, HW), pb[0], 1e-5, 1.0);
+          *blk_b, {to_blocked(x, N, C, HW), to_blocked(dy, N, C, HW), gamma, pf[1], pf[2]}, {n, c, c});
+      blk::expect_near_rel("dx", to_plain(bb[0], N, C, HW), pb[0], 1e-5, 1.0);
       blk::expect_near_rel("dgamma", bb[1], pb[1], 1e-5, static_cast<double>(N * HW) * 1e-2);
       blk::expect_near_rel("dbeta", bb[2], pb[2], 1e-5, static_cast<double>(N * HW) * 1e-2);
     }
@@ -1034,14 +1001,14 @@ TEST(CpuKernels, BlockedGlobalAvgPool) {
   const int64_t N = 3, C = 48, HW = 7 * 7;
   const size_t n = static_cast<size_t>(N * C * HW);
   kernels::GlobalPoolParams p{N, C, HW};
-  std::vector<float> x = blk::random_vec(n, 7), dy = blk::random_vec(static_cast<size_t>(N * C), 8);
+  std::vector<float> x = memfit::testing::random_floats(n, 7), dy = memfit::testing::random_floats(static_cast<size_t>(N * C), 8);
   auto pf = blk::run_kernel(*kernels::cpu::make_global_avg_pool(p, Layout::Plain), {x}, {size_t(N * C)});
-  auto bf = blk::run_kernel(*kernels::cpu::make_global_avg_pool(p, Layout::Blocked16), {blk::to_blocked(x, N, C, HW)},
+  auto bf = blk::run_kernel(*kernels::cpu::make_global_avg_pool(p, Layout::Blocked16), {to_blocked(x, N, C, HW)},
                             {size_t(N * C)});
   blk::expect_near_rel("y", bf[0], pf[0], 1e-5, 1.0);
   auto pb = blk::run_kernel(*kernels::cpu::make_global_avg_pool_bwd(p, Layout::Plain), {dy}, {n});
   auto bb = blk::run_kernel(*kernels::cpu::make_global_avg_pool_bwd(p, Layout::Blocked16), {dy}, {n});
-  EXPECT_EQ(blk::to_plain(bb[0], N, C, HW), pb[0]);
+  EXPECT_EQ(to_plain(bb[0], N, C, HW), pb[0]);
 }
 
 // Convolutions with blocked activations: forward (x, y), backward-data (dy,
@@ -1066,13 +1033,13 @@ TEST(CpuKernels, BlockedConv) {
     const int64_t xhw = c.H * c.W, yhw = ys[2] * ys[3];
     const size_t nx = static_cast<size_t>(c.N * c.C * xhw), ny = static_cast<size_t>(c.N * c.K * yhw),
                  nw = static_cast<size_t>(c.K * c.C / c.groups * c.R * c.S);
-    std::vector<float> x = blk::random_vec(nx, 11), w = blk::random_vec(nw, 12), b = blk::random_vec(size_t(c.K), 13),
-                       dy = blk::random_vec(ny, 14);
+    std::vector<float> x = memfit::testing::random_floats(nx, 11), w = memfit::testing::random_floats(nw, 12), b = memfit::testing::random_floats(size_t(c.K), 13),
+                       dy = memfit::testing::random_floats(ny, 14);
     const bool xb_ok = c.C % 16 == 0;
-    auto xin = [&](Layout l) { return l == Layout::Plain ? x : blk::to_blocked(x, c.N, c.C, xhw); };
-    auto dyin = [&](Layout l) { return l == Layout::Plain ? dy : blk::to_blocked(dy, c.N, c.K, yhw); };
-    auto yout = [&](const std::vector<float>& v, Layout l) { return l == Layout::Plain ? v : blk::to_plain(v, c.N, c.K, yhw); };
-    auto xout = [&](const std::vector<float>& v, Layout l) { return l == Layout::Plain ? v : blk::to_plain(v, c.N, c.C, xhw); };
+    auto xin = [&](Layout l) { return l == Layout::Plain ? x : to_blocked(x, c.N, c.C, xhw); };
+    auto dyin = [&](Layout l) { return l == Layout::Plain ? dy : to_blocked(dy, c.N, c.K, yhw); };
+    auto yout = [&](const std::vector<float>& v, Layout l) { return l == Layout::Plain ? v : to_plain(v, c.N, c.K, yhw); };
+    auto xout = [&](const std::vector<float>& v, Layout l) { return l == Layout::Plain ? v : to_plain(v, c.N, c.C, xhw); };
     std::vector<std::vector<float>> fwd_in{x, w};
     if (c.bias) fwd_in.push_back(b);
     auto ref_y = blk::run_kernel(*kernels::cpu::make_conv2d(p), fwd_in, {ny});

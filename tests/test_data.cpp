@@ -23,37 +23,19 @@
 #include "data/idx.hpp"
 #include "data/image.hpp"
 #include "data/image_folder.hpp"
+#include "error_of.hpp"
+#include "idx_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace memfit::data;
+using memfit::testing::error_of;
+using namespace memfit::testing;
 
 namespace {
 
 const std::string kFm = kFashionMnistDir;
 
-// A fresh directory removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "memfit_test_data_XXXXXX").string();
-    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
-std::vector<uint8_t> read_bytes(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), {});
-}
-void write_bytes(const std::string& p, const std::vector<uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-}
 std::vector<uint8_t> gunzip_file(const std::string& p) {
   gzFile g = gzopen(p.c_str(), "rb");
   std::vector<uint8_t> out;
@@ -63,39 +45,8 @@ std::vector<uint8_t> gunzip_file(const std::string& p) {
   gzclose(g);
   return out;
 }
-void write_gz(const std::string& p, const std::vector<uint8_t>& b) {
-  gzFile g = gzopen(p.c_str(), "wb");
-  gzwrite(g, b.data(), unsigned(b.size()));
-  gzclose(g);
-}
-void put_be32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
-}
-std::vector<uint8_t> idx_labels(const std::vector<uint8_t>& labels) {
-  std::vector<uint8_t> b;
-  put_be32(b, 0x801);
-  put_be32(b, uint32_t(labels.size()));
-  b.insert(b.end(), labels.begin(), labels.end());
-  return b;
-}
 std::vector<uint8_t> idx_images(uint32_t n, uint32_t rows, uint32_t cols) {
-  std::vector<uint8_t> b;
-  put_be32(b, 0x803);
-  put_be32(b, n);
-  put_be32(b, rows);
-  put_be32(b, cols);
-  for (uint32_t i = 0; i < n * rows * cols; ++i) b.push_back(uint8_t(i * 7));
-  return b;
-}
-
-// The message of the runtime_error fn throws ("" if it does not throw).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "";
+  return memfit::testing::idx_images(n, rows, cols, [](uint32_t i) { return uint8_t(i * 7); });
 }
 
 bool contains(const std::string& s, const std::string& part) {
@@ -281,10 +232,10 @@ TEST(Idx, SizeMismatchAndTrailingData) {
   TempDir dir;
   // Header declares 2^31 images: rejected from the file size, nothing allocated.
   std::vector<uint8_t> b;
-  put_be32(b, 0x803);
-  put_be32(b, 0x80000000u);
-  put_be32(b, 28);
-  put_be32(b, 28);
+  append_be32(b, 0x803);
+  append_be32(b, 0x80000000u);
+  append_be32(b, 28);
+  append_be32(b, 28);
   b.resize(b.size() + 784, 0);
   write_bytes(dir / "huge", b);
   const std::string msg = error_of([&] { read_idx_images(dir / "huge"); });

@@ -22,63 +22,29 @@
 #include "data/idx.hpp"
 #include "data/idx_stream.hpp"
 #include "data/loader.hpp"
+#include "error_of.hpp"
+#include "idx_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace memfit::data;
+using memfit::testing::error_of;
+using namespace memfit::testing;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "memfit_test_stream_XXXXXX").string();
-    if (!mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
-void write_bytes(const std::string& p, const std::vector<uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-}
-std::vector<uint8_t> read_bytes(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), {});
-}
-void write_gz(const std::string& p, const std::vector<uint8_t>& b) {
-  gzFile g = gzopen(p.c_str(), "wb");
-  gzwrite(g, b.data(), unsigned(b.size()));
-  gzclose(g);
-}
-void put_be32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
-}
 std::vector<uint8_t> idx_labels(uint32_t n, int classes) {
-  std::vector<uint8_t> b;
-  put_be32(b, 0x801);
-  put_be32(b, n);
-  for (uint32_t i = 0; i < n; ++i) b.push_back(uint8_t((i * 7 + 3) % uint32_t(classes)));
-  return b;
+  std::vector<uint8_t> l;
+  for (uint32_t i = 0; i < n; ++i) l.push_back(uint8_t((i * 7 + 3) % uint32_t(classes)));
+  return memfit::testing::idx_labels(l);
 }
 // Every byte value appears, in an order that differs per image.
 std::vector<uint8_t> idx_images(uint32_t n, uint32_t rows, uint32_t cols) {
-  std::vector<uint8_t> b;
-  put_be32(b, 0x803);
-  put_be32(b, n);
-  put_be32(b, rows);
-  put_be32(b, cols);
   uint32_t x = 12345;
-  for (uint32_t i = 0; i < n * rows * cols; ++i) {
+  return memfit::testing::idx_images(n, rows, cols, [&](uint32_t) {
     x = x * 1103515245u + 12345u;
-    b.push_back(uint8_t(x >> 16));
-  }
-  return b;
+    return uint8_t(x >> 16);
+  });
 }
 
 // A source directory with "<split>-images-idx3-ubyte[.gz]" and labels.
@@ -104,15 +70,6 @@ StreamOptions in_dir(const std::string& cache_dir, bool prepare = true) {
   so.cache_dir = cache_dir;
   so.prepare = prepare;
   return so;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }

@@ -5,6 +5,7 @@
 // same numbers in numpy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -18,15 +19,20 @@ inline uint64_t splitmix64(uint64_t x) {
   return z ^ (z >> 31);
 }
 
-// FNV-1a of a name: turns a parameter or layer name into a stream id.
-inline uint64_t name_hash(std::string_view s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
+// 64-bit FNV-1a: folds n bytes into h (start from kFnvOffset). Also the
+// checksum of checkpoints and the key of dataset cache files.
+inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
     h *= 0x100000001b3ull;
   }
   return h;
 }
+
+// FNV-1a of a name: turns a parameter or layer name into a stream id.
+inline uint64_t name_hash(std::string_view s) { return fnv1a(kFnvOffset, s.data(), s.size()); }
 
 // Key of one random stream: (seed, stream id, counter such as the step).
 inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t counter) {

@@ -79,7 +79,7 @@ class IdxFile {
     unsigned char b[4];
     if (read(b, 4) != 4)
       fail(path_, std::string("truncated IDX header (file ends before the ") + what + ")");
-    return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | uint32_t(b[3]);
+    return load_be32(b);
   }
 
   // Reads exactly `bytes` of element data into out (sized here, growing with
@@ -218,13 +218,6 @@ std::string images_declared(const IdxImages& img) {
          std::to_string(img.cols);
 }
 
-void put_be32(unsigned char* b, uint32_t v) {
-  b[0] = uint8_t(v >> 24);
-  b[1] = uint8_t(v >> 16);
-  b[2] = uint8_t(v >> 8);
-  b[3] = uint8_t(v);
-}
-
 }  // namespace
 
 void write_all(int fd, const std::string& name, const void* data, size_t n) {
@@ -257,10 +250,10 @@ IdxImages copy_idx_images(const std::string& path, int out_fd, const std::string
   IdxFile f(path);
   IdxImages img = read_images_header(f, path);
   unsigned char h[16];
-  put_be32(h, 0x00000803u);
-  put_be32(h + 4, img.count);
-  put_be32(h + 8, img.rows);
-  put_be32(h + 12, img.cols);
+  store_be32(h, 0x00000803u);
+  store_be32(h + 4, img.count);
+  store_be32(h + 8, img.rows);
+  store_be32(h + 12, img.cols);
   write_all(out_fd, out_name, h, sizeof h);
   const uint64_t bytes = uint64_t(img.count) * img.rows * img.cols;
   f.copy_payload(out_fd, out_name, bytes, 16, images_declared(img));

@@ -43,6 +43,17 @@ IdxImages read_idx_images_header(const std::string& path);
 // pixels). Throws std::runtime_error naming the file at fault.
 IdxImages copy_idx_images(const std::string& path, int out_fd, const std::string& out_name);
 
+// Big-endian uint32 at b (IDX headers).
+inline uint32_t load_be32(const unsigned char* b) {
+  return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | uint32_t(b[3]);
+}
+inline void store_be32(unsigned char* b, uint32_t v) {
+  b[0] = uint8_t(v >> 24);
+  b[1] = uint8_t(v >> 16);
+  b[2] = uint8_t(v >> 8);
+  b[3] = uint8_t(v);
+}
+
 // Writes n bytes to fd (retrying short writes); throws std::runtime_error
 // "<name>: cannot write: <reason>" (a full disk names ENOSPC).
 void write_all(int fd, const std::string& name, const void* data, size_t n);

@@ -17,6 +17,8 @@
 #include <string>
 #include <utility>
 
+#include "memfit/rng.hpp"
+
 namespace memfit::data {
 namespace {
 
@@ -26,19 +28,6 @@ constexpr const char* kCacheHint =
     " (pass --cache-dir DIR or set MEMFIT_CACHE_DIR to a writable directory, or use --data-in memory)";
 
 std::string errno_text() { return std::strerror(errno); }
-
-uint32_t be32(const unsigned char* b) {
-  return uint32_t(b[0]) << 24 | uint32_t(b[1]) << 16 | uint32_t(b[2]) << 8 | uint32_t(b[3]);
-}
-
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 // Reads exactly n bytes at offset; returns how many were read before the end
 // of the file. Throws (naming `path`) on an I/O error.
@@ -104,11 +93,11 @@ std::string idx_cache_path(const std::string& source, const std::string& cache_d
   const std::string key = abs.string();
   const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   const uint64_t size = uint64_t(st.st_size);
-  uint64_t h = 0xcbf29ce484222325ull;
-  h = fnv1a(h, "memfit idx cache v1", 19);
-  h = fnv1a(h, key.data(), key.size() + 1);
-  h = fnv1a(h, &size, sizeof size);
-  h = fnv1a(h, &mtime_ns, sizeof mtime_ns);
+  uint64_t h = rng::kFnvOffset;
+  h = rng::fnv1a(h, "memfit idx cache v1", 19);
+  h = rng::fnv1a(h, key.data(), key.size() + 1);
+  h = rng::fnv1a(h, &size, sizeof size);
+  h = rng::fnv1a(h, &mtime_ns, sizeof mtime_ns);
   std::string name = fs::path(source).filename().string();
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) name.resize(name.size() - 3);
   char hex[17];
@@ -172,7 +161,7 @@ std::string check_raw_idx(int fd, const std::string& path, uint64_t count, uint3
   if (size < 16) return "it is " + std::to_string(size) + " bytes, shorter than an IDX header";
   unsigned char h[16];
   if (pread_full(fd, h, 16, 0, path) != 16) return "it ends inside its IDX header";
-  const uint32_t magic = be32(h), n = be32(h + 4), r = be32(h + 8), c = be32(h + 12);
+  const uint32_t magic = load_be32(h), n = load_be32(h + 4), r = load_be32(h + 8), c = load_be32(h + 12);
   char m[16];
   std::snprintf(m, sizeof m, "0x%08x", magic);
   if (magic != 0x00000803u) return std::string("bad magic ") + m + " (expected 0x00000803, IDX unsigned-byte images)";

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "memfit/rng.hpp"
+
 namespace memfit::kernels {
 
 // conv2d            in: x[N,C,H,W], w[K,C/G,R,S], b[K] (if bias)  out: y[N,K,OH,OW]
@@ -90,6 +92,16 @@ struct DropoutParams {
   double p;
   uint64_t stream;
 };
+
+// The mask stream of the formula above for one run: the key, and the
+// counter of this micro-batch's element 0 (element i draws base + i).
+struct DropoutDraw {
+  uint64_t key, base;
+};
+inline DropoutDraw dropout_draw(const DropoutParams& p, uint64_t seed, int64_t step, int64_t micro) {
+  return {rng::stream_key(seed, p.stream, static_cast<uint64_t>(step)),
+          static_cast<uint64_t>(micro) * static_cast<uint64_t>(p.n)};
+}
 
 // concat  in: x_0..x_{k-1}   out: y, joined along one axis.
 // slice   in: x              out: y = x[..., start:start+len, ...] along the axis.

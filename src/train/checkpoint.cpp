@@ -8,21 +8,13 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "memfit/rng.hpp"
 #include "train/step_graph.hpp"
 
 namespace memfit::train {
 namespace {
 
 constexpr const char* kFormat = "memfit-checkpoint-1";
-
-uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= b[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 // Passes a tensor's bytes to fn(bytes, offset, n) a chunk at a time and
 // drops each chunk's pages after it, so reading a checkpoint adds about one
@@ -60,14 +52,14 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
   const Graph& g = ex.graph();
   ::mkdir(dir.c_str(), 0755);
   std::vector<io::TensorView> all, weights;
-  uint64_t sum = 0xcbf29ce484222325ull;
+  uint64_t sum = rng::kFnvOffset;
   std::vector<int64_t> batches_tracked;  // one value per batch-norm layer
   batches_tracked.reserve(g.num_values());
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (!is_state(v)) continue;
     io::TensorView t{v.name, io::DType::F32, v.shape, ex.data(static_cast<ValueId>(i))};
-    sum = fnv1a(sum, t.data, v.bytes());
+    sum = rng::fnv1a(sum, t.data, v.bytes());
     all.push_back(t);
     if (v.cls != VClass::OptState) weights.push_back(t);
   }
@@ -118,7 +110,7 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
   if (!g.model_name.empty() && st.model != g.model_name)
     throw std::runtime_error(path + " is a checkpoint of model '" + st.model + "', but this run trains '" + g.model_name + "'");
   // Verify every tensor first, then copy: a bad file changes nothing.
-  uint64_t sum = 0xcbf29ce484222325ull;
+  uint64_t sum = rng::kFnvOffset;
   std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
@@ -128,7 +120,7 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
     if (t->dtype != io::DType::F32 || t->shape != v.shape)
       throw std::runtime_error(path + ": tensor '" + v.name + "' is " + shape_str(t->shape) + " but the model has " +
                                shape_str(v.shape));
-    stream(f, *t, [&](const unsigned char* p, size_t, size_t n) { sum = fnv1a(sum, p, n); });
+    stream(f, *t, [&](const unsigned char* p, size_t, size_t n) { sum = rng::fnv1a(sum, p, n); });
     todo.push_back({static_cast<ValueId>(i), t});
   }
   if (hex(sum) != get("checksum"))

@@ -27,10 +27,9 @@ class Dropout final : public Kernel {
     const float* x = in<float>(0);
     float* y = out<float>(0);
     uint8_t* mask = out<uint8_t>(1);
-    const uint64_t key = rng::stream_key(ctx.seed, p_.stream, static_cast<uint64_t>(ctx.step));
     // Micro-batch m of an accumulated step holds rows m*n..(m+1)*n-1 of the
     // whole batch: offset the element index so the masks equal the big batch's.
-    const uint64_t base = static_cast<uint64_t>(ctx.micro) * static_cast<uint64_t>(p_.n);
+    const auto [key, base] = dropout_draw(p_, ctx.seed, ctx.step, ctx.micro);
     const float pf = static_cast<float>(p_.p);
     const float scale = 1.0f / (1.0f - pf);
     const int64_t n = p_.n;
@@ -78,8 +77,7 @@ class DropoutBf16 final : public Kernel {
     const bf16_t* x = in<bf16_t>(0);
     bf16_t* y = out<bf16_t>(0);
     uint8_t* mask = out<uint8_t>(1);
-    const uint64_t key = rng::stream_key(ctx.seed, p_.stream, static_cast<uint64_t>(ctx.step));
-    const uint64_t base = static_cast<uint64_t>(ctx.micro) * static_cast<uint64_t>(p_.n);
+    const auto [key, base] = dropout_draw(p_, ctx.seed, ctx.step, ctx.micro);
     const float pf = static_cast<float>(p_.p);
     const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - pf)), vp = _mm512_set1_ps(pf);
     const __m128i one = _mm_set1_epi8(1);

@@ -27,10 +27,9 @@ class Dropout final : public Kernel {
     const T* x = in<T>(0);
     T* y = out<T>(0);
     uint8_t* mask = out<uint8_t>(1);
-    const uint64_t key = rng::stream_key(ctx.seed, p_.stream, static_cast<uint64_t>(ctx.step));
     // Micro-batch m of an accumulated step holds rows m*n..(m+1)*n-1 of the
     // whole batch: offset the element index so the masks equal the big batch's.
-    const uint64_t base = static_cast<uint64_t>(ctx.micro) * static_cast<uint64_t>(p_.n);
+    const auto [key, base] = dropout_draw(p_, ctx.seed, ctx.step, ctx.micro);
     const float pf = static_cast<float>(p_.p);
     const T scale = T(1) / (T(1) - static_cast<T>(p_.p));
     for (int64_t i = 0; i < p_.n; ++i) {
