@@ -11,6 +11,12 @@
 //    samples for large tensors). Backward chains two or three reductions
 //    over up to 50k terms; relative errors of 1e-5..1e-4 are expected, an
 //    indexing or formula error is O(1).
+//    ResNet-18 only: a ReLU unit whose pre-activation lies within fp32
+//    rounding of zero may switch against float64 (one of 6.9M units on
+//    AVX2, none on AVX-512 here); the test finds such units by running the
+//    forward pass in float64 too, and holds the parameters before the last
+//    switched unit (and the statistics after 20 steps) to twice the distance
+//    PyTorch's own fp32 shows in the same case (kFlipSpread below).
 //  - losses over 20 steps: ConvNet 1e-4 relative, ResNet-18 1e-3 relative.
 //    Errors compound through 20 updates. ResNet-18's reference trajectory is
 //    computed by PyTorch in float64 at lr 1e-4, where PyTorch's own fp32 runs
@@ -24,13 +30,22 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "kernel_cases.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
+#include "runtime/lower_cpu/layout.hpp"
 #include "train/step_graph.hpp"
 
 using namespace memfit;
 
 namespace {
+
+// The fp32 spread where a ReLU unit switched: PyTorch 1.13's own fp32 step-0
+// gradients on the ResNet-18 fixture are up to 5.07e-3 (relative L2) from
+// float64 when oneDNN runs its AVX2 kernels (two switched units), against
+// 3.5e-5 with AVX-512 (none): tests/golden/fp32_distance.py. memfit is held
+// to twice PyTorch's distance, 1.0e-2: ten times the 1e-3 bounds.
+constexpr double kFlipSpread = 10.0;
 
 std::vector<float> f32(const io::SafetensorsFile& f, const std::string& name) {
   const io::TensorInfo& t = f.at(name);
@@ -60,7 +75,57 @@ double norm(const float* p, size_t n) {
 struct GoldenCase {
   std::string model, file, last_fc;
   double loss_rtol, loss_atol;
+  bool flip_check = false;  // look for ReLU units that switched against float64
 };
+
+// ReLU units whose input has another sign in memfit's fp32 forward pass than
+// in the float64 forward pass of the same graph (Reference64, the double
+// scalar kernels), for the step-0 batch. `last` is the forward position of
+// the last ReLU with a switched unit: every parameter used before it sees a
+// changed batch-norm backward.
+struct Flips {
+  int count = 0;
+  size_t last = 0;
+  std::string where;
+};
+
+Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x) {
+  size_t fwd_end = 0;
+  while (fwd_end < g.num_nodes() && g.node(static_cast<NodeId>(fwd_end)).phase == Phase::Forward) ++fwd_end;
+  ExecConfig c32, c64;
+  c32.plan.no_plan = c64.plan.no_plan = true;  // every value kept
+  c64.backend = Backend::Reference64;
+  Executor e32(g, c32), e64(g, c64);
+  e32.init_params(42);
+  e64.init_params(42);
+  e32.write_f32(x, input.data());
+  e64.write_f32(x, input.data());
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  e32.run_nodes(0, fwd_end, ctx);
+  e64.run_nodes(0, fwd_end, ctx);
+  const auto layouts = cpu_layouts(g);
+  Flips f;
+  for (size_t i = 0; i < fwd_end; ++i) {
+    const Node& n = g.node(static_cast<NodeId>(i));
+    if (n.op != "relu") continue;
+    const ValueId v = n.inputs[0];
+    const Shape& s = g.value(v).shape;
+    const size_t count = static_cast<size_t>(numel(s));
+    std::vector<float> a(e32.ptr<float>(v), e32.ptr<float>(v) + count);
+    if (layouts[static_cast<size_t>(v)] == kernels::cpu::Layout::Blocked16)
+      a = memfit::testing::to_plain(a, s[0], s[1], s[2] * s[3]);
+    const double* b = e64.ptr<double>(v);
+    for (size_t k = 0; k < count; ++k)
+      if ((a[k] > 0) != (b[k] > 0)) {
+        ++f.count;
+        f.last = i;
+        f.where += " " + n.layer + "[" + std::to_string(k) + "] fp32 " + std::to_string(a[k]) + " float64 " +
+                   std::to_string(b[k]) + ";";
+      }
+  }
+  return f;
+}
 
 void run_golden(const GoldenCase& c, Backend backend) {
   io::SafetensorsFile f = io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/" + c.file);
@@ -96,6 +161,22 @@ void run_golden(const GoldenCase& c, Backend backend) {
 
   auto input = f32(f, "input");
   ex.write_f32(sg->x, input.data());
+  // Where a ReLU unit switched against float64 (a pre-activation within fp32
+  // rounding of zero, see the top), the gradients of the parameters before
+  // it and what they drive carry the fp32 spread measured for PyTorch itself
+  // (tests/golden/README.md); the others keep the tight bounds.
+  Flips flips;
+  if (c.flip_check) {
+    flips = relu_flips(g, input, sg->x);
+    if (flips.count > 0)
+      std::printf("golden: %d ReLU unit(s) switched against float64 (fp32 rounding):%s parameters used before "
+                  "node %zu are held to the measured fp32 spread\n",
+                  flips.count, flips.where.c_str(), flips.last);
+  }
+  std::vector<bool> upstream(g.num_values(), false);  // used by a forward node before the last flip
+  for (size_t i = 0; flips.count > 0 && i < flips.last; ++i)
+    for (ValueId in : g.node(static_cast<NodeId>(i)).inputs) upstream[static_cast<size_t>(in)] = true;
+  auto widen = [&](ValueId v) { return upstream[static_cast<size_t>(v)] ? kFlipSpread : 1.0; };
   const io::TensorInfo& lt = f.at("labels");
   std::memcpy(ex.data(sg->labels), f.data(lt), lt.nbytes());
 
@@ -130,18 +211,20 @@ void run_golden(const GoldenCase& c, Backend backend) {
         d += (static_cast<double>(gp[i]) - ref[i]) * (static_cast<double>(gp[i]) - ref[i]);
         r += static_cast<double>(ref[i]) * ref[i];
       }
-      EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
+      EXPECT_LE(std::sqrt(d), widen(v) * 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
     } else {
       const double rn = f64(f, "grad_norm." + val.name), rs = f64(f, "grad_sum." + val.name);
       double s = 0;
       for (size_t i = 0; i < n; ++i) s += gp[i];
-      EXPECT_NEAR(norm(gp, n), rn, 1e-3 * rn) << val.name << " gradient norm";
-      EXPECT_NEAR(s, rs, 1e-3 * rn * std::sqrt(static_cast<double>(n)) * 1e-2 + 1e-3 * std::abs(rs)) << val.name << " gradient sum";
+      const double w = widen(v);
+      EXPECT_NEAR(norm(gp, n), rn, w * 1e-3 * rn) << val.name << " gradient norm";
+      EXPECT_NEAR(s, rs, w * (1e-3 * rn * std::sqrt(static_cast<double>(n)) * 1e-2 + 1e-3 * std::abs(rs)))
+          << val.name << " gradient sum";
       auto idx = i64(f, "grad_sample_idx." + val.name);
       auto ref = f32(f, "grad_sample." + val.name);
       const double rms = rn / std::sqrt(static_cast<double>(n));
       for (size_t k = 0; k < idx.size(); ++k)
-        EXPECT_NEAR(gp[idx[k]], ref[k], 1e-3 * std::abs(ref[k]) + 1e-2 * rms) << val.name << "[" << idx[k] << "]";
+        EXPECT_NEAR(gp[idx[k]], ref[k], w * (1e-3 * std::abs(ref[k]) + 1e-2 * rms)) << val.name << "[" << idx[k] << "]";
     }
     ++checked;
   }
@@ -164,17 +247,21 @@ void run_golden(const GoldenCase& c, Backend backend) {
     ValueId fc = g.find(c.last_fc);
     const size_t n = static_cast<size_t>(numel(g.value(fc).shape));
     const double rn = f64(f, "final_norm." + c.last_fc);
-    EXPECT_NEAR(norm(ex.ptr<float>(fc), n), rn, 1e-3 * rn) << "final " << c.last_fc;
+    EXPECT_NEAR(norm(ex.ptr<float>(fc), n), rn, (flips.count > 0 ? kFlipSpread : 1.0) * 1e-3 * rn) << "final " << c.last_fc;
   }
   for (const char* bn : {"bn1", "layer4.1.bn2"}) {
     for (const char* stat : {"running_mean", "running_var"}) {
       std::string name = std::string(bn) + "." + stat;
       if (!f.find("final." + name)) continue;
       auto ref = f32(f, "final." + name);
-      const float* p = ex.ptr<float>(g.find(name));
+      const ValueId sv = g.find(name);
+      const float* p = ex.ptr<float>(sv);
       double mx = 0;
       for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
-      for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(p[i], ref[i], 1e-3 * mx) << name << "[" << i << "]";
+      // After the first update every forward value depends on the weights
+      // upstream of a switch: the statistics carry the spread wherever they are.
+      const double w = flips.count > 0 ? kFlipSpread : 1.0;
+      for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(p[i], ref[i], w * 1e-3 * mx) << name << "[" << i << "]";
     }
   }
 }
@@ -182,7 +269,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
 }  // namespace
 
 TEST(Golden, ConvNetCpu) { run_golden({"convnet", "convnet.safetensors", "fc2.weight", 1e-4, 0.0}, Backend::Cpu); }
-TEST(Golden, ResNet18Cpu) { run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 0.0}, Backend::Cpu); }
+TEST(Golden, ResNet18Cpu) { run_golden({"resnet18", "resnet18.safetensors", "fc.weight", 1e-3, 0.0, true}, Backend::Cpu); }
 // The scalar reference kernels reproduce PyTorch too (ConvNet: the ResNet-18
 // reference run takes minutes).
 TEST(Golden, ConvNetReference) {
