@@ -226,14 +226,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     return usage_error(a, e.what());
   }
 
-  train::TrainResult r = train::run_training(o, std::cout);
-  std::cout << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
+  // --json: stdout carries only the JSON object; every human line goes to stderr.
+  std::ostream& log = o.json ? std::cerr : std::cout;
+  train::TrainResult r = train::run_training(o, log);
+  log << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
             << " images/s, final train loss " << num(r.final_train_loss);
-  if (r.evaluated) std::cout << ", test accuracy " << num(r.test_accuracy);
+  if (r.evaluated) log << ", test accuracy " << num(r.test_accuracy);
   if (o.precision == DType::f16)
-    std::cout << ", fp16 loss scale " << num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
-  std::cout << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
-            << train::format_bytes(r.planned_peak_bytes) << ")\n";
+    log << ", fp16 loss scale " << num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
+  log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
+      << train::format_bytes(r.planned_peak_bytes) << ")\n";
   if (o.json) {
     std::cout << "{\"steps\": " << r.steps << ", \"final_train_loss\": " << num(r.final_train_loss);
     if (r.evaluated) std::cout << ", \"test_loss\": " << num(r.test_loss) << ", \"test_accuracy\": " << num(r.test_accuracy);
@@ -268,7 +270,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
     return usage_error(a, e.what());
   }
   o.plan_only = true;
-  train::TrainResult r = train::run_training(o, std::cout);
+  train::TrainResult r = train::run_training(o, o.json ? std::cerr : std::cout);
   if (o.json) {
     std::cout << train::report_json(r.report, r.budget) << "\n";
   } else {

@@ -367,7 +367,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     }
   }
 
-  if (o.recompute != "none" && (!o.plan_only || !o.json)) {
+  if (o.recompute != "none") {
     char buf[200];
     std::snprintf(buf, sizeof buf, "  recompute %s: saved activations %s -> %s, +%.2f GFLOP per micro-batch (%d nodes)\n",
                   o.recompute.c_str(), format_bytes(train_g->recompute.saved_bytes_before).c_str(),
@@ -377,15 +377,23 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   }
   rep.precision = precision_name(o.precision);
   rep.saved_activations = precision_name(o.saved_activations);
-  if (train_g->compress.cloned_nodes && (!o.plan_only || !o.json)) {
+  rep.micro_batch = micro;
+  rep.accumulate = o.accumulate;
+  rep.recompute = o.recompute;
+  rep.fitted = o.fitted;
+  if (train_g->compress.cloned_nodes) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
                   format_bytes(train_g->compress.saved_bytes_before).c_str(),
                   format_bytes(train_g->compress.saved_bytes_after).c_str(), train_g->compress.cloned_nodes);
     log << buf;
   }
-  if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind,
-                                                         std::string(backend_name(o.backend)) + " " + precision_name(o.precision));
+  log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind,
+                       std::string(backend_name(o.backend)) + " " + precision_name(o.precision));
+  // The plan reaches the terminal or the file before anything can kill the
+  // process for its memory (a redirected stdout is block-buffered).
+  log.flush();
+  std::fflush(nullptr);
   if (o.plan_only && (rep.total <= budget.bytes || !o.auto_fit)) {
     TrainResult r;
     r.report = rep;
@@ -432,11 +440,13 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     next.saved_activations = fr.fitting[0].saved;
     if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
     next.auto_fit = false;
-    if (o.plan_only) next.auto_fit = false;
+    next.fitted = true;
     throw Replan{next};
   }
 
   check_run_dir(o.out);
+  log.flush();
+  std::fflush(nullptr);
   try {
     if (o.inject_oom_at_step == 0) throw std::bad_alloc();
     ex.allocate();

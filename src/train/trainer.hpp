@@ -72,6 +72,7 @@ struct TrainOptions {
   // Testing: behave as if memory ran out before this step (-1: never). The
   // run re-plans with half the micro-batch and continues from that step.
   int64_t inject_oom_at_step = -1;
+  bool fitted = false;         // internal: this attempt runs the policy the fit chose
 };
 
 struct TrainResult {
