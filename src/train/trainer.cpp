@@ -3,15 +3,19 @@
 #include <malloc.h>
 
 #include <omp.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -38,6 +42,34 @@ namespace memfit::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The first SIGINT/SIGTERM is recorded and acted on at the next step
+// boundary; a second one ends the process at once.
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal) ::_exit(128 + sig);
+  g_signal = sig;
+}
+
+struct SignalScope {
+  struct sigaction old_int {}, old_term {};
+  bool on = false;
+  explicit SignalScope(bool enable) : on(enable) {
+    if (!on) return;
+    g_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalScope() {
+    if (!on) return;
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
 
 // True if every element of every buffer is finite (fp16 overflow check).
 bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) {
@@ -182,7 +214,7 @@ EvalResult evaluate(Executor& ex, const StepGraph& sg, data::Loader& loader, int
   size_t correct = 0;
   float* x = ex.ptr<float>(sg.x);
   int32_t* y = ex.ptr<int32_t>(sg.labels);
-  while (size_t n = loader.next(x, y)) {
+  while (size_t n = g_signal ? 0 : loader.next(x, y)) {
     ex.run(ctx);
     const float* logits = ex.ptr<float>(sg.logits);
     for (size_t i = 0; i < n; ++i) {
@@ -505,12 +537,21 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   st.extra["accumulate"] = std::to_string(o.accumulate);
   st.extra["optimizer"] = o.optimizer.kind;
   st.extra["dataset_size"] = std::to_string(ds.train->size());
+  // The data options, so that --resume can take them when not given.
+  st.extra["data"] = o.data;
+  st.extra["subset"] = o.subset;
+  st.extra["test_subset"] = o.test_subset;
+  st.extra["image_size"] = std::to_string(o.image_size);
+  st.extra["channels"] = std::to_string(o.channels);
   if (!o.resume.empty()) {
     TrainState r = load_checkpoint(o.resume, ex);
     for (const char* k : {"batch", "optimizer", "dataset_size"})
-      if (r.extra[k] != st.extra[k])
+      if (r.extra[k] != st.extra[k]) {
+        const std::string flag = std::string(k) == "dataset_size" ? "subset" : k;
         throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with " + k + " " + r.extra[k] +
-                                 ", this run has " + st.extra[k]);
+                                 ", this run has " + st.extra[k] + "; pass --" + flag + " " + r.extra[k] +
+                                 (flag == "subset" ? " (the number of samples it trained on)" : ""));
+      }
     if (r.seed != o.seed) throw std::runtime_error("cannot resume from " + o.resume + ": it used --seed " + std::to_string(r.seed));
     st.step = r.step;
     if (r.extra.count("loss_scale")) {
@@ -546,6 +587,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   auto do_eval = [&](uint64_t epoch) {
     if (!test_loader) return;
     EvalResult e = evaluate(eval_ex, *eval_g, *test_loader, classes);
+    if (g_signal) return;  // cut short: nothing to record
     res.evaluated = true;
     res.test_loss = e.loss;
     res.test_accuracy = e.accuracy;
@@ -594,13 +636,19 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   int64_t group = 0;        // micro-batches done in this optimizer step
   double group_loss = 0.0;
   while (st.step < total_steps) {
+    if (g_signal && group == 0) {
+      res.interrupted = g_signal;
+      break;
+    }
     const auto t0 = Clock::now();
     size_t n = loader.next(x, y);
     if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
       group = 0;
       group_loss = 0.0;
+      // The loader has moved to the next epoch: its index is the number of
+      // epochs finished, the 1-based number of the one that just ended.
       const uint64_t finished = loader.position().epoch;
-      if (o.eval_every == 0) do_eval(finished + 1);
+      if (o.eval_every < 0) do_eval(finished);
       do_checkpoint();
       continue;
     }
@@ -667,12 +715,16 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     if (o.eval_every > 0 && st.step % o.eval_every == 0) do_eval(loader.position().epoch + 1);
     if (o.checkpoint_every > 0 && st.step % o.checkpoint_every == 0) do_checkpoint();
   }
-  if (o.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
+  if (res.interrupted) {  // a signal: save the last finished step, nothing else
+    do_checkpoint();
+    prog.finish();
+  } else if (o.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
     prog.finish();
     log << profile_report(ex, ex.node_seconds(), std::min(o.profile, st.step));
   } else {
     // The last step may end mid-epoch (--steps): evaluate and save once more.
-    if (!res.evaluated || loss_n > 0) do_eval(loader.position().epoch + 1);
+    // --eval-every 0: no evaluation at all.
+    if (o.eval_every != 0 && (!res.evaluated || loss_n > 0)) do_eval(loader.position().epoch + 1);
     do_checkpoint();
     prog.finish();
   }
@@ -687,8 +739,51 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   return res;
 }
 
+// --resume: the data options the user did not give come from the
+// checkpoint's metadata (checkpoints before they were recorded have none);
+// one given that differs names the flag and the value to pass.
+void adopt_resume_options(TrainOptions& o, std::ostream& log) {
+  if (o.resume.empty()) return;
+  const std::map<std::string, std::string> meta = checkpoint_metadata(o.resume);
+  struct Field {
+    const char* flag;
+    const char* key;
+    std::string* s;
+    int64_t* i;
+  };
+  const Field fields[] = {{"data", "data", &o.data, nullptr},
+                          {"subset", "subset", &o.subset, nullptr},
+                          {"test-subset", "test_subset", &o.test_subset, nullptr},
+                          {"image-size", "image_size", nullptr, &o.image_size},
+                          {"channels", "channels", nullptr, &o.channels}};
+  std::string taken;
+  for (const Field& f : fields) {
+    auto it = meta.find(f.key);
+    if (it == meta.end()) continue;
+    const std::string now = f.s ? *f.s : std::to_string(*f.i);
+    if (it->second == now) continue;
+    const bool given = std::find(o.given.begin(), o.given.end(), f.flag) != o.given.end();
+    if (given)
+      throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with --" + f.flag + " " +
+                               (it->second.empty() ? "(not given)" : it->second) + ", this run has --" + f.flag + " " +
+                               now + "; pass --" + f.flag + " " + it->second + " or leave the flag out");
+    if (f.s) {
+      *f.s = it->second;
+    } else {
+      char* end = nullptr;
+      const long long v = std::strtoll(it->second.c_str(), &end, 10);
+      if (end == it->second.c_str() || *end) continue;  // unreadable: the checks after loading report it
+      *f.i = v;
+    }
+    if (!it->second.empty()) taken += " --" + std::string(f.flag) + " " + it->second;
+  }
+  if (!taken.empty()) log << "resuming with the checkpoint's data options:" << taken << "\n";
+}
+
 TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   TrainOptions o = opt;
+  SignalScope signals(o.handle_signals);
+  adopt_resume_options(o, log);
   for (int attempt = 0;; ++attempt) {
     try {
       return run_once(o, log);
