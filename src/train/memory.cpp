@@ -53,6 +53,16 @@ std::string format_bytes(size_t b) {
   return buf;
 }
 
+std::string format_bytes_up(size_t b) {
+  char buf[64];
+  const double d = static_cast<double>(b);
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", std::ceil(d / (1ull << 30) * 100 - 1e-9) / 100);
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", std::ceil(d / (1ull << 20) * 10 - 1e-9) / 10);
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", std::ceil(d / 1024 * 10 - 1e-9) / 10);
+  else std::snprintf(buf, sizeof buf, "%zu B", b);
+  return buf;
+}
+
 namespace {
 
 // Reads "Key:   123 kB" from /proc/self/status without allocating.

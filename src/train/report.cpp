@@ -143,9 +143,9 @@ std::string over_budget_message(const MemoryReport& r, const Budget& b) {
   std::ostringstream m;
   m << "predicted peak " << format_bytes(r.total) << " (" << r.total << " bytes) is over the budget of "
     << format_bytes(b.bytes) << " (" << b.describe() << "); largest parts: " << largest_classes(r, 3)
-    << ". Nothing was allocated. The smallest budget that fits this plan is " << format_bytes(r.total)
+    << ". Nothing was allocated. The smallest budget that fits this plan is " << format_bytes_up(r.total)
     << "; --memory " << (r.total + mib - 1) / mib + 1 << "MiB leaves room for the baseline's variation between runs";
-  if (b.margin) m << " (a limit of at least " << format_bytes(r.total + b.margin) << " with the default margin)";
+  if (b.margin) m << " (a limit of at least " << format_bytes_up(r.total + b.margin) << " with the default margin)";
   m << "; or lower --batch, or keep the batch and split it with --accumulate.";
   return m.str();
 }

@@ -249,6 +249,20 @@ std::string json_num(double v) {
 
 }  // namespace
 
+// The smallest --memory value (in tenths of a MiB, as the refusal prints it)
+// under which the fit accepts a plan of `need` bytes: the fit keeps 2% of
+// the budget as slack, and 1 MiB is left for the measured baseline's
+// variation between runs (tens of KiB).
+std::string smallest_memory_flag(size_t need) {
+  const size_t want = need + (size_t(1) << 20);
+  for (long tenths = static_cast<long>(static_cast<double>(want) / 104857.6);; ++tenths) {
+    char v[32];
+    std::snprintf(v, sizeof v, "%.1fMiB", static_cast<double>(tenths) / 10);
+    const size_t b = parse_bytes(v).value_or(0);
+    if (b - b / 50 >= want) return v;
+  }
+}
+
 // Thrown inside one attempt to start again with other options: the stack
 // unwinds first, so every arena of the attempt is freed before the next plan
 // takes memory.
@@ -457,9 +471,11 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
         << budget.source << "), and no micro-batch, accumulation, precision or recomputation"
         << (fit_data.size() > 1 ? " (with the dataset in memory or streamed from disk)" : "")
         << " fits either; the smallest plan ("
-        << fr.smallest.describe() << ") needs " << format_bytes(fr.smallest.total_bytes)
-        << ", so the smallest budget that would work is " << format_bytes(fr.smallest.total_bytes + fr.smallest.total_bytes / 50)
-        << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
+        << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
+        << ", so the smallest budget that would work is "
+        << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << " (--memory " << smallest_memory_flag(fr.smallest.total_bytes)
+        << ": 2% slack for the fit and 1 MiB for the baseline's variation between runs)"
+        << (budget.margin ? " plus the margin of a detected limit" : "") << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
       throw BudgetError(m.str());
     }
     log << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
@@ -736,6 +752,18 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   res.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   res.images_per_second = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;
   res.peak_rss_bytes = peak_rss();
+  // The plan is a promise: say so when the process went past it.
+  if (res.peak_rss_bytes > rep.total + rep.total / 33) {
+    const size_t over = res.peak_rss_bytes - rep.total;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "memfit: warning: the measured peak RSS %s is %s (%.1f%%) over the plan's %s%s; please report it "
+                  "with the plan above\n",
+                  format_bytes(res.peak_rss_bytes).c_str(), format_bytes(over).c_str(),
+                  100.0 * static_cast<double>(over) / static_cast<double>(rep.total), format_bytes(rep.total).c_str(),
+                  res.peak_rss_bytes > budget.bytes ? (", and over the budget of " + format_bytes(budget.bytes)).c_str() : "");
+    log << buf;
+  }
   return res;
 }
 
