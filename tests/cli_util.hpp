@@ -51,4 +51,27 @@ inline double json_field(const std::string& out, const std::string& key) {
   return std::strtod(out.c_str() + k + key.size() + 4, nullptr);
 }
 
+// The number after "key": in the last line of `out` that starts with '{'
+// (any JSON object memfit prints). NaN if absent.
+inline double json_number(const std::string& out, const std::string& key) {
+  size_t line = out.rfind("\n{");
+  line = line == std::string::npos ? 0 : line + 1;
+  size_t k = out.find("\"" + key + "\": ", line);
+  if (k == std::string::npos) return std::nan("");
+  return std::strtod(out.c_str() + k + key.size() + 4, nullptr);
+}
+
+// The string value of "key" in the last JSON line of `out` ("" if absent;
+// escapes are kept as they are).
+inline std::string json_string_field(const std::string& out, const std::string& key) {
+  size_t line = out.rfind("\n{");
+  line = line == std::string::npos ? 0 : line + 1;
+  size_t k = out.find("\"" + key + "\": \"", line);
+  if (k == std::string::npos) return "";
+  const size_t v = k + key.size() + 5;
+  size_t e = v;
+  while (e < out.size() && out[e] != '"') e += out[e] == '\\' ? 2 : 1;
+  return out.substr(v, e - v);
+}
+
 }  // namespace memfit::testing

@@ -1,6 +1,8 @@
 // memfit data layer: IDX reader on real Fashion-MNIST and broken files, image
 // folders with generated PNG/JPEG files, resizing, subsets.
 #include <gtest/gtest.h>
+
+#include "cli_util.hpp"
 #include <png.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -399,7 +401,50 @@ TEST(ImageFolder, ScansSortedClassesAndFiles) {
     EXPECT_EQ(ds.label(i), i < 3 ? 0 : 1);
   }
   EXPECT_GT(ds.resident_bytes(), 0u);
+  // Planned from the headers: the largest image is the 64x48 JPEG.
+  EXPECT_GE(ds.transient_bytes(), size_t(64 * 48 * 3));
+  EXPECT_LT(ds.transient_bytes(), size_t(4) << 20) << "not the worst case of the pixel limit";
+}
+
+TEST(ImageFolder, UnreadableHeaderPlansTheWorstCase) {
+  TempDir dir;
+  make_folder(dir);
+  write_bytes(dir / "dog/z_broken.jpg", {0xFF, 0xD8, 0xFF});  // a JPEG cut off before its frame header
+  ImageFolderOptions opt;
+  opt.height = opt.width = 8;
+  const ImageFolderDataset ds(dir.path.string(), opt);
   EXPECT_GE(ds.transient_bytes(), size_t(opt.max_pixels) * 3);
+}
+
+TEST(ImageFolder, TrainingPeakMatchesThePlanOfAGeneratedFolder) {
+  // 2 classes x 48 images of 40x40 at --image-size 32: the data pipeline is
+  // planned from what the decoder holds, and the measured peak stays within
+  // 3% of the plan.
+  TempDir dir;
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 48; ++i) {
+      const fs::path cls = dir.path / "train" / (k ? "dog" : "cat");
+      fs::create_directories(cls);
+      std::vector<uint8_t> px(size_t(40 * 40 * 3));
+      for (size_t j = 0; j < px.size(); ++j) px[j] = uint8_t((j * 7 + size_t(i) * 13 + size_t(k) * 101) % 251);
+      char name[32];
+      std::snprintf(name, sizeof name, "%02d.png", i);
+      write_png((cls / name).string(), 40, 40, 3, px);
+    }
+  const std::string out = memfit::testing::temp_dir("imgfolder-run");
+  auto plan = memfit::testing::run_memfit("plan --json --batch 16 --data " + dir.path.string());
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const double data = memfit::testing::json_number(plan.out, "data_pipeline");
+  EXPECT_LT(data, 8.0 * (1 << 20)) << plan.out;
+  auto r = memfit::testing::run_memfit("train --json --batch 16 --steps 4 --threads 2 --data " + dir.path.string() +
+                                       " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const double planned = memfit::testing::json_field(r.out, "planned_peak_bytes");
+  const double peak = memfit::testing::json_field(r.out, "peak_rss_bytes");
+  EXPECT_LE(peak, planned * 1.03) << r.out;
+  EXPECT_EQ(r.out.find("warning: the measured peak"), std::string::npos) << r.out;
+  std::printf("image folder: data pipeline %.2f MiB, planned %.1f MiB, peak %.1f MiB\n", data / (1 << 20),
+              planned / (1 << 20), peak / (1 << 20));
 }
 
 TEST(ImageFolder, DecodesResizesAndConvertsChannels) {

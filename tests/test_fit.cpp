@@ -91,3 +91,20 @@ TEST(Fit, TightBudgetChoosesBf16Storage) {
   EXPECT_NE(line.find("bf16"), std::string::npos) << line;
   EXPECT_EQ(line.find("micro-batch 8 "), std::string::npos) << line;
 }
+
+TEST(Fit, TheSmallestBudgetNamedOnRefusalIsAcceptedAndHolds) {
+  RunResult no = run_memfit("train --batch 256 --steps 1 --memory 40MiB" + kData + " --out " + temp_dir("fit-min0"));
+  ASSERT_EQ(no.code, 3) << no.out;
+  const std::string key = "(--memory ";
+  const size_t at = no.out.find(key);
+  ASSERT_NE(at, std::string::npos) << no.out;
+  const std::string flag = no.out.substr(at + key.size(), no.out.find(':', at) - at - key.size());
+  ASSERT_NE(flag.find("MiB"), std::string::npos) << flag;
+  // Exactly that budget: accepted, and the measured peak stays within it.
+  RunResult yes = run_memfit("train --batch 256 --steps 1 --json --memory " + flag + kData + " --out " + temp_dir("fit-min"));
+  ASSERT_EQ(yes.code, 0) << yes.out;
+  const double budget = json_field(yes.out, "budget_bytes");
+  EXPECT_LE(json_field(yes.out, "planned_peak_bytes"), budget) << yes.out;
+  EXPECT_LE(json_field(yes.out, "peak_rss_bytes"), budget) << yes.out;
+  std::printf("smallest budget named: %s; peak %.1f MiB\n", flag.c_str(), json_field(yes.out, "peak_rss_bytes") / 1048576);
+}

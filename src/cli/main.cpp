@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "data/dataset.hpp"
 #include "memfit/graph.hpp"
 #include "memfit/recompute.hpp"
 #include "models/model_file.hpp"
@@ -33,6 +34,20 @@ const char* kTopUsage =
     "  plan      print the memory plan of a training run without running it\n"
     "\n"
     "`memfit <command> --help` lists a command's options.\n";
+
+// --subset / --test-subset: checked when parsed, so that a bad value is a
+// usage error (exit 2) naming the flag.
+std::function<std::string(const std::string&)> subset_flag(const std::string& name, std::string* out) {
+  return [name, out](const std::string& v) {
+    try {
+      data::parse_subset(v);
+    } catch (const std::invalid_argument& e) {
+      return "--" + name + ": " + e.what();
+    }
+    *out = v;
+    return std::string();
+  };
+}
 
 void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   std::string models;
@@ -71,7 +86,7 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
         return std::string();
       },
       "N", "debug: N guard bytes after every planned buffer, checked after every step");
-  a.add("subset", &o.subset, "N|F", "train on N samples or a fraction F (0.1, 10%)");
+  a.add("subset", subset_flag("subset", &o.subset), "N|F", "train on N samples or a fraction F (0.1, 10%)");
   a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
   a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
   a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
@@ -183,11 +198,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   a.add("seed", &seed, "N", "seed for init, shuffling, dropout (default 42)");
   a.add("out", &o.out, "DIR", "run directory: checkpoints, metrics.jsonl (default runs/latest, or the --resume DIR)");
   a.add("resume", &o.resume, "DIR", "continue the run saved in DIR exactly");
-  a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps (default: every epoch)");
+  a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps and at the end; 0: never (default: every epoch)");
   a.add("checkpoint-every", &o.checkpoint_every, "STEPS", "checkpoint every N steps too (default: every epoch)");
   a.add("inject-oom-at-step", &o.inject_oom_at_step, "STEP",
         "testing: act as if memory ran out before STEP (0: at allocation)");
-  a.add("test-subset", &o.test_subset, "N|F", "evaluate on N samples or a fraction of the test split");
+  a.add("test-subset", subset_flag("test-subset", &o.test_subset), "N|F", "evaluate on N samples or a fraction of the test split");
   a.add_flag("augment", &o.augment, "random crop (pad 4) and horizontal flip");
   a.add(
       "progress", [&o](const std::string& v) {
@@ -206,8 +221,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
   if (!Schedule::valid_kind(sched)) return usage_error(a, "--schedule expects constant, step or cosine, got '" + sched + "'");
-  if (o.batch <= 0 || o.epochs <= 0 || o.steps < 0 || !(o.lr > 0))
-    return usage_error(a, "--batch, --epochs and --lr must be positive");
+  if (o.batch <= 0) return usage_error(a, "--batch must be positive, got " + std::to_string(o.batch));
+  if (o.epochs <= 0) return usage_error(a, "--epochs must be positive, got " + std::to_string(o.epochs));
+  if (o.steps < 0) return usage_error(a, "--steps must not be negative, got " + std::to_string(o.steps));
+  if (!(o.lr > 0)) return usage_error(a, "--lr must be positive, got " + num(o.lr));
+  if (o.eval_every < -1 || (o.eval_every == -1 && a.given("eval-every")))
+    return usage_error(a, "--eval-every expects a number of steps, or 0 for no evaluation");
   if (o.accumulate <= 0 || o.batch % o.accumulate)
     return usage_error(a, "--accumulate must be positive and divide --batch");
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
@@ -226,14 +245,36 @@ int cmd_train(const std::vector<std::string>& argv) {
     return usage_error(a, e.what());
   }
 
-  train::TrainResult r = train::run_training(o, std::cout);
-  std::cout << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
+  for (const char* f : {"data", "subset", "test-subset", "image-size", "channels"})
+    if (a.given(f)) o.given.push_back(f);
+  o.handle_signals = true;
+  // --json: stdout carries only the JSON object; every human line goes to stderr.
+  std::ostream& log = o.json ? std::cerr : std::cout;
+  train::TrainResult r = train::run_training(o, log);
+  if (r.interrupted) {
+    // The same command, continued from the run directory.
+    std::string again = "memfit train --resume " + o.out;
+    for (size_t i = 0; i < argv.size(); ++i) {
+      const std::string& s = argv[i];
+      if (s == "--out" || s == "--resume") {
+        ++i;
+        continue;
+      }
+      if (s.rfind("--out=", 0) == 0 || s.rfind("--resume=", 0) == 0) continue;
+      again += " " + s;
+    }
+    log.flush();
+    std::cerr << "memfit: interrupted at step " << r.steps << "; checkpoint written to " << o.out
+              << "; resume with: " << again << std::endl;
+    return 128 + r.interrupted;
+  }
+  log << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
             << " images/s, final train loss " << num(r.final_train_loss);
-  if (r.evaluated) std::cout << ", test accuracy " << num(r.test_accuracy);
+  if (r.evaluated) log << ", test accuracy " << num(r.test_accuracy);
   if (o.precision == DType::f16)
-    std::cout << ", fp16 loss scale " << num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
-  std::cout << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
-            << train::format_bytes(r.planned_peak_bytes) << ")\n";
+    log << ", fp16 loss scale " << num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
+  log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
+      << train::format_bytes(r.planned_peak_bytes) << ")\n";
   if (o.json) {
     std::cout << "{\"steps\": " << r.steps << ", \"final_train_loss\": " << num(r.final_train_loss);
     if (r.evaluated) std::cout << ", \"test_loss\": " << num(r.test_loss) << ", \"test_accuracy\": " << num(r.test_accuracy);
@@ -261,14 +302,14 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
-  if (o.batch <= 0) return usage_error(a, "--batch must be positive");
+  if (o.batch <= 0) return usage_error(a, "--batch must be positive, got " + std::to_string(o.batch));
   try {
     models::resolve_model(o.model);
   } catch (const GraphError& e) {
     return usage_error(a, e.what());
   }
   o.plan_only = true;
-  train::TrainResult r = train::run_training(o, std::cout);
+  train::TrainResult r = train::run_training(o, o.json ? std::cerr : std::cout);
   if (o.json) {
     std::cout << train::report_json(r.report, r.budget) << "\n";
   } else {

@@ -1,5 +1,8 @@
 #include "data/image_folder.hpp"
 
+#include <cstdio>
+#include <cstring>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -19,6 +22,48 @@ bool is_image_name(const std::string& name) {
   std::string ext = name.substr(dot + 1);
   for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
   return ext == "png" || ext == "jpg" || ext == "jpeg";
+}
+
+}  // namespace
+
+namespace {
+
+// Width and height from an image's header without decoding it: PNG's IHDR,
+// or JPEG's start-of-frame marker (segments before it are skipped by their
+// lengths). False when the header cannot be read.
+bool probe_size(const std::string& path, uint64_t& w, uint64_t& h) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  unsigned char b[24];
+  bool ok = false;
+  auto be16 = [&](const unsigned char* p) { return uint64_t(p[0]) << 8 | p[1]; };
+  if (std::fread(b, 1, 2, f) == 2 && b[0] == 0x89 && b[1] == 'P') {
+    if (std::fread(b + 2, 1, 22, f) == 22 && std::memcmp(b + 12, "IHDR", 4) == 0) {
+      w = be16(b + 16) << 16 | be16(b + 18);
+      h = be16(b + 20) << 16 | be16(b + 22);
+      ok = true;
+    }
+  } else if (b[0] == 0xFF && b[1] == 0xD8) {
+    for (int guard = 0; guard < 1000; ++guard) {
+      int c = std::fgetc(f);
+      while (c == 0xFF) c = std::fgetc(f);  // fill bytes
+      if (c == EOF) break;
+      if (c == 0xD8 || c == 0x01 || (c >= 0xD0 && c <= 0xD7)) continue;  // no length
+      if (std::fread(b, 1, 2, f) != 2) break;
+      const long len = long(be16(b));
+      if (len < 2) break;
+      if (c >= 0xC0 && c <= 0xCF && c != 0xC4 && c != 0xC8 && c != 0xCC) {
+        if (std::fread(b, 1, 5, f) != 5) break;
+        h = be16(b + 1);
+        w = be16(b + 3);
+        ok = true;
+        break;
+      }
+      if (std::fseek(f, len - 2, SEEK_CUR) != 0) break;
+    }
+  }
+  std::fclose(f);
+  return ok && w > 0 && h > 0;
 }
 
 }  // namespace
@@ -69,6 +114,18 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, const ImageFolde
   }
   files_.shrink_to_fit();
   labels_.shrink_to_fit();
+
+  // What a decode will hold: the largest image's pixels, from the headers.
+  for (const auto& f : files_) {
+    uint64_t w = 0, h = 0;
+    if (!probe_size(f, w, h)) {  // unknown: plan for the worst case
+      largest_pixels_ = opt_.max_pixels;
+      largest_side_ = kMaxImageSide;
+      break;
+    }
+    largest_pixels_ = std::max(largest_pixels_, std::min<uint64_t>(w * h, opt_.max_pixels));
+    largest_side_ = std::max<int>(largest_side_, int(std::min<uint64_t>(std::max(w, h), kMaxImageSide)));
+  }
 }
 
 void ImageFolderDataset::get(size_t i, float* out_chw, int32_t* label) const {
@@ -98,7 +155,10 @@ size_t ImageFolderDataset::resident_bytes() const {
 }
 
 size_t ImageFolderDataset::transient_bytes() const {
-  return size_t(opt_.max_pixels) * 3 + resize_scratch_bytes(kMaxImageSide, 3, opt_.height, opt_.width);
+  // Up to 4 bytes a pixel while the decoder converts (alpha, 16 bits), plus
+  // the decoder's own row and table buffers.
+  constexpr size_t kDecoderState = 256 << 10;
+  return size_t(largest_pixels_) * 4 + kDecoderState + resize_scratch_bytes(largest_side_, 3, opt_.height, opt_.width);
 }
 
 }  // namespace memfit::data

@@ -39,7 +39,9 @@ class ImageFolderDataset final : public Dataset {
   float fill_value(int c) const override;
   std::vector<std::string> class_names() const override { return classes_; }
   size_t resident_bytes() const override;
-  // One decoded image at the pixel limit (3 bytes per pixel) plus resize rows.
+  // One decoded image as large as the largest in the folder (its header,
+  // read when the folder is scanned; the pixel limit when one cannot be
+  // read) plus the decoder's state and the resize rows.
   size_t transient_bytes() const override;
 
   const std::string& path(size_t i) const { return files_[i]; }
@@ -50,6 +52,8 @@ class ImageFolderDataset final : public Dataset {
   std::vector<std::string> classes_;
   std::vector<std::string> files_;
   std::vector<int32_t> labels_;
+  uint64_t largest_pixels_ = 0;  // of the largest image found by the scan
+  int largest_side_ = 0;
 };
 
 }  // namespace memfit::data

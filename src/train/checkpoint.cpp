@@ -139,6 +139,17 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
   return st;
 }
 
+std::map<std::string, std::string> checkpoint_metadata(const std::string& dir) {
+  const std::string path = dir + "/checkpoint.safetensors";
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0) return {};
+  try {
+    return io::SafetensorsFile::load(path).metadata();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 size_t load_weights(const std::string& path, Executor& ex, const std::vector<std::string>& keep) {
   require_f32_storage(ex);
   io::SafetensorsFile f = io::SafetensorsFile::load(path);

@@ -32,6 +32,10 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
 // Throws std::runtime_error naming the file when it is missing, corrupted
 // (checksum), for another model, or its tensors do not match this graph.
 TrainState load_checkpoint(const std::string& dir, Executor& ex);
+// The metadata of dir/checkpoint.safetensors (step, seed, the run's
+// settings) without loading any tensor; empty when there is no checkpoint.
+// Whatever is wrong with the file is reported later by load_checkpoint.
+std::map<std::string, std::string> checkpoint_metadata(const std::string& dir);
 // Loads parameters and buffers by name from a weights file (memfit's or
 // one saved by PyTorch for the same architecture). Every one must be present
 // with the same shape, except those matching a `keep` pattern, which keep

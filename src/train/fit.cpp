@@ -22,11 +22,20 @@ std::string FitCandidate::describe() const {
   return buf;
 }
 
+double sustained_flops_per_second() {
+  // Measured once per process on a micro-batch of 16 (kernels/cpu/conv.hpp),
+  // which runs at 16 / 20 of the large-batch rate by the model below; 60
+  // GFLOP/s if the measurement could not run.
+  const double measured = kernels::cpu::conv_flops_per_second();
+  if (!(measured > 0)) return 60e9;
+  return std::clamp(measured * 20.0 / 16.0, 1e8, 1e14);
+}
+
 double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accumulate, size_t nodes) {
-  // ~60 GFLOP/s sustained for large batches on this class of machine; a
-  // micro-batch of m rows runs at m / (m + 4) of that (kernels amortise
-  // less), and every node run costs ~20 us of launch and bookkeeping.
-  const double rate = 60e9 * static_cast<double>(micro) / static_cast<double>(micro + 4);
+  // The measured sustained rate for large batches; a micro-batch of m rows
+  // runs at m / (m + 4) of that (kernels amortise less), and every node run
+  // costs ~20 us of launch and bookkeeping.
+  const double rate = sustained_flops_per_second() * static_cast<double>(micro) / static_cast<double>(micro + 4);
   return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
 }
 

@@ -29,6 +29,8 @@ struct FitResult {
   FitCandidate smallest;              // the least memory of all candidates tried
 };
 
+// FLOP/s this machine sustains on large batches (measured, cached per process).
+double sustained_flops_per_second();
 // Predicted time of one optimizer step: FLOPs at an efficiency that falls
 // for small micro-batches, plus a fixed cost per node run. A model for
 // ranking plans, not a promise.

@@ -1,5 +1,7 @@
 #include "train/memory.hpp"
 
+#include "train/cgroup.hpp"
+
 #include <fcntl.h>
 #include <malloc.h>
 #include <omp.h>
@@ -51,26 +53,17 @@ std::string format_bytes(size_t b) {
   return buf;
 }
 
+std::string format_bytes_up(size_t b) {
+  char buf[64];
+  const double d = static_cast<double>(b);
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", std::ceil(d / (1ull << 30) * 100 - 1e-9) / 100);
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", std::ceil(d / (1ull << 20) * 10 - 1e-9) / 10);
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", std::ceil(d / 1024 * 10 - 1e-9) / 10);
+  else std::snprintf(buf, sizeof buf, "%zu B", b);
+  return buf;
+}
+
 namespace {
-
-std::optional<size_t> read_limit(const char* path) {
-  std::ifstream f(path);
-  std::string s;
-  if (!(f >> s) || s == "max") return std::nullopt;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (*end || v == 0 || v >= (1ull << 60)) return std::nullopt;  // v1 reports ~2^63 for "no limit"
-  return static_cast<size_t>(v);
-}
-
-size_t mem_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
-  size_t kb = 0;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 // Reads "Key:   123 kB" from /proc/self/status without allocating.
 size_t status_field(const char* key) {
@@ -92,26 +85,35 @@ size_t status_field(const char* key) {
 
 }  // namespace
 
-Budget detect_budget(std::optional<size_t> flag) {
+Budget detect_budget(std::optional<size_t> flag, const std::string& root) {
   Budget b;
   if (flag) {
     b.bytes = b.limit = *flag;
     b.source = "--memory";
     return b;
   }
-  if (auto v = read_limit("/sys/fs/cgroup/memory.max")) {
-    b.limit = *v;
-    b.source = "cgroup memory.max";
-  } else if (auto v1 = read_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
-    b.limit = *v1;
-    b.source = "cgroup memory.limit_in_bytes";
+  const size_t own = root.empty() ? current_rss() : 0;
+  if (auto c = cgroup_memory_limit(root, own)) {
+    b.limit = c->limit;
+    b.others = c->others;
+    b.swap_limit = c->swap_limit;
+    b.source = "cgroup v" + std::to_string(c->version) + " " + c->file;
   } else {
-    b.limit = mem_available();
+    b.limit = mem_available(root);
     b.source = "MemAvailable";
   }
   b.margin = std::min<size_t>(b.limit / 10, 128ull << 20);
-  b.bytes = b.limit - b.margin;
+  const size_t taken = b.margin + b.others;
+  b.bytes = b.limit > taken ? b.limit - taken : 0;
   return b;
+}
+
+std::string Budget::describe() const {
+  if (source == "--memory") return source;
+  std::string s = source;
+  if (others) s += " less " + format_bytes(others) + " used by other processes in it";
+  if (margin) s += " minus margin";
+  return s;
 }
 
 size_t current_rss() { return status_field("VmRSS"); }

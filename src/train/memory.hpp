@@ -12,19 +12,27 @@ namespace memfit::train {
 // "512MiB", "1GiB", "1.5G", "300MB", "1000000" -> bytes. Binary units for
 // K/M/G/T with or without "iB"; "KB/MB/GB" are decimal. nullopt if malformed.
 std::optional<size_t> parse_bytes(const std::string& s);
-std::string format_bytes(size_t b);  // "123.4 MiB"
+std::string format_bytes(size_t b);     // "123.4 MiB"
+std::string format_bytes_up(size_t b);  // the same, rounded up: never less than b (for budgets to ask for)
 
 struct Budget {
   size_t bytes = 0;         // what the plan must fit in
   size_t limit = 0;         // the limit before the margin
   size_t margin = 0;
-  std::string source;       // "--memory", "cgroup memory.max", "MemAvailable"
+  size_t others = 0;        // cgroup: what other processes in it hold (not page cache)
+  size_t swap_limit = 0;    // cgroup: swap it allows (SIZE_MAX: unlimited); never part of the budget
+  std::string source;       // "--memory", "cgroup v2 /sys/fs/cgroup/x/memory.max", "MemAvailable"
+  // The source as the plan prints it: "cgroup v1 /sys/.../memory.limit_in_bytes minus margin".
+  std::string describe() const;
 };
 // When `flag` is set it is the budget as given (no margin). Otherwise the
-// cgroup limit (v2 memory.max, v1 memory.limit_in_bytes) if one is set, else
-// MemAvailable; minus a margin of 10% capped at 128 MiB, for what memfit
-// cannot plan (the kernel's page tables, allocator slack).
-Budget detect_budget(std::optional<size_t> flag);
+// tightest limit of this process's cgroup and its ancestors (v2 memory.max
+// or memory.high, v1 memory.limit_in_bytes; see train/cgroup.hpp) less what
+// other processes in that cgroup hold, else MemAvailable; minus a margin of
+// 10% capped at 128 MiB, for what memfit cannot plan (the kernel's page
+// tables, allocator slack). Swap never counts: a run that swaps crawls.
+// Files are read under `root` ("" for this system; tests pass a fake tree).
+Budget detect_budget(std::optional<size_t> flag, const std::string& root = "");
 
 // VmRSS and VmHWM of this process in bytes (0 if /proc is unreadable).
 // Allocation-free: safe to call inside a training step.

@@ -119,7 +119,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   o << "  ------------------------------------\n";
   row(o, "predicted peak", r.total);
   char buf[200];
-  std::snprintf(buf, sizeof buf, "  %-22s %12s  (%s)\n", "budget", format_bytes(b.bytes).c_str(), b.source.c_str());
+  std::snprintf(buf, sizeof buf, "  %-22s %12s  (%s)\n", "budget", format_bytes(b.bytes).c_str(), b.describe().c_str());
   o << buf;
   std::snprintf(buf, sizeof buf, "  without planning: %s (reuse factor %.2fx on activations)\n",
                 format_bytes(r.naive).c_str(), reuse_factor(r));
@@ -142,10 +142,10 @@ std::string over_budget_message(const MemoryReport& r, const Budget& b) {
   const size_t mib = size_t(1) << 20;
   std::ostringstream m;
   m << "predicted peak " << format_bytes(r.total) << " (" << r.total << " bytes) is over the budget of "
-    << format_bytes(b.bytes) << " (" << b.source << "); largest parts: " << largest_classes(r, 3)
-    << ". Nothing was allocated. The smallest budget that fits this plan is " << format_bytes(r.total)
+    << format_bytes(b.bytes) << " (" << b.describe() << "); largest parts: " << largest_classes(r, 3)
+    << ". Nothing was allocated. The smallest budget that fits this plan is " << format_bytes_up(r.total)
     << "; --memory " << (r.total + mib - 1) / mib + 1 << "MiB leaves room for the baseline's variation between runs";
-  if (b.margin) m << " (a limit of at least " << format_bytes(r.total + b.margin) << " with the default margin)";
+  if (b.margin) m << " (a limit of at least " << format_bytes_up(r.total + b.margin) << " with the default margin)";
   m << "; or lower --batch, or keep the batch and split it with --accumulate.";
   return m.str();
 }
@@ -155,7 +155,9 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
   char rf[32];
   std::snprintf(rf, sizeof rf, "%.4f", reuse_factor(r));
   o << "{\"total_bytes\": " << r.total << ", \"naive_bytes\": " << r.naive << ", \"reuse_factor\": " << rf
-    << ", \"budget_bytes\": " << b.bytes
+    << ", \"budget_bytes\": " << b.bytes << ", \"budget_source\": " << json_string(b.describe())
+    << ", \"budget_limit_bytes\": " << b.limit << ", \"budget_margin_bytes\": " << b.margin
+    << ", \"budget_others_bytes\": " << b.others
     << ", \"by_class\": {\"baseline\": " << r.baseline << ", \"parameters\": " << r.params << ", \"gradients\": " << r.grads
     << ", \"optimizer_state\": " << r.optstate << ", \"activations_arena\": " << r.arena << ", \"saved_activations\": "
     << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch
@@ -163,7 +165,10 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     << ", \"evaluation\": " << r.eval << "}";
   if (!r.precision.empty()) o << ", \"precision\": " << json_string(r.precision);
   if (!r.saved_activations.empty()) o << ", \"saved_precision\": " << json_string(r.saved_activations);
-  if (!r.data_in.empty()) o << ", \"data_in\": " << json_string(r.data_in);
+  if (r.micro_batch)
+    o << ", \"micro_batch\": " << r.micro_batch << ", \"accumulate\": " << r.accumulate
+      << ", \"recompute\": " << json_string(r.recompute) << ", \"fitted\": " << (r.fitted ? "true" : "false");
+  o << ", \"data_in\": " << json_string(r.data_in.empty() ? "image-folder" : r.data_in);
   if (!r.data_cache.empty()) o << ", \"data_cache\": " << json_string(r.data_cache);
   o << ", \"largest\": [";
   for (size_t i = 0; i < r.largest.size(); ++i)

@@ -39,6 +39,9 @@ struct MemoryReport {
   std::string data_in, data_note, data_cache;  // as in MemoryInputs
   std::string precision;        // "fp32" | "bf16" | "fp16" (activation storage)
   std::string saved_activations;  // "fp32" | "bf16"
+  int64_t micro_batch = 0, accumulate = 1;  // the policy this plan runs with
+  std::string recompute = "none";
+  bool fitted = false;            // chosen by the fit (over budget as asked)
   size_t total = 0;
   size_t naive = 0;           // the same run with every buffer its own memory
   std::vector<BufferInfo> largest;  // ten largest transient buffers

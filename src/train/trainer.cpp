@@ -3,15 +3,19 @@
 #include <malloc.h>
 
 #include <omp.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -38,6 +42,34 @@ namespace memfit::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The first SIGINT/SIGTERM is recorded and acted on at the next step
+// boundary; a second one ends the process at once.
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal) ::_exit(128 + sig);
+  g_signal = sig;
+}
+
+struct SignalScope {
+  struct sigaction old_int {}, old_term {};
+  bool on = false;
+  explicit SignalScope(bool enable) : on(enable) {
+    if (!on) return;
+    g_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalScope() {
+    if (!on) return;
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
 
 // True if every element of every buffer is finite (fp16 overflow check).
 bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) {
@@ -182,7 +214,7 @@ EvalResult evaluate(Executor& ex, const StepGraph& sg, data::Loader& loader, int
   size_t correct = 0;
   float* x = ex.ptr<float>(sg.x);
   int32_t* y = ex.ptr<int32_t>(sg.labels);
-  while (size_t n = loader.next(x, y)) {
+  while (size_t n = g_signal ? 0 : loader.next(x, y)) {
     ex.run(ctx);
     const float* logits = ex.ptr<float>(sg.logits);
     for (size_t i = 0; i < n; ++i) {
@@ -216,6 +248,20 @@ std::string json_num(double v) {
 }
 
 }  // namespace
+
+// The smallest --memory value (in tenths of a MiB, as the refusal prints it)
+// under which the fit accepts a plan of `need` bytes: the fit keeps 2% of
+// the budget as slack, and 1 MiB is left for the measured baseline's
+// variation between runs (tens of KiB).
+std::string smallest_memory_flag(size_t need) {
+  const size_t want = need + (size_t(1) << 20);
+  for (long tenths = static_cast<long>(static_cast<double>(want) / 104857.6);; ++tenths) {
+    char v[32];
+    std::snprintf(v, sizeof v, "%.1fMiB", static_cast<double>(tenths) / 10);
+    const size_t b = parse_bytes(v).value_or(0);
+    if (b - b / 50 >= want) return v;
+  }
+}
 
 // Thrown inside one attempt to start again with other options: the stack
 // unwinds first, so every arena of the attempt is freed before the next plan
@@ -367,7 +413,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     }
   }
 
-  if (o.recompute != "none" && (!o.plan_only || !o.json)) {
+  if (o.recompute != "none") {
     char buf[200];
     std::snprintf(buf, sizeof buf, "  recompute %s: saved activations %s -> %s, +%.2f GFLOP per micro-batch (%d nodes)\n",
                   o.recompute.c_str(), format_bytes(train_g->recompute.saved_bytes_before).c_str(),
@@ -377,15 +423,23 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   }
   rep.precision = precision_name(o.precision);
   rep.saved_activations = precision_name(o.saved_activations);
-  if (train_g->compress.cloned_nodes && (!o.plan_only || !o.json)) {
+  rep.micro_batch = micro;
+  rep.accumulate = o.accumulate;
+  rep.recompute = o.recompute;
+  rep.fitted = o.fitted;
+  if (train_g->compress.cloned_nodes) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
                   format_bytes(train_g->compress.saved_bytes_before).c_str(),
                   format_bytes(train_g->compress.saved_bytes_after).c_str(), train_g->compress.cloned_nodes);
     log << buf;
   }
-  if (!o.plan_only || !o.json) log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind,
-                                                         std::string(backend_name(o.backend)) + " " + precision_name(o.precision));
+  log << format_report(rep, budget, o.model, o.batch, o.optimizer.kind,
+                       std::string(backend_name(o.backend)) + " " + precision_name(o.precision));
+  // The plan reaches the terminal or the file before anything can kill the
+  // process for its memory (a redirected stdout is block-buffered).
+  log.flush();
+  std::fflush(nullptr);
   if (o.plan_only && (rep.total <= budget.bytes || !o.auto_fit)) {
     TrainResult r;
     r.report = rep;
@@ -417,9 +471,11 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
         << budget.source << "), and no micro-batch, accumulation, precision or recomputation"
         << (fit_data.size() > 1 ? " (with the dataset in memory or streamed from disk)" : "")
         << " fits either; the smallest plan ("
-        << fr.smallest.describe() << ") needs " << format_bytes(fr.smallest.total_bytes)
-        << ", so the smallest budget that would work is " << format_bytes(fr.smallest.total_bytes + fr.smallest.total_bytes / 50)
-        << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
+        << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
+        << ", so the smallest budget that would work is "
+        << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << " (--memory " << smallest_memory_flag(fr.smallest.total_bytes)
+        << ": 2% slack for the fit and 1 MiB for the baseline's variation between runs)"
+        << (budget.margin ? " plus the margin of a detected limit" : "") << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
       throw BudgetError(m.str());
     }
     log << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
@@ -432,11 +488,13 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     next.saved_activations = fr.fitting[0].saved;
     if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
     next.auto_fit = false;
-    if (o.plan_only) next.auto_fit = false;
+    next.fitted = true;
     throw Replan{next};
   }
 
   check_run_dir(o.out);
+  log.flush();
+  std::fflush(nullptr);
   try {
     if (o.inject_oom_at_step == 0) throw std::bad_alloc();
     ex.allocate();
@@ -495,12 +553,21 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   st.extra["accumulate"] = std::to_string(o.accumulate);
   st.extra["optimizer"] = o.optimizer.kind;
   st.extra["dataset_size"] = std::to_string(ds.train->size());
+  // The data options, so that --resume can take them when not given.
+  st.extra["data"] = o.data;
+  st.extra["subset"] = o.subset;
+  st.extra["test_subset"] = o.test_subset;
+  st.extra["image_size"] = std::to_string(o.image_size);
+  st.extra["channels"] = std::to_string(o.channels);
   if (!o.resume.empty()) {
     TrainState r = load_checkpoint(o.resume, ex);
     for (const char* k : {"batch", "optimizer", "dataset_size"})
-      if (r.extra[k] != st.extra[k])
+      if (r.extra[k] != st.extra[k]) {
+        const std::string flag = std::string(k) == "dataset_size" ? "subset" : k;
         throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with " + k + " " + r.extra[k] +
-                                 ", this run has " + st.extra[k]);
+                                 ", this run has " + st.extra[k] + "; pass --" + flag + " " + r.extra[k] +
+                                 (flag == "subset" ? " (the number of samples it trained on)" : ""));
+      }
     if (r.seed != o.seed) throw std::runtime_error("cannot resume from " + o.resume + ": it used --seed " + std::to_string(r.seed));
     st.step = r.step;
     if (r.extra.count("loss_scale")) {
@@ -536,6 +603,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   auto do_eval = [&](uint64_t epoch) {
     if (!test_loader) return;
     EvalResult e = evaluate(eval_ex, *eval_g, *test_loader, classes);
+    if (g_signal) return;  // cut short: nothing to record
     res.evaluated = true;
     res.test_loss = e.loss;
     res.test_accuracy = e.accuracy;
@@ -584,13 +652,19 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   int64_t group = 0;        // micro-batches done in this optimizer step
   double group_loss = 0.0;
   while (st.step < total_steps) {
+    if (g_signal && group == 0) {
+      res.interrupted = g_signal;
+      break;
+    }
     const auto t0 = Clock::now();
     size_t n = loader.next(x, y);
     if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
       group = 0;
       group_loss = 0.0;
+      // The loader has moved to the next epoch: its index is the number of
+      // epochs finished, the 1-based number of the one that just ended.
       const uint64_t finished = loader.position().epoch;
-      if (o.eval_every == 0) do_eval(finished + 1);
+      if (o.eval_every < 0) do_eval(finished);
       do_checkpoint();
       continue;
     }
@@ -657,12 +731,16 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     if (o.eval_every > 0 && st.step % o.eval_every == 0) do_eval(loader.position().epoch + 1);
     if (o.checkpoint_every > 0 && st.step % o.checkpoint_every == 0) do_checkpoint();
   }
-  if (o.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
+  if (res.interrupted) {  // a signal: save the last finished step, nothing else
+    do_checkpoint();
+    prog.finish();
+  } else if (o.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
     prog.finish();
     log << profile_report(ex, ex.node_seconds(), std::min(o.profile, st.step));
   } else {
     // The last step may end mid-epoch (--steps): evaluate and save once more.
-    if (!res.evaluated || loss_n > 0) do_eval(loader.position().epoch + 1);
+    // --eval-every 0: no evaluation at all.
+    if (o.eval_every != 0 && (!res.evaluated || loss_n > 0)) do_eval(loader.position().epoch + 1);
     do_checkpoint();
     prog.finish();
   }
@@ -674,11 +752,66 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   res.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   res.images_per_second = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;
   res.peak_rss_bytes = peak_rss();
+  // The plan is a promise: say so when the process went past it.
+  if (res.peak_rss_bytes > rep.total + rep.total / 33) {
+    const size_t over = res.peak_rss_bytes - rep.total;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "memfit: warning: the measured peak RSS %s is %s (%.1f%%) over the plan's %s%s; please report it "
+                  "with the plan above\n",
+                  format_bytes(res.peak_rss_bytes).c_str(), format_bytes(over).c_str(),
+                  100.0 * static_cast<double>(over) / static_cast<double>(rep.total), format_bytes(rep.total).c_str(),
+                  res.peak_rss_bytes > budget.bytes ? (", and over the budget of " + format_bytes(budget.bytes)).c_str() : "");
+    log << buf;
+  }
   return res;
+}
+
+// --resume: the data options the user did not give come from the
+// checkpoint's metadata (checkpoints before they were recorded have none);
+// one given that differs names the flag and the value to pass.
+void adopt_resume_options(TrainOptions& o, std::ostream& log) {
+  if (o.resume.empty()) return;
+  const std::map<std::string, std::string> meta = checkpoint_metadata(o.resume);
+  struct Field {
+    const char* flag;
+    const char* key;
+    std::string* s;
+    int64_t* i;
+  };
+  const Field fields[] = {{"data", "data", &o.data, nullptr},
+                          {"subset", "subset", &o.subset, nullptr},
+                          {"test-subset", "test_subset", &o.test_subset, nullptr},
+                          {"image-size", "image_size", nullptr, &o.image_size},
+                          {"channels", "channels", nullptr, &o.channels}};
+  std::string taken;
+  for (const Field& f : fields) {
+    auto it = meta.find(f.key);
+    if (it == meta.end()) continue;
+    const std::string now = f.s ? *f.s : std::to_string(*f.i);
+    if (it->second == now) continue;
+    const bool given = std::find(o.given.begin(), o.given.end(), f.flag) != o.given.end();
+    if (given)
+      throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with --" + f.flag + " " +
+                               (it->second.empty() ? "(not given)" : it->second) + ", this run has --" + f.flag + " " +
+                               now + "; pass --" + f.flag + " " + it->second + " or leave the flag out");
+    if (f.s) {
+      *f.s = it->second;
+    } else {
+      char* end = nullptr;
+      const long long v = std::strtoll(it->second.c_str(), &end, 10);
+      if (end == it->second.c_str() || *end) continue;  // unreadable: the checks after loading report it
+      *f.i = v;
+    }
+    if (!it->second.empty()) taken += " --" + std::string(f.flag) + " " + it->second;
+  }
+  if (!taken.empty()) log << "resuming with the checkpoint's data options:" << taken << "\n";
 }
 
 TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   TrainOptions o = opt;
+  SignalScope signals(o.handle_signals);
+  adopt_resume_options(o, log);
   for (int attempt = 0;; ++attempt) {
     try {
       return run_once(o, log);

@@ -53,7 +53,7 @@ struct TrainOptions {
   std::optional<size_t> memory;
   std::string out = "runs/latest";
   std::string resume;          // run directory to continue from
-  int64_t eval_every = 0;      // 0: after every epoch
+  int64_t eval_every = -1;     // > 0: every N steps (and at the end); 0: never; -1: after every epoch
   int64_t checkpoint_every = 0;  // > 0: also every N steps
   bool json = false;
   int progress = -1;           // -1: bar on a terminal, log lines otherwise; 0 lines; 1 bar
@@ -72,6 +72,14 @@ struct TrainOptions {
   // Testing: behave as if memory ran out before this step (-1: never). The
   // run re-plans with half the micro-batch and continues from that step.
   int64_t inject_oom_at_step = -1;
+  bool fitted = false;         // internal: this attempt runs the policy the fit chose
+  // SIGINT/SIGTERM finish the current step, write a checkpoint and return
+  // with TrainResult::interrupted set; a second signal exits at once (the
+  // process's handlers are replaced while run_training runs).
+  bool handle_signals = false;
+  // Flags the user gave (names without "--"): on --resume, the data options
+  // not given are taken from the checkpoint, and given ones must match it.
+  std::vector<std::string> given;
 };
 
 struct TrainResult {
@@ -88,6 +96,7 @@ struct TrainResult {
   size_t budget_bytes = 0;
   MemoryReport report;
   Budget budget;
+  int interrupted = 0;         // the signal that stopped the run (SIGINT, SIGTERM), else 0
 };
 
 // Thrown when the plan does not fit the budget; the message has the table.

@@ -9,8 +9,19 @@ void register_loss_ops() {
   OpDef x;
   x.name = "softmax_xent";
   x.infer = [](const Graph& g, const Node& n) {
-    expect_rank(g, n, 0, 2);
     const Shape& l = in_shape(g, n, 0);
+    if (l.size() != 2) {
+      // The model's output is not [batch, classes]: say which layer made it.
+      std::string what = "the model's output must be [batch, classes] logits, got " + shape_str(l);
+      const NodeId p = g.value(n.inputs[0]).producer;
+      if (p != kNone) {
+        const Node& last = g.node(p);
+        what += "; it comes from layer '" + last.layer + "' (" + last.op + ")";
+        if (last.op == "linear" && l.size() > 2)
+          what += ", and linear acts on the last axis only: add `flatten` (or `gap`) before that linear layer";
+      }
+      shape_fail(g, n, what);
+    }
     if (in_shape(g, n, 1) != Shape{l[0]} || in_dtype(g, n, 1) != DType::i32)
       shape_fail(g, n, "labels must be i32 [" + std::to_string(l[0]) + "]");
     return std::vector<ValueMeta>{{Shape{1}, DType::f32}, {l, DType::f32}};

@@ -222,7 +222,34 @@ bool measure_bf16_native() {
   return secs[1] < 0.8 * secs[0];
 }
 
+// The f32 rate of a mid-sized convolution (forward and weight gradient), in
+// FLOP/s: what a training step's convolutions run at on this CPU, with the
+// threads the process has now.
+double measure_conv_rate() {
+  ConvParams p;
+  p.N = 16;
+  p.C = p.K = 64;
+  p.H = p.W = p.OH = p.OW = 14;
+  p.R = p.S = 3;
+  p.pad_h = p.pad_w = 1;
+  auto fwd = make_conv2d(p, Layout::Blocked16, Layout::Blocked16, ElemType::F32);
+  auto bww = make_conv2d_bwd_weight(p, Layout::Blocked16, Layout::Blocked16, ElemType::F32);
+  if (!fwd || !bww) return 0.0;
+  const size_t nx = size_t(p.N * p.C * p.H * p.W), nw = size_t(p.K * p.C * p.R * p.S);
+  std::vector<float> w(nw, 0.01f), dw(nw), x(nx, 0.5f), y(nx);
+  std::vector<std::byte> scratch(std::max(fwd->scratch_bytes(), bww->scratch_bytes()) + 64);
+  const double secs = time_kernel(*fwd, {x.data(), w.data()}, {y.data()}, scratch.data()) +
+                      time_kernel(*bww, {x.data(), x.data()}, {dw.data()}, scratch.data());
+  const double flops = 2.0 * 2.0 * double(p.N * p.K * p.OH * p.OW) * double(p.C * p.R * p.S);
+  return secs > 0 ? flops / secs : 0.0;
+}
+
 }  // namespace
+
+double conv_flops_per_second() {
+  static const double rate = measure_conv_rate();
+  return rate;
+}
 
 bool bf16_convs_native() {
   static const bool native = [] {
