@@ -55,7 +55,11 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, const ImageFolde
     names.clear();
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (is_image_name(name) && !e.is_directory()) names.push_back(name);
+      if (!is_image_name(name) || e.is_directory()) continue;
+      if (!e.is_regular_file())
+        throw std::runtime_error((dir / name).string() +
+                                 " is not a regular file (a FIFO, device or socket): not an image; remove it");
+      names.push_back(name);
     }
     if (ec) throw std::runtime_error("cannot list " + dir.string() + ": " + ec.message());
     if (names.empty())
@@ -98,7 +102,7 @@ size_t ImageFolderDataset::resident_bytes() const {
 }
 
 size_t ImageFolderDataset::transient_bytes() const {
-  return size_t(opt_.max_pixels) * 3 + resize_scratch_bytes(kMaxImageSide, 3, opt_.height, opt_.width);
+  return size_t(opt_.max_pixels) * 3 + size_t(jpeg_memory_limit(opt_.max_pixels)) + resize_scratch_bytes(kMaxImageSide, 3, opt_.height, opt_.width);
 }
 
 }  // namespace memfit::data
