@@ -58,12 +58,10 @@ int64_t get_int(const Program& p, const Line& l, const std::string& key, int64_t
   const std::string& t = it->second;
   int64_t v = 0;
   size_t i = t.size() > 0 && (t[0] == '-' || t[0] == '+') ? 1 : 0;
-  bool ok = i < t.size() && t.size() - i <= 18;  // 18 digits cannot overflow
-  for (; ok && i < t.size(); ++i) {
-    ok = t[i] >= '0' && t[i] <= '9';
-    v = v * 10 + (t[i] - '0');
-  }
-  if (!ok) fail(p, l, key + "= expects an integer, got '" + t + "'");
+  bool ok = i < t.size();
+  for (; ok && i < t.size(); ++i)
+    ok = t[i] >= '0' && t[i] <= '9' && !__builtin_mul_overflow(v, 10, &v) && !__builtin_add_overflow(v, t[i] - '0', &v);
+  if (!ok) fail(p, l, key + "= expects an integer from -2^63+1 to 2^63-1, got '" + t + "'");
   return t[0] == '-' ? -v : v;
 }
 
