@@ -84,7 +84,7 @@ void register_conv_ops() {
                  return 2.0 * static_cast<double>(numel(dy)) * static_cast<double>(w[1] * w[2] * w[3]);
                }});
   register_op({"conv2d_bwd_weight",
-               [](const Graph& g, const Node& n) {
+               [](const Graph&, const Node& n) {
                  // Parameters (and so their gradients) are always f32, whatever
                  // the activations' type (mixed precision keeps f32 masters).
                  std::vector<ValueMeta> r{{n.attrs.ints("w_shape"), DType::f32}};
