@@ -61,8 +61,8 @@ fuzz: fuzz-deps
 	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s"; \
 	  build-fuzz/fuzz/fuzz_$$h build-fuzz/corpus/$$h fuzz/corpus/$$h fuzz/regressions/$$h \
 	    -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
-	    -artifact_prefix=build-fuzz/crashes/$$h/ -print_final_stats=1 2>&1 | tail -n 25 \
-	    | tee build-fuzz/fuzz_$$h.log | grep -E "^(stat::|#[0-9]+ +DONE|==[0-9]+==|SUMMARY)"; \
+	    -artifact_prefix=build-fuzz/crashes/$$h/ -print_final_stats=1 > build-fuzz/fuzz_$$h.log 2>&1; \
+	  grep -aE "^(#[0-9]+.DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY)" build-fuzz/fuzz_$$h.log; \
 	  [ -z "$$(ls -A build-fuzz/crashes/$$h)" ] || { echo "fuzz_$$h: crashes in build-fuzz/crashes/$$h"; status=1; }; \
 	done; exit $$status
 
