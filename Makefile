@@ -4,7 +4,10 @@ JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
             zlib1g-dev libpng-dev libjpeg-dev python3-torch python3-numpy
 
-.PHONY: deps build test run bench asan clean
+FUZZ_SECONDS ?= 60
+FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image
+
+.PHONY: deps build test run bench asan clang fuzz fuzz-deps clean
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -36,5 +39,32 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure
 
+# The whole project and its tests built with clang (the build must stay clean there too).
+clang: deps
+	@command -v clang++ >/dev/null || { echo "memfit: make clang needs clang (apt-get install clang)"; exit 1; }
+	cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++
+	cmake --build build-clang -j $(JOBS)
+
+fuzz-deps: deps
+	@command -v clang++ >/dev/null || { echo "memfit: installing clang"; SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq clang; }
+
+# libFuzzer + ASan/UBSan: builds fuzz/fuzz_*.cpp with clang in build-fuzz and runs
+# each harness for FUZZ_SECONDS on a working copy of its seed corpus (new
+# inputs go to build-fuzz/corpus/<name>, crashes to build-fuzz/crashes/<name>/;
+# commit a crash under fuzz/regressions/<name>/ once fixed).
+fuzz: fuzz-deps
+	cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DMEMFIT_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS)
+	@status=0; for h in $(FUZZ_HARNESSES); do \
+	  mkdir -p build-fuzz/corpus/$$h build-fuzz/crashes/$$h; \
+	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s"; \
+	  build-fuzz/fuzz/fuzz_$$h build-fuzz/corpus/$$h fuzz/corpus/$$h fuzz/regressions/$$h \
+	    -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+	    -artifact_prefix=build-fuzz/crashes/$$h/ -print_final_stats=1 > build-fuzz/fuzz_$$h.log 2>&1; \
+	  grep -aE "^(#[0-9]+.DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY)" build-fuzz/fuzz_$$h.log; \
+	  [ -z "$$(ls -A build-fuzz/crashes/$$h)" ] || { echo "fuzz_$$h: crashes in build-fuzz/crashes/$$h"; status=1; }; \
+	done; exit $$status
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-clang build-fuzz

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "memfit/builder.hpp"
@@ -28,12 +29,23 @@ namespace memfit::models {
 
 using ModelBuilder = std::function<ValueId(Builder&, ValueId, int64_t)>;
 
-// Parses the text (checking syntax now; shapes are checked when built).
-// Throws GraphError("FILE:LINE: ...").
+// A mistake in a model file's text: an unknown layer or option, a value out
+// of range (stride >= 1, kernel >= 1, pad >= 0, channels 1..2^20, ...),
+// scopes nested deeper than 64, a file over 1 MiB. The message is
+// "FILE:LINE: ..." and names the fix. Not a GraphError: the command reports
+// it as a bad file (exit code 1), not as a bad command line.
+struct ModelFileError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses the text, checking syntax and every attribute's range now. Throws
+// ModelFileError. Shapes are checked when the returned builder runs, which
+// throws GraphError("FILE:LINE: ...").
 ModelBuilder parse_model_text(const std::string& text, const std::string& source);
 ModelBuilder load_model_file(const std::string& path);
 
-// A zoo name or a path to a model file. Throws GraphError if neither.
+// A zoo name or a path to a model file. Throws GraphError if neither,
+// ModelFileError if the file is bad.
 ModelBuilder resolve_model(const std::string& name_or_path);
 
 }  // namespace memfit::models

@@ -242,10 +242,18 @@ TEST(Idx, SizeMismatchAndTrailingData) {
   write_bytes(dir / "huge", b);
   const std::string msg = error_of([&] { read_idx_images(dir / "huge"); });
   EXPECT_TRUE(contains(msg, "header declares 2147483648 images of 28x28")) << msg;
-  // Same through gzip: read incrementally, truncated after the real data.
+  // Same through gzip: more than the compressed size can hold (deflate
+  // expands at most 1032:1), rejected before reading.
   write_gz(dir / "huge.gz", b);
   const std::string msg2 = error_of([&] { read_idx_images(dir / "huge.gz"); });
-  EXPECT_TRUE(contains(msg2, "truncated")) << msg2;
+  EXPECT_TRUE(contains(msg2, "decompresses to at most")) << msg2;
+  // A plausible gzip header (10 images) over one image of data: read
+  // incrementally, truncated after the real data.
+  std::vector<uint8_t> c(b);
+  store_be32(c.data() + 4, 10);
+  write_gz(dir / "short.gz", c);
+  const std::string msg_short = error_of([&] { read_idx_images(dir / "short.gz"); });
+  EXPECT_TRUE(contains(msg_short, "truncated")) << msg_short;
 
   auto extra = idx_labels({1, 2, 3});
   extra.push_back(4);

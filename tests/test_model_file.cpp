@@ -38,7 +38,7 @@ std::string error_of(const std::string& text) {
     Builder b(g);
     ValueId x = g.input("input", {2, 1, 28, 28});
     models::parse_model_text(text, "m.mf")(b, x, 10);
-  } catch (const GraphError& e) {
+  } catch (const std::exception& e) {
     return e.what();
   }
   return "";

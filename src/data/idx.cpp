@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +16,10 @@ namespace memfit::data {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Largest element payload of one IDX file (64 GiB; ImageNet at 224x224x3 is
+// ~190 GB and would not come as IDX).
+constexpr uint64_t kMaxIdxBytes = uint64_t(1) << 36;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what);
@@ -52,10 +57,6 @@ class IdxFile {
   IdxFile(const IdxFile&) = delete;
   IdxFile& operator=(const IdxFile&) = delete;
 
-  // Bytes of uncompressed content the file claims to hold: the raw size, or
-  // the gzip trailer's ISIZE (mod 2^32). Only a hint: a truncated gzip file
-  // has garbage there.
-  uint64_t content_size_hint() const { return gzip_ ? isize_ : file_size_; }
   bool gzip() const { return gzip_; }
 
   // Reads up to n bytes; returns how many (short only at end of data).
@@ -82,36 +83,31 @@ class IdxFile {
     return load_be32(b);
   }
 
-  // Reads exactly `bytes` of element data into out (sized here, growing with
-  // the data unless the file's size confirms the header), then checks that
-  // nothing follows.
+  // Reads exactly `bytes` of element data into out, then checks that nothing
+  // follows. The header is never trusted: a raw file must be exactly its
+  // size, a gzip file must be able to hold it (deflate expands at most
+  // ~1032:1), and out's pages are touched only as decompressed data really
+  // arrives, so a forged header costs nothing resident. out's capacity is
+  // exactly `bytes` (one reservation, no regrowth), as the plan counts it.
   void read_payload(std::vector<uint8_t>& out, uint64_t bytes, uint64_t header_bytes,
                     const std::string& declared) {
-    const bool size_confirmed =
-        gzip_ ? ((bytes + header_bytes) & 0xffffffffull) == isize_
-              : bytes + header_bytes == file_size_;
-    if (!gzip_ && !size_confirmed)
-      fail(path_, "file is " + std::to_string(file_size_) + " bytes but its header declares " +
-                      declared + " (" + std::to_string(bytes + header_bytes) +
-                      " bytes): truncated or corrupt");
+    check_plausible(bytes, header_bytes, declared);
     out.clear();
-    if (size_confirmed) {
-      out.resize(bytes);
-      const size_t got = read(out.data(), bytes);
-      if (got != bytes) truncated(got, bytes, declared);
-    } else {
-      // Untrusted header: never reserve more than the data actually delivered.
-      constexpr size_t kChunk = size_t(1) << 20;
-      size_t got = 0;
-      while (got < bytes) {
-        const size_t want = size_t(std::min<uint64_t>(kChunk, bytes - got));
-        out.resize(got + want);
-        const size_t r = read(out.data() + got, want);
-        got += r;
-        if (r < want) {
-          out.resize(got);
-          truncated(got, bytes, declared);
-        }
+    try {
+      out.reserve(size_t(bytes));
+    } catch (const std::bad_alloc&) {
+      fail(path_, "cannot allocate " + std::to_string(bytes) + " bytes for " + declared);
+    }
+    constexpr size_t kChunk = size_t(1) << 20;
+    size_t got = 0;
+    while (got < bytes) {
+      const size_t want = size_t(std::min<uint64_t>(kChunk, bytes - got));
+      out.resize(got + want);
+      const size_t r = read(out.data() + got, want);
+      got += r;
+      if (r < want) {
+        out.resize(got);
+        truncated(got, bytes, declared);
       }
     }
     check_no_trailing_data(declared);
@@ -121,10 +117,7 @@ class IdxFile {
   // descriptor out_fd in chunks instead of into memory.
   void copy_payload(int out_fd, const std::string& out_name, uint64_t bytes, uint64_t header_bytes,
                     const std::string& declared) {
-    if (!gzip_ && bytes + header_bytes != file_size_)
-      fail(path_, "file is " + std::to_string(file_size_) + " bytes but its header declares " +
-                      declared + " (" + std::to_string(bytes + header_bytes) +
-                      " bytes): truncated or corrupt");
+    check_plausible(bytes, header_bytes, declared);
     constexpr size_t kChunk = size_t(1) << 18;
     std::vector<uint8_t> buf(size_t(std::min<uint64_t>(kChunk, bytes)));
     uint64_t got = 0;
@@ -139,16 +132,29 @@ class IdxFile {
   }
 
  private:
+  // Refuses a header whose element bytes the file cannot hold.
+  void check_plausible(uint64_t bytes, uint64_t header_bytes, const std::string& declared) const {
+    const uint64_t total = bytes + header_bytes;  // bytes < 2^64 - 2^32: no overflow
+    if (!gzip_ && total != file_size_)
+      fail(path_, "file is " + std::to_string(file_size_) + " bytes but its header declares " +
+                      declared + " (" + std::to_string(total) + " bytes): truncated or corrupt");
+    // deflate's best ratio is 1032:1; allow the gzip framing on top.
+    constexpr uint64_t kMaxRatio = 1032;
+    if (gzip_ && total > file_size_ * kMaxRatio + 4096)
+      fail(path_, "header declares " + declared + " (" + std::to_string(total) +
+                      " bytes) but a gzip file of " + std::to_string(file_size_) +
+                      " bytes decompresses to at most " + std::to_string(file_size_ * kMaxRatio + 4096) +
+                      ": corrupt header");
+    if (bytes > kMaxIdxBytes)
+      fail(path_, "header declares " + declared + " (" + std::to_string(bytes) + " bytes), over memfit's " +
+                      std::to_string(kMaxIdxBytes) + "-byte limit for one IDX file: corrupt header?");
+  }
+
   void probe_gzip() {
     FILE* f = std::fopen(path_.c_str(), "rb");
     if (!f) fail(path_, std::string("cannot open: ") + std::strerror(errno));
     unsigned char m[2] = {0, 0};
     gzip_ = std::fread(m, 1, 2, f) == 2 && m[0] == 0x1f && m[1] == 0x8b;
-    if (gzip_ && file_size_ >= 18 && std::fseek(f, -4, SEEK_END) == 0) {
-      unsigned char t[4];
-      if (std::fread(t, 1, 4, f) == 4)
-        isize_ = uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24;
-    }
     std::fclose(f);
   }
 
@@ -185,7 +191,6 @@ class IdxFile {
   gzFile f_ = nullptr;
   uint64_t file_size_ = 0;
   bool gzip_ = false;
-  uint32_t isize_ = 0;
 };
 
 void check_magic(const std::string& path, uint32_t magic, uint32_t want, const char* what) {

@@ -4,10 +4,12 @@
 // dimensions), DD big-endian uint32 dimensions, then the elements. memfit
 // reads unsigned-byte images (magic 0x00000803: count, rows, cols) and
 // unsigned-byte labels (0x00000801: count). Files may be gzip-compressed
-// (.gz) or raw; the content decides, not the name. Sizes are checked against
-// the file (raw size, or the gzip trailer) before the pixel buffer is sized
-// to the header, and a file holding less or more data than its header
-// declares is rejected.
+// (.gz) or raw; the content decides, not the name. The header is never
+// trusted: a raw file must be exactly as large as it declares, a gzip file
+// must be able to hold it (at most 1032 decompressed bytes per compressed
+// byte) and under 64 GiB, and the pixel buffer's pages are filled only as
+// decompressed data arrives. A file holding less or more data than its
+// header declares is rejected.
 //
 // Every error is a std::runtime_error naming the file and the problem; a
 // missing file names the Debian package that provides it.

@@ -1,5 +1,10 @@
 #include "data/image.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -27,11 +32,11 @@ std::string too_large(uint64_t w, uint64_t h, uint64_t max_pixels) {
 
 // ---- PNG: libpng's simplified API does palette/16-bit/alpha for us. --------
 
-Image8 decode_png(const std::string& path, const DecodeRequest& req) {
+Image8 decode_png(const std::string& path, std::FILE* fp, const DecodeRequest& req) {
   png_image img;
   std::memset(&img, 0, sizeof img);
   img.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_file(&img, path.c_str()))
+  if (!png_image_begin_read_from_stdio(&img, fp))
     fail(path, std::string("corrupt or unreadable PNG: ") + img.message);
   Image8 out;
   // A color file wanted as gray is decoded as RGB and reduced with memfit's
@@ -105,6 +110,31 @@ JpegStatus decode_jpeg_c(std::FILE* fp, const DecodeRequest& req, Image8& out, c
   jpeg_create_decompress(&cinfo);
   jpeg_stdio_src(&cinfo, fp);
   jpeg_read_header(&cinfo, TRUE);
+  // Bound what libjpeg itself allocates, from the header, before decoding: a
+  // progressive (or multi-scan) file keeps every DCT coefficient of the
+  // full-size image (2 bytes per sample) whatever the output scale.
+  const uint64_t limit = jpeg_memory_limit(req.max_pixels);
+  cinfo.mem->max_memory_to_use = long(std::min<uint64_t>(limit, uint64_t(LONG_MAX)));
+  if (cinfo.image_width > unsigned(kMaxImageSide) || cinfo.image_height > unsigned(kMaxImageSide)) {
+    std::snprintf(msg, msg_len, "%s", too_large(cinfo.image_width, cinfo.image_height, req.max_pixels).c_str());
+    jpeg_destroy_decompress(&cinfo);
+    return JpegStatus::TooLarge;
+  }
+  if (jpeg_has_multiple_scans(&cinfo)) {
+    uint64_t coef = 0;
+    for (int c = 0; c < cinfo.num_components; ++c)
+      coef += uint64_t(cinfo.comp_info[c].width_in_blocks) * cinfo.comp_info[c].height_in_blocks * DCTSIZE2 *
+              sizeof(JCOEF);
+    if (coef > limit) {
+      std::snprintf(msg, msg_len,
+                    "progressive JPEG of %ux%u needs %llu bytes of decoder memory, over the %llu-byte limit "
+                    "(raise the image folder's max_pixels, or save it as baseline JPEG or PNG)",
+                    cinfo.image_width, cinfo.image_height, static_cast<unsigned long long>(coef),
+                    static_cast<unsigned long long>(limit));
+      jpeg_destroy_decompress(&cinfo);
+      return JpegStatus::TooLarge;
+    }
+  }
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     jpeg_destroy_decompress(&cinfo);
     return JpegStatus::Cmyk;
@@ -230,16 +260,26 @@ Taps make_taps(int src, int dst) {
 Image8 decode_image(const std::string& path, const DecodeRequest& req) {
   if (req.channels != 1 && req.channels != 3)
     throw std::invalid_argument("decode_image: channels must be 1 or 3");
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot open image: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, "not a regular file (a FIFO, device, socket or directory): not an image");
+  }
   File file;
-  file.f = std::fopen(path.c_str(), "rb");
-  if (!file.f) fail(path, std::string("cannot open image: ") + std::strerror(errno));
+  file.f = ::fdopen(fd, "rb");
+  if (!file.f) {
+    ::close(fd);
+    fail(path, std::string("cannot open image: ") + std::strerror(errno));
+  }
   unsigned char magic[8] = {0};
   const size_t n = std::fread(magic, 1, sizeof magic, file.f);
   static const unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (n == 8 && std::memcmp(magic, kPng, 8) == 0) {
-    std::fclose(file.f);
-    file.f = nullptr;
-    return decode_png(path, req);
+    std::rewind(file.f);
+    return decode_png(path, file.f, req);
   }
   if (n >= 3 && magic[0] == 0xff && magic[1] == 0xd8 && magic[2] == 0xff) {
     std::rewind(file.f);

@@ -33,11 +33,19 @@ struct Image8 {
 };
 
 // Decodes a PNG or JPEG file. Alpha is composited onto black; 16-bit PNGs are
-// reduced to 8 bits; CMYK JPEGs are rejected.
+// reduced to 8 bits; CMYK JPEGs are rejected. Refuses, before decoding, what
+// is not a regular file (a FIFO is opened without blocking) and images whose
+// header declares more than max_pixels (or, progressive JPEG, more decoder
+// memory than jpeg_memory_limit).
 Image8 decode_image(const std::string& path, const DecodeRequest& req);
 
 // Largest side memfit decodes (JPEG's own limit is 65500).
 inline constexpr int kMaxImageSide = 65535;
+
+// Most memory libjpeg may allocate for its own buffers while decoding one
+// image of a request with this max_pixels (libjpeg's max_memory_to_use; a
+// progressive JPEG whose coefficients need more is refused from its header).
+inline uint64_t jpeg_memory_limit(uint64_t max_pixels) { return max_pixels * 3; }
 
 // Resizes an 8-bit HWC image with sc channels (1 or 3) to dh x dw and writes
 // dc channels (1 or 3) as CHW float, out = (v/255 - mean[c]) / std[c].

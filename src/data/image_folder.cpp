@@ -100,7 +100,11 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, const ImageFolde
     names.clear();
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (is_image_name(name) && !e.is_directory()) names.push_back(name);
+      if (!is_image_name(name) || e.is_directory()) continue;
+      if (!e.is_regular_file())
+        throw std::runtime_error((dir / name).string() +
+                                 " is not a regular file (a FIFO, device or socket): not an image; remove it");
+      names.push_back(name);
     }
     if (ec) throw std::runtime_error("cannot list " + dir.string() + ": " + ec.message());
     if (names.empty())
@@ -155,10 +159,13 @@ size_t ImageFolderDataset::resident_bytes() const {
 }
 
 size_t ImageFolderDataset::transient_bytes() const {
-  // Up to 4 bytes a pixel while the decoder converts (alpha, 16 bits), plus
-  // the decoder's own row and table buffers.
+  // Up to 4 bytes a pixel while the decoder converts (alpha, 16 bits), the
+  // decoder's own row and table buffers, and what libjpeg may hold for a
+  // progressive file of the largest image (its memory limit, set from the
+  // same pixel count when decoding).
   constexpr size_t kDecoderState = 256 << 10;
-  return size_t(largest_pixels_) * 4 + kDecoderState + resize_scratch_bytes(largest_side_, 3, opt_.height, opt_.width);
+  return size_t(largest_pixels_) * 4 + kDecoderState + size_t(jpeg_memory_limit(largest_pixels_)) +
+         resize_scratch_bytes(largest_side_, 3, opt_.height, opt_.width);
 }
 
 }  // namespace memfit::data

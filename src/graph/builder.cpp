@@ -13,6 +13,10 @@ ValueId make_param(Builder& b, const std::string& name, Shape s, InitSpec init, 
   return v;
 }
 
+// Largest kernel side the builder accepts: with channels up to 2^20 a
+// weight's element count stays far inside int64.
+constexpr int64_t kMaxKernel = 1024;
+
 InitSpec uniform(double fan_in) { return {InitSpec::Uniform, 1.0 / std::sqrt(fan_in)}; }
 
 }  // namespace
@@ -22,11 +26,17 @@ ValueId conv2d(Builder& b, ValueId x, int64_t out_channels, int64_t kernel, Conv
   if (xs.size() != 4)
     throw GraphError("layer '" + b.full(o.name) + "' (conv2d): input must be [N, C, H, W], got " + shape_str(xs));
   int64_t cin = xs[1];
+  if (out_channels < 1 || kernel < 1 || kernel > kMaxKernel || o.stride < 1 || o.pad < 0 || o.dilation < 1)
+    throw GraphError("layer '" + b.full(o.name) + "' (conv2d): needs out channels >= 1, 1 <= kernel <= " +
+                     std::to_string(kMaxKernel) + ", stride >= 1, pad >= 0, dilation >= 1 (got out " +
+                     std::to_string(out_channels) + ", kernel " + std::to_string(kernel) + ", stride " +
+                     std::to_string(o.stride) + ", pad " + std::to_string(o.pad) + ", dilation " +
+                     std::to_string(o.dilation) + ")");
   if (o.groups < 1 || cin % o.groups)
     throw GraphError("layer '" + b.full(o.name) + "' (conv2d): input channels " + std::to_string(cin) +
                      " not divisible by groups " + std::to_string(o.groups));
   auto sc = b.scope(o.name);
-  double fan_in = static_cast<double>(cin / o.groups * kernel * kernel);
+  double fan_in = static_cast<double>(cin / o.groups) * static_cast<double>(kernel) * static_cast<double>(kernel);
   std::vector<ValueId> ins{x, make_param(b, "weight", {out_channels, cin / o.groups, kernel, kernel}, uniform(fan_in))};
   if (o.bias) ins.push_back(make_param(b, "bias", {out_channels}, uniform(fan_in)));
   Attrs a{{"stride", Shape{o.stride, o.stride}},
@@ -42,6 +52,8 @@ ValueId linear(Builder& b, ValueId x, int64_t out_features, LinearOpts o) {
   const Shape& xs = b.g.value(x).shape;
   if (xs.empty()) throw GraphError("layer '" + b.full(o.name) + "' (linear): scalar input");
   int64_t in = xs.back();
+  if (out_features < 1)
+    throw GraphError("layer '" + b.full(o.name) + "' (linear): out features must be >= 1, got " + std::to_string(out_features));
   auto sc = b.scope(o.name);
   std::vector<ValueId> ins{x, make_param(b, "weight", {out_features, in}, uniform(static_cast<double>(in)))};
   if (o.bias) ins.push_back(make_param(b, "bias", {out_features}, uniform(static_cast<double>(in))));
@@ -52,13 +64,21 @@ ValueId linear(Builder& b, ValueId x, int64_t out_features, LinearOpts o) {
 
 ValueId relu(Builder& b, ValueId x) { return b.g.add1("relu", {x}, {}, b.auto_name("relu")); }
 
+static void check_pool(const char* op, int64_t k, const PoolOpts& o) {
+  if (k < 1 || o.stride < 0 || o.pad < 0)
+    throw GraphError(std::string(op) + ": needs window >= 1, stride >= 1 (0: the window) and pad >= 0 (got window " +
+                     std::to_string(k) + ", stride " + std::to_string(o.stride) + ", pad " + std::to_string(o.pad) + ")");
+}
+
 ValueId max_pool2d(Builder& b, ValueId x, int64_t k, PoolOpts o) {
+  check_pool("max_pool2d", k, o);
   int64_t s = o.stride ? o.stride : k;
   return b.g.add_node("max_pool2d", {x}, {{"kernel", Shape{k, k}}, {"stride", Shape{s, s}}, {"pad", Shape{o.pad, o.pad}}},
                       b.auto_name("maxpool"))[0];
 }
 
 ValueId avg_pool2d(Builder& b, ValueId x, int64_t k, PoolOpts o) {
+  check_pool("avg_pool2d", k, o);
   int64_t s = o.stride ? o.stride : k;
   return b.g.add1("avg_pool2d", {x},
                   {{"kernel", Shape{k, k}},

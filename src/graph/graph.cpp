@@ -79,8 +79,15 @@ const std::vector<int64_t>& Attrs::ints(const std::string& k) const {
 const std::string& Attrs::s(const std::string& k) const { return get_attr<std::string>(m_, k); }
 
 ValueId Graph::add_value(Value v) {
-  for (auto d : v.shape)
+  // Element counts (and bytes: up to 8 per element) must fit int64, so that
+  // no size computed from a shape later overflows.
+  constexpr int64_t kMaxElements = int64_t(1) << 59;
+  int64_t elems = 1;
+  for (auto d : v.shape) {
     if (d <= 0) throw GraphError("value '" + v.name + "' has a non-positive dimension " + shape_str(v.shape));
+    if (__builtin_mul_overflow(elems, d, &elems) || elems > kMaxElements)
+      throw GraphError("value '" + v.name + "' of shape " + shape_str(v.shape) + " has more than 2^59 elements");
+  }
   ValueId id = static_cast<ValueId>(values_.size());
   if (!v.name.empty()) {
     if (by_name_.count(v.name) && v.cls != VClass::Transient)

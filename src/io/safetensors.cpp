@@ -55,33 +55,31 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 // ---------------------------------------------------------------- JSON ----
-// Just enough JSON for a safetensors header: the full grammar is accepted,
-// numbers are kept as their text and converted where a field needs them.
+// A safetensors header is read in two passes over the mapped text, neither of
+// which builds a JSON tree (a tree costs ~100 bytes per value: a 100 MB header
+// of one numeric array would need gigabytes):
+//  1. check_syntax: the full JSON grammar, nesting at most kMaxJsonDepth,
+//     no key twice in one object (keys collected per object and sorted:
+//     O(n log n), 16 bytes per key);
+//  2. the schema reader in SafetensorsFile::load: the top-level object's
+//     tensors and __metadata__, straight into TensorInfo and the metadata map.
+// So memory stays a small multiple of the header's size, which is capped.
 
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  std::string text;  // String value or Number token
-  std::vector<Json> items;                           // Array
-  std::vector<std::pair<std::string, Json>> fields;  // Object, in file order
-};
-
-class JsonParser {
+class JsonText {
  public:
-  JsonParser(std::string_view src, const std::string& path) : s_(src), path_(path) {}
+  JsonText(std::string_view src, const std::string& path) : s_(src), path_(path) {}
 
-  Json parse_document() {
-    skip_ws();
-    Json v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("unexpected text after the closing brace");
-    return v;
-  }
-
- private:
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error(path_ + ": malformed header JSON at byte " +
                              std::to_string(pos_) + ": " + what);
+  }
+
+  void check_syntax() {
+    skip_ws();
+    check_value(0);
+    skip_ws();
+    if (pos_ != s_.size()) fail("unexpected text after the closing brace");
+    pos_ = 0;
   }
 
   void skip_ws() {
@@ -97,90 +95,53 @@ class JsonParser {
     ++pos_;
   }
 
-  Json parse_value(int depth) {
-    if (depth > kMaxJsonDepth) fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
-    if (pos_ >= s_.size()) fail("unexpected end of header");
-    char c = s_[pos_];
-    Json v;
-    if (c == '{') {
-      v.kind = Json::Object;
-      ++pos_;
-      skip_ws();
-      if (peek() == '}') {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        skip_ws();
-        if (peek() != '"') fail("expected a string key");
-        std::string key = parse_string();
-        for (const auto& f : v.fields)
-          if (f.first == key) fail("duplicate key '" + key + "'");
-        skip_ws();
-        expect(':');
-        skip_ws();
-        v.fields.emplace_back(std::move(key), parse_value(depth + 1));
-        skip_ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
-      v.kind = Json::Array;
-      ++pos_;
-      skip_ws();
-      if (peek() == ']') {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        skip_ws();
-        v.items.push_back(parse_value(depth + 1));
-        skip_ws();
-        if (peek() == ',') {
-          ++pos_;
-          continue;
-        }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = Json::String;
-      v.text = parse_string();
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      v.kind = Json::Number;
-      v.text = parse_number();
-      return v;
-    }
-    if (literal("true")) {
-      v.kind = Json::Bool;
-      v.b = true;
-      return v;
-    }
-    if (literal("false")) {
-      v.kind = Json::Bool;
-      return v;
-    }
-    if (literal("null")) return v;
-    fail(std::string("unexpected character '") + c + "'");
-  }
-
-  bool literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
+  // Consumes c (after white space) if it is next.
+  bool accept(char c) {
+    skip_ws();
+    if (peek() != c) return false;
+    ++pos_;
     return true;
   }
 
-  bool digit() const { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; }
+  // The kind of the (syntactically valid) value at the cursor.
+  const char* kind() const {
+    switch (peek()) {
+      case '{': return "an object";
+      case '[': return "an array";
+      case '"': return "a string";
+      case 't': case 'f': return "a boolean";
+      case 'n': return "null";
+      default: return "a number";
+    }
+  }
 
-  std::string parse_number() {
+  // Skips one value of text check_syntax accepted.
+  void skip_value() {
+    if (peek() == '"') {
+      parse_string(nullptr);
+      return;
+    }
+    if (peek() != '{' && peek() != '[') {
+      while (pos_ < s_.size() && s_[pos_] != ',' && s_[pos_] != ']' && s_[pos_] != '}' &&
+             s_[pos_] != ' ' && s_[pos_] != '\t' && s_[pos_] != '\n' && s_[pos_] != '\r')
+        ++pos_;
+      return;
+    }
+    size_t depth = 0;
+    do {
+      const char c = s_[pos_];
+      if (c == '"') {
+        parse_string(nullptr);
+        continue;
+      }
+      if (c == '{' || c == '[') ++depth;
+      if (c == '}' || c == ']') --depth;
+      ++pos_;
+    } while (depth > 0);
+  }
+
+  // A number token (grammar checked).
+  std::string_view parse_number() {
     size_t start = pos_;
     if (peek() == '-') ++pos_;
     if (!digit()) fail("expected a digit");
@@ -200,8 +161,132 @@ class JsonParser {
       if (!digit()) fail("expected a digit in the exponent");
       while (digit()) ++pos_;
     }
-    return std::string(s_.substr(start, pos_ - start));
+    return s_.substr(start, pos_ - start);
   }
+
+  // Reads a string; decodes it into *out unless out is null. Returns the raw
+  // text between the quotes.
+  std::string_view parse_string(std::string* out) {
+    expect('"');
+    const size_t start = pos_;
+    for (;;) {
+      if (pos_ >= s_.size()) fail("unterminated string");
+      unsigned char c = static_cast<unsigned char>(s_[pos_++]);
+      if (c == '"') return s_.substr(start, pos_ - 1 - start);
+      if (c < 0x20) fail("control character inside a string");
+      if (c != '\\') {
+        if (out) *out += char(c);
+        continue;
+      }
+      if (pos_ >= s_.size()) fail("unterminated escape");
+      char e = s_[pos_++];
+      char plain = 0;
+      switch (e) {
+        case '"': plain = '"'; break;
+        case '\\': plain = '\\'; break;
+        case '/': plain = '/'; break;
+        case 'b': plain = '\b'; break;
+        case 'f': plain = '\f'; break;
+        case 'n': plain = '\n'; break;
+        case 'r': plain = '\r'; break;
+        case 't': plain = '\t'; break;
+        case 'u': {
+          unsigned cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00) {
+            if (!literal("\\u")) fail("high surrogate without a low surrogate");
+            unsigned lo = hex4();
+            if (lo < 0xDC00 || lo >= 0xE000) fail("bad low surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp < 0xE000) {
+            fail("lone low surrogate");
+          }
+          if (out) put_utf8(*out, cp);
+          continue;
+        }
+        default: fail(std::string("unknown escape '\\") + e + "'");
+      }
+      if (out) *out += plain;
+    }
+  }
+
+  std::string parse_string() {
+    std::string s;
+    parse_string(&s);
+    return s;
+  }
+
+ private:
+  void check_value(int depth) {
+    if (depth > kMaxJsonDepth) fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
+    if (pos_ >= s_.size()) fail("unexpected end of header");
+    const char c = s_[pos_];
+    if (c == '{') {
+      ++pos_;
+      skip_ws();
+      if (peek() == '}') {
+        ++pos_;
+        return;
+      }
+      std::vector<std::string_view> keys;
+      for (;;) {
+        skip_ws();
+        if (peek() != '"') fail("expected a string key");
+        keys.push_back(parse_string(nullptr));
+        skip_ws();
+        expect(':');
+        skip_ws();
+        check_value(depth + 1);
+        skip_ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        expect('}');
+        break;
+      }
+      std::sort(keys.begin(), keys.end());
+      auto dup = std::adjacent_find(keys.begin(), keys.end());
+      if (dup != keys.end()) fail("duplicate key '" + std::string(*dup) + "'");
+      return;
+    }
+    if (c == '[') {
+      ++pos_;
+      skip_ws();
+      if (peek() == ']') {
+        ++pos_;
+        return;
+      }
+      for (;;) {
+        skip_ws();
+        check_value(depth + 1);
+        skip_ws();
+        if (peek() == ',') {
+          ++pos_;
+          continue;
+        }
+        expect(']');
+        return;
+      }
+    }
+    if (c == '"') {
+      parse_string(nullptr);
+      return;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      parse_number();
+      return;
+    }
+    if (literal("true") || literal("false") || literal("null")) return;
+    fail(std::string("unexpected character '") + c + "'");
+  }
+
+  bool literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  bool digit() const { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; }
 
   unsigned hex4() {
     if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
@@ -235,68 +320,46 @@ class JsonParser {
     }
   }
 
-  std::string parse_string() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      unsigned char c = static_cast<unsigned char>(s_[pos_++]);
-      if (c == '"') return out;
-      if (c < 0x20) fail("control character inside a string");
-      if (c != '\\') {
-        out += char(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (!literal("\\u")) fail("high surrogate without a low surrogate");
-            unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            fail("lone low surrogate");
-          }
-          put_utf8(out, cp);
-          break;
-        }
-        default: fail(std::string("unknown escape '\\") + e + "'");
-      }
-    }
-  }
-
   std::string_view s_;
   const std::string& path_;
   size_t pos_ = 0;
 };
 
-const char* kind_name(Json::Kind k) {
-  switch (k) {
-    case Json::Null: return "null";
-    case Json::Bool: return "a boolean";
-    case Json::Number: return "a number";
-    case Json::String: return "a string";
-    case Json::Array: return "an array";
-    case Json::Object: return "an object";
-  }
-  return "?";
+// One element of a shape or data_offsets array as read: a number token, or
+// the kind of whatever else stood there.
+struct Item {
+  bool number = false;
+  std::string_view text;  // the token, or the kind's name
+};
+
+// Reads the array at the cursor (which must be one), keeping at most `keep`
+// items; *more says whether there were more.
+std::vector<Item> read_items(JsonText& j, size_t keep, bool* more) {
+  std::vector<Item> items;
+  *more = false;
+  j.expect('[');
+  if (j.accept(']')) return items;
+  do {
+    j.skip_ws();
+    Item it;
+    if (j.peek() == '-' || (j.peek() >= '0' && j.peek() <= '9')) {
+      it.number = true;
+      it.text = j.parse_number();
+    } else {
+      it.text = j.kind();
+      j.skip_value();
+    }
+    if (items.size() < keep) items.push_back(it);
+    else *more = true;
+  } while (j.accept(','));
+  j.expect(']');
+  return items;
 }
 
 // A JSON number as a non-negative integer that fits in int64 (shapes and
 // offsets both must), or nullopt.
-std::optional<uint64_t> to_index(const Json& v) {
-  if (v.kind != Json::Number || v.text.empty() || v.text.size() > 19) return std::nullopt;
+std::optional<uint64_t> to_index(const Item& v) {
+  if (!v.number || v.text.empty() || v.text.size() > 19) return std::nullopt;
   uint64_t x = 0;
   for (char c : v.text) {
     if (c < '0' || c > '9') return std::nullopt;
@@ -305,6 +368,9 @@ std::optional<uint64_t> to_index(const Json& v) {
   if (x > uint64_t(INT64_MAX)) return std::nullopt;
   return x;
 }
+
+// Most dimensions a tensor may have (PyTorch allows 64 too).
+constexpr size_t kMaxRank = 64;
 
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
@@ -528,62 +594,94 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   const uint64_t data_size = file_size - 8 - n;
 
   std::string_view text(reinterpret_cast<const char*>(f.map_ + 8), size_t(n));
-  Json root = JsonParser(text, path).parse_document();
-  if (root.kind != Json::Object) throw bad("header is not a JSON object");
-
-  for (auto& [name, v] : root.fields) {
+  JsonText j(text, path);
+  j.check_syntax();
+  j.skip_ws();
+  j.expect('{');
+  if (!j.accept('}')) do {
+    j.skip_ws();
+    const std::string name = j.parse_string();
+    j.skip_ws();
+    j.expect(':');
+    j.skip_ws();
     if (name == "__metadata__") {
-      if (v.kind != Json::Object)
-        throw bad(std::string("__metadata__ is ") + kind_name(v.kind) + ", expected an object");
-      for (auto& [k, s] : v.fields) {
-        if (s.kind != Json::String)
-          throw bad("__metadata__ value of '" + k + "' is " + kind_name(s.kind) +
-                    ", expected a string");
-        f.metadata_[k] = s.text;
-      }
+      if (j.peek() != '{') throw bad(std::string("__metadata__ is ") + j.kind() + ", expected an object");
+      j.expect('{');
+      if (!j.accept('}')) do {
+        j.skip_ws();
+        std::string k = j.parse_string();
+        j.skip_ws();
+        j.expect(':');
+        j.skip_ws();
+        if (j.peek() != '"')
+          throw bad("__metadata__ value of '" + k + "' is " + j.kind() + ", expected a string");
+        std::string v = j.parse_string();
+        if (!f.metadata_.emplace(std::move(k), std::move(v)).second)
+          j.fail("duplicate key in __metadata__");
+      } while (j.accept(','));
+      j.expect('}');
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    if (v.kind != Json::Object)
-      throw bad(where + " is " + kind_name(v.kind) + ", expected an object");
-    const Json* dtype = nullptr;
-    const Json* shape = nullptr;
-    const Json* offsets = nullptr;
-    for (auto& [k, x] : v.fields) {
-      if (k == "dtype") dtype = &x;
-      else if (k == "shape") shape = &x;
-      else if (k == "data_offsets") offsets = &x;
-      else throw bad(where + " has unknown field '" + k + "'");
-    }
-    if (!dtype || !shape || !offsets)
+    if (j.peek() != '{') throw bad(where + " is " + j.kind() + ", expected an object");
+    j.expect('{');
+    bool has_dtype = false, has_shape = false, has_offsets = false;
+    bool shape_array = false, offsets_array = false, shape_more = false, offsets_more = false;
+    const char* dtype_kind = nullptr;
+    std::string dtype_text;
+    std::vector<Item> shape_items, offset_items;
+    if (!j.accept('}')) do {
+      j.skip_ws();
+      const std::string k = j.parse_string();
+      j.skip_ws();
+      j.expect(':');
+      j.skip_ws();
+      bool* seen = k == "dtype" ? &has_dtype : k == "shape" ? &has_shape : k == "data_offsets" ? &has_offsets : nullptr;
+      if (!seen) throw bad(where + " has unknown field '" + k + "'");
+      if (*seen) j.fail("duplicate key '" + k + "'");
+      *seen = true;
+      if (k == "dtype") {
+        dtype_kind = j.kind();
+        if (j.peek() == '"') dtype_text = j.parse_string();
+        else j.skip_value();
+      } else {
+        const bool is_array = j.peek() == '[';
+        (k == "shape" ? shape_array : offsets_array) = is_array;
+        if (!is_array) j.skip_value();
+        else if (k == "shape") shape_items = read_items(j, kMaxRank, &shape_more);
+        else offset_items = read_items(j, 2, &offsets_more);
+      }
+    } while (j.accept(','));
+    j.expect('}');
+    if (!has_dtype || !has_shape || !has_offsets)
       throw bad(where + " lacks '" +
-                std::string(!dtype ? "dtype" : !shape ? "shape" : "data_offsets") + "'");
+                std::string(!has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets") + "'");
 
     TensorInfo info;
     info.name = name;
-    if (dtype->kind != Json::String)
-      throw bad(where + " dtype is " + kind_name(dtype->kind) + ", expected a string");
-    auto dt = parse_dtype(dtype->text);
-    if (!dt) throw bad(where + " has unknown dtype '" + dtype->text + "'");
+    if (std::string_view(dtype_kind) != "a string")
+      throw bad(where + " dtype is " + dtype_kind + ", expected a string");
+    auto dt = parse_dtype(dtype_text);
+    if (!dt) throw bad(where + " has unknown dtype '" + dtype_text + "'");
     info.dtype = *dt;
 
-    if (shape->kind != Json::Array) throw bad(where + " shape is not an array");
+    if (!shape_array) throw bad(where + " shape is not an array");
+    if (shape_more) throw bad(where + " shape has more than " + std::to_string(kMaxRank) + " dimensions");
     uint64_t bytes = dtype_size(info.dtype);
-    for (const Json& d : shape->items) {
+    for (const Item& d : shape_items) {
       auto x = to_index(d);
       if (!x)
-        throw bad(where + " shape has " +
-                  (d.kind == Json::Number ? "'" + d.text + "'" : std::string(kind_name(d.kind))) +
+        throw bad(where + " shape has " + (d.number ? "'" + std::string(d.text) + "'" : std::string(d.text)) +
                   ", expected a non-negative integer");
       info.shape.push_back(int64_t(*x));
       if (__builtin_mul_overflow(bytes, *x, &bytes))
         throw bad(where + " shape " + shape_str(info.shape) + " overflows 64-bit size");
     }
 
-    if (offsets->kind != Json::Array || offsets->items.size() != 2)
+    if (!offsets_array || offsets_more || offset_items.size() != 2)
       throw bad(where + " data_offsets is not an array [begin, end]");
-    auto b = to_index(offsets->items[0]);
-    auto e = to_index(offsets->items[1]);
+    auto b = to_index(offset_items[0]);
+    auto e = to_index(offset_items[1]);
     if (!b || !e) throw bad(where + " data_offsets are not non-negative integers");
     info.begin = *b;
     info.end = *e;
@@ -596,9 +694,9 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
       throw bad(where + " data_offsets " + off + " do not match shape " + shape_str(info.shape) +
                 " x " + std::string(dtype_name(info.dtype)) + " = " + std::to_string(bytes) +
                 " bytes");
-    f.index_[name] = f.tensors_.size();
+    if (!f.index_.emplace(name, f.tensors_.size()).second) j.fail("duplicate key '" + name + "'");
     f.tensors_.push_back(std::move(info));
-  }
+  } while (j.accept(','));
 
   // Tensors must tile the data section exactly: no overlap, no gap, nothing after.
   std::vector<const TensorInfo*> order;

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -14,7 +16,42 @@
 namespace memfit::train {
 namespace {
 
-constexpr const char* kFormat = "memfit-checkpoint-1";
+// Format 2: the checksum covers the metadata as well as the tensor bytes.
+// Format 1 (tensor bytes only) still loads; its metadata is validated all the
+// same, it is just not covered by the checksum.
+constexpr const char* kFormat = "memfit-checkpoint-2";
+constexpr const char* kFormatV1 = "memfit-checkpoint-1";
+
+// Folds every metadata entry but the checksum itself into the checksum, in
+// key order, each key and value followed by a NUL (which neither contains:
+// the JSON writer and reader keep them as strings, NUL would be escaped
+// text, never a terminator of ours).
+uint64_t fold_metadata(uint64_t sum, const std::map<std::string, std::string>& meta) {
+  const char nul = '\0';
+  for (const auto& [k, v] : meta) {
+    if (k == "checksum") continue;
+    sum = rng::fnv1a(sum, k.data(), k.size());
+    sum = rng::fnv1a(sum, &nul, 1);
+    sum = rng::fnv1a(sum, v.data(), v.size());
+    sum = rng::fnv1a(sum, &nul, 1);
+  }
+  return sum;
+}
+
+// A decimal integer in [0, max]: digits only (no sign, space or suffix), at
+// most 20 of them, no overflow. Throws naming the file and the key.
+uint64_t parse_count(const std::string& path, const std::string& key, const std::string& text, uint64_t max) {
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 20;
+  for (size_t i = 0; ok && i < text.size(); ++i) {
+    const char c = text[i];
+    ok = c >= '0' && c <= '9' && !__builtin_mul_overflow(v, 10u, &v) && !__builtin_add_overflow(v, uint64_t(c - '0'), &v);
+  }
+  if (!ok || v > max)
+    throw std::runtime_error(path + " is corrupted: metadata '" + key + "' is '" + text.substr(0, 64) +
+                             "', expected an integer from 0 to " + std::to_string(max));
+  return v;
+}
 
 // Passes a tensor's bytes to fn(bytes, offset, n) a chunk at a time and
 // drops each chunk's pages after it, so reading a checkpoint adds about one
@@ -83,7 +120,7 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
   meta["epoch"] = std::to_string(st.epoch);
   meta["sample"] = std::to_string(st.sample);
   meta["seed"] = std::to_string(st.seed);
-  meta["checksum"] = hex(sum);
+  meta["checksum"] = hex(fold_metadata(sum, meta));
   // The resume file first: a failure in between leaves a newer resume file
   // beside the previous weights file, each of them whole.
   io::write_safetensors(dir + "/checkpoint.safetensors", all, meta);
@@ -103,13 +140,25 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
     if (it == meta.end()) throw std::runtime_error(path + ": not a memfit checkpoint (no '" + k + "' in its metadata)");
     return it->second;
   };
-  if (get("format") != kFormat) throw std::runtime_error(path + ": unsupported checkpoint format '" + get("format") + "'");
+  // All metadata is parsed and checked before a byte is copied into ex.
+  const std::string format = get("format");
+  if (format != kFormat && format != kFormatV1)
+    throw std::runtime_error(path + ": unsupported checkpoint format '" + format.substr(0, 64) + "' (this memfit reads " +
+                             kFormat + " and " + kFormatV1 + ")");
   const Graph& g = ex.graph();
   TrainState st;
   st.model = get("model");
   if (!g.model_name.empty() && st.model != g.model_name)
     throw std::runtime_error(path + " is a checkpoint of model '" + st.model + "', but this run trains '" + g.model_name + "'");
-  // Verify every tensor first, then copy: a bad file changes nothing.
+  st.step = static_cast<int64_t>(parse_count(path, "step", get("step"), uint64_t(INT64_MAX)));
+  st.epoch = parse_count(path, "epoch", get("epoch"), UINT64_MAX);
+  st.sample = parse_count(path, "sample", get("sample"), UINT64_MAX);
+  st.seed = parse_count(path, "seed", get("seed"), UINT64_MAX);
+  const std::string checksum = get("checksum");
+  for (auto& [k, val] : meta)
+    if (k != "format" && k != "model" && k != "step" && k != "epoch" && k != "sample" && k != "seed" && k != "checksum")
+      st.extra[k] = val;
+  // Verify every tensor and the checksum, then copy: a bad file changes nothing.
   uint64_t sum = rng::kFnvOffset;
   std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
   for (size_t i = 0; i < g.num_values(); ++i) {
@@ -123,19 +172,13 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
     stream(f, *t, [&](const unsigned char* p, size_t, size_t n) { sum = rng::fnv1a(sum, p, n); });
     todo.push_back({static_cast<ValueId>(i), t});
   }
-  if (hex(sum) != get("checksum"))
+  if (format == kFormat) sum = fold_metadata(sum, meta);
+  if (hex(sum) != checksum)
     throw std::runtime_error(path + " is corrupted: its checksum does not match its contents");
   for (auto& [v, t] : todo) {
     auto* dst = static_cast<unsigned char*>(ex.data(v));
     stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
   }
-  st.step = std::stoll(get("step"));
-  st.epoch = std::stoull(get("epoch"));
-  st.sample = std::stoull(get("sample"));
-  st.seed = std::stoull(get("seed"));
-  for (auto& [k, val] : meta)
-    if (k != "format" && k != "model" && k != "step" && k != "epoch" && k != "sample" && k != "seed" && k != "checksum")
-      st.extra[k] = val;
   return st;
 }
 

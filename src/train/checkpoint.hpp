@@ -4,7 +4,9 @@
 //   checkpoint.safetensors  everything exact resume needs: weights, buffers,
 //                           optimizer state, and in its metadata the step,
 //                           the position in the data order, the seed and a
-//                           checksum of all tensor bytes.
+//                           checksum of all tensor bytes and of the metadata
+//                           (format memfit-checkpoint-2; files of format 1,
+//                           whose checksum covers the tensors only, still load).
 // Each file is written atomically (temp file, fsync, rename): a failed write
 // (a full disk) leaves the previous checkpoint as it was.
 #pragma once
@@ -30,7 +32,9 @@ struct TrainState {
 void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st);
 // Loads weights, buffers and optimizer state into ex and returns the state.
 // Throws std::runtime_error naming the file when it is missing, corrupted
-// (checksum), for another model, or its tensors do not match this graph.
+// (checksum, or metadata that is not a plain non-negative integer where one
+// is expected), for another model, or its tensors do not match this graph.
+// Everything is checked before anything is copied: on error ex is unchanged.
 TrainState load_checkpoint(const std::string& dir, Executor& ex);
 // The metadata of dir/checkpoint.safetensors (step, seed, the run's
 // settings) without loading any tensor; empty when there is no checkpoint.

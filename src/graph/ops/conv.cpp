@@ -17,6 +17,11 @@ std::vector<ValueMeta> infer_conv(const Graph& g, const Node& n) {
   const Shape& w = g.value(n.inputs[1]).shape;
   auto st = n.attrs.ints("stride"), pd = n.attrs.ints("pad"), dl = n.attrs.ints("dilation");
   int64_t groups = n.attrs.i("groups", 1);
+  if (st.size() != 2 || pd.size() != 2 || dl.size() != 2) shape_fail(g, n, "stride, pad and dilation take two values");
+  for (int a = 0; a < 2; ++a)
+    if (st[a] < 1 || pd[a] < 0 || dl[a] < 1)
+      shape_fail(g, n, "stride and dilation must be >= 1 and pad >= 0, got stride " + std::to_string(st[a]) +
+                           ", pad " + std::to_string(pd[a]) + ", dilation " + std::to_string(dl[a]));
   if (groups < 1 || x[1] % groups || w[0] % groups)
     shape_fail(g, n, "channels " + std::to_string(x[1]) + " -> " + std::to_string(w[0]) +
                          " are not divisible by groups " + std::to_string(groups));
@@ -79,7 +84,7 @@ void register_conv_ops() {
                  return 2.0 * static_cast<double>(numel(dy)) * static_cast<double>(w[1] * w[2] * w[3]);
                }});
   register_op({"conv2d_bwd_weight",
-               [](const Graph& g, const Node& n) {
+               [](const Graph&, const Node& n) {
                  // Parameters (and so their gradients) are always f32, whatever
                  // the activations' type (mixed precision keeps f32 masters).
                  std::vector<ValueMeta> r{{n.attrs.ints("w_shape"), DType::f32}};

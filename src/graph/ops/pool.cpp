@@ -9,6 +9,11 @@ std::vector<ValueMeta> infer_pool(const Graph& g, const Node& n, bool with_idx) 
   expect_rank(g, n, 0, 4);
   const Shape& x = in_shape(g, n, 0);
   auto k = n.attrs.ints("kernel"), st = n.attrs.ints("stride"), pd = n.attrs.ints("pad");
+  if (k.size() != 2 || st.size() != 2 || pd.size() != 2) shape_fail(g, n, "kernel, stride and pad take two values");
+  for (int a = 0; a < 2; ++a)
+    if (k[a] < 1 || st[a] < 1 || pd[a] < 0)
+      shape_fail(g, n, "window and stride must be >= 1 and pad >= 0, got window " + std::to_string(k[a]) +
+                           ", stride " + std::to_string(st[a]) + ", pad " + std::to_string(pd[a]));
   if (pd[0] * 2 > k[0] || pd[1] * 2 > k[1]) shape_fail(g, n, "padding must be at most half the window");
   int64_t oh = (x[2] + 2 * pd[0] - k[0]) / st[0] + 1;
   int64_t ow = (x[3] + 2 * pd[1] - k[1]) / st[1] + 1;

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Writes memfit's fuzz seed corpora and the regression inputs of issue #17.
+
+    python3 fuzz/make_seeds.py BUILD_DIR
+
+Most files are written here; the image seeds and the checkpoint seed come
+from the harnesses themselves (`fuzz_replay_<name> --write-seed DIR`, built by
+the normal build in BUILD_DIR), since they need libjpeg/libpng and memfit's
+own checkpoint writer. Every file is small; inputs too big to commit (a
+100 MB header, 80k keys, 40k nested scopes, a FIFO) are made by
+tests/test_parsers_bounded.cpp instead.
+"""
+import gzip
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "build")
+
+
+def put(kind, harness, name, data):
+    d = os.path.join(ROOT, kind, harness)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def gz(data, isize=None):
+    b = bytearray(gzip.compress(data, mtime=0))
+    if isize is not None:  # forge the trailer's ISIZE
+        b[-4:] = struct.pack("<I", isize & 0xFFFFFFFF)
+    return bytes(b)
+
+
+def idx_images(n, r, c, pixels=None):
+    return struct.pack(">IIII", 0x803, n, r, c) + (pixels if pixels is not None else bytes((i * 7) & 0xFF for i in range(n * r * c)))
+
+
+def idx_labels(labels):
+    return struct.pack(">II", 0x801, len(labels)) + bytes(labels)
+
+
+def safetensors(tensors, meta=None, pad=True):
+    header, data = {}, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if meta:
+        header["__metadata__"] = meta
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def read_safetensors(b):
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+
+
+def rewrite_header(b, fn):
+    header, data = read_safetensors(b)
+    fn(header)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def fnv1a(h, data):
+    for x in data:
+        h = ((h ^ x) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def main():
+    for kind in ("corpus", "regressions"):
+        shutil.rmtree(os.path.join(ROOT, kind), ignore_errors=True)
+
+    # ---- model files
+    mf = os.path.join(ROOT, "..", "models", "files")
+    for f in sorted(os.listdir(mf)):
+        put("corpus", "model_file", f, open(os.path.join(mf, f), "rb").read())
+    put("corpus", "model_file", "all_layers.mf",
+        "conv c1 out=8 k=3 stride=1 pad=1 dilation=1 groups=1 bias=0\nbatchnorm bn eps=1e-5 momentum=0.1\nrelu\n"
+        "save s\nconv c2 out=8 k=3 pad=1\nadd s\nmaxpool k=2 stride=2 pad=0\navgpool k=3 stride=1 pad=1 count_include_pad=0\n"
+        "scope block\nconv c3 out=4 k=1\nend\ngap\ndropout d p=0.5\nlinear fc out=classes bias=1\n")
+    put("corpus", "model_file", "mlp.mf", "flatten\nlinear fc1 out=32\nrelu\nload missing\n")
+    for name, text in {
+        "conv_stride0.mf": "conv c out=8 k=3 stride=0\n",
+        "maxpool_k0.mf": "maxpool k=0\n",
+        "avgpool_k0.mf": "avgpool k=0\n",
+        "maxpool_stride0.mf": "maxpool k=2 stride=0\n",
+        "conv_huge_k.mf": "conv c out=8 k=22337203654\n",
+        "conv_huge_out.mf": "conv c out=9223372036854775807 k=1\n",
+        "linear_huge_out.mf": "flatten\nlinear fc out=4611686018427387904\n",
+        "conv_negative_pad.mf": "conv c out=8 k=3 pad=-1\n",
+        "pool_negative_pad.mf": "maxpool k=2 pad=-5\n",
+        "int_overflow.mf": "conv c out=99999999999999999999999 k=3\n",
+        "deep_scope.mf": "scope a\n" * 65 + "relu\n" + "end\n" * 65,
+        "unknown_layer.mf": "conv c1 out=8 k=3\nrleu\n",
+        "dropout_p1.mf": "dropout d p=1\n",
+        "dropout_nan.mf": "dropout d p=nan\n",
+        "many_pads.mf": "conv c out=1 k=1 pad=1024\n" * 40 + "flatten\nlinear fc out=1048576\n",
+    }.items():
+        put("regressions", "model_file", name, text)
+
+    # ---- IDX (as files: raw and gzip)
+    img, lab = idx_images(3, 4, 5), idx_labels([1, 2, 3])
+    put("corpus", "idx", "images.idx", img)
+    put("corpus", "idx", "labels.idx", lab)
+    put("corpus", "idx", "images.idx.gz", gz(img))
+    put("corpus", "idx", "labels.idx.gz", gz(lab))
+    put("corpus", "idx_gzip", "images.idx", img)
+    put("corpus", "idx_gzip", "labels.idx", lab)
+    # 340 GiB declared (85 * 2^32 bytes) by 16 bytes of gzip content: ISIZE
+    # (16) matches (bytes + 16) mod 2^32, which the reader used to trust.
+    put("regressions", "idx", "gzip_header_340GiB.gz", gz(struct.pack(">IIII", 0x803, 85 << 16, 256, 256)))
+    # A label file declaring 2^32 - 16 labels with a forged ISIZE to match.
+    put("regressions", "idx", "gzip_labels_4GiB.gz", gz(struct.pack(">II", 0x801, 0xFFFFFFF0), isize=0xFFFFFFF8))
+    put("regressions", "idx", "raw_header_huge.idx", struct.pack(">IIII", 0x803, 0xFFFFFFFF, 65536, 65536))
+    put("regressions", "idx_gzip", "header_340GiB.idx", struct.pack(">IIII", 0x803, 85 << 16, 256, 256))
+    put("regressions", "idx_gzip", "labels_4GiB.idx", struct.pack(">II", 0x801, 0xFFFFFFF0))
+
+    # ---- safetensors
+    f32 = struct.pack("<6f", *range(6))
+    put("corpus", "safetensors", "f32.safetensors", safetensors([("w", "F32", [2, 3], f32)], {"format": "pt"}))
+    put("corpus", "safetensors", "mixed.safetensors",
+        safetensors([("a", "BF16", [2], b"\x80\x3f\x00\x40"), ("b", "I64", [], struct.pack("<q", 7)),
+                     ("e", "U8", [0], b"")]))
+    put("corpus", "safetensors", "empty.safetensors", safetensors([]))
+    hdr = lambda h: struct.pack("<Q", len(h)) + h
+    put("regressions", "safetensors", "duplicate_keys.safetensors",
+        hdr(b'{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}'))
+    put("regressions", "safetensors", "escaped_duplicate.safetensors",
+        hdr(b'{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"\\u0061":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}'))
+    put("regressions", "safetensors", "numeric_array.safetensors", hdr(b'{"a":[' + b"0," * 20000 + b'0]}'))
+    put("regressions", "safetensors", "deep.safetensors", hdr(b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}"))
+    put("regressions", "safetensors", "rank_100.safetensors",
+        hdr(b'{"a":{"dtype":"U8","shape":[' + b",".join([b"1"] * 100) + b'],"data_offsets":[0,1]}}') + b"x")
+    put("regressions", "safetensors", "header_past_end.safetensors", struct.pack("<Q", 1 << 62) + b"{}")
+
+    # ---- checkpoint: the seed from memfit's writer, then broken variants
+    tmp = os.path.join(BUILD, "fuzz-seed-checkpoint")
+    os.makedirs(tmp, exist_ok=True)
+    subprocess.run([os.path.join(BUILD, "fuzz", "fuzz_replay_checkpoint"), "--write-seed", tmp], check=True)
+    ck = open(os.path.join(tmp, "checkpoint.safetensors"), "rb").read()
+    put("corpus", "checkpoint", "checkpoint.safetensors", ck)
+
+    def meta(**kv):
+        def fn(h):
+            h["__metadata__"].update(kv)
+        return fn
+    for name, fn in {
+        "bad_step.safetensors": meta(step="abc"),
+        "step_trailing.safetensors": meta(step="12x"),
+        "step_plus.safetensors": meta(step="+12"),
+        "step_overflow.safetensors": meta(step="9223372036854775808"),
+        "step_huge.safetensors": meta(step="99999999999999999999999"),
+        "epoch_minus1.safetensors": meta(epoch="-1"),
+        "sample_space.safetensors": meta(sample=" 34"),
+        "seed_empty.safetensors": meta(seed=""),
+        "metadata_changed.safetensors": meta(sample="35"),  # valid number, checksum no longer matches
+        "format_unknown.safetensors": meta(format="memfit-checkpoint-9"),
+        "no_step.safetensors": lambda h: h["__metadata__"].pop("step"),
+    }.items():
+        put("regressions", "checkpoint", name, rewrite_header(ck, fn))
+    # Format 1: the checksum covers the tensor bytes only (graph order).
+    header, data = read_safetensors(ck)
+    order = ["fc.weight", "fc.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"]
+    s = 0xCBF29CE484222325
+    for n in order:
+        b, e = header[n]["data_offsets"]
+        s = fnv1a(s, data[b:e])
+    v1 = meta(format="memfit-checkpoint-1", checksum="%016x" % s)
+    put("corpus", "checkpoint", "format1.safetensors", rewrite_header(ck, v1))
+    put("regressions", "checkpoint", "format1_bad_step.safetensors",
+        rewrite_header(ck, lambda h: (v1(h), h["__metadata__"].update(step="-3"))))
+
+    # ---- images: seeds from libpng/libjpeg; a progressive JPEG whose header
+    # declares 8000x8000 (all coefficients would be ~190 MB inside libjpeg).
+    d = os.path.join(ROOT, "corpus", "image")
+    os.makedirs(d, exist_ok=True)
+    subprocess.run([os.path.join(BUILD, "fuzz", "fuzz_replay_image"), "--write-seed", d], check=True)
+    prog = bytearray(open(os.path.join(d, "progressive.jpg"), "rb").read())
+    i = prog.find(b"\xff\xc2")
+    prog[i + 5:i + 9] = struct.pack(">HH", 8000, 8000)
+    put("regressions", "image", "progressive_8000x8000.jpg", bytes(prog))
+    base = bytearray(open(os.path.join(d, "baseline.jpg"), "rb").read())
+    i = base.find(b"\xff\xc0")
+    base[i + 5:i + 9] = struct.pack(">HH", 65535, 65535)
+    put("regressions", "image", "baseline_65535.jpg", bytes(base))
+    put("regressions", "image", "empty.png", b"")
+
+
+if __name__ == "__main__":
+    main()
