@@ -47,6 +47,10 @@ struct Plan {
   std::array<size_t, kNumArenas> arena_bytes{};
   size_t naive_transient_bytes = 0;        // sum of all transient buffers and scratch, no reuse
   size_t peak_live_bytes = 0;              // max over time of live transient bytes (a lower bound)
+  // The largest heap a kernel's library takes and frees inside one run
+  // (Kernel::heap_bytes; set by the executor): not in an arena, but in the
+  // process's peak, so counted in total_bytes().
+  size_t library_heap_bytes = 0;
   PlanOptions options;
   size_t total_bytes() const;
 };

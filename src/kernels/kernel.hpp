@@ -29,6 +29,10 @@ class Kernel {
   virtual ~Kernel() = default;
   // Bytes of scratch memory run() needs; placed by the planner.
   virtual size_t scratch_bytes() const { return 0; }
+  // Upper bound on the bytes a library allocates on its own heap inside one
+  // run() and frees before it returns (oneDNN's gemm packing buffers on CPUs
+  // without its brgemm kernels). Not placed: the plan counts the largest.
+  virtual size_t heap_bytes() const { return 0; }
   // Called once after planning. Pointers stay valid for the kernel's life.
   void bind(std::vector<void*> in, std::vector<void*> out, void* scratch) {
     in_ = std::move(in);

@@ -27,7 +27,7 @@ const char* arena_name(Arena a) {
 size_t Plan::total_bytes() const {
   size_t t = 0;
   for (size_t b : arena_bytes) t += b;
-  return t;
+  return t + library_heap_bytes;
 }
 
 namespace {

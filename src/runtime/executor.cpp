@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +116,8 @@ Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
   }
   const std::vector<size_t> bytes = value_storage_bytes(g, cfg.backend);
   plan_ = make_plan(g, bytes, scratch, cfg.plan);
+  for (const auto& k : kernels_)
+    if (k) plan_.library_heap_bytes = std::max(plan_.library_heap_bytes, k->heap_bytes());
 #ifndef NDEBUG
   cfg_.verify = true;
 #endif

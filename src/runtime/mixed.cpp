@@ -81,6 +81,7 @@ class ConvertingKernel final : public kernels::Kernel {
       : inner_(std::move(inner)), ops_(std::move(ops)), shadow_bytes_(shadow_bytes), name_(std::move(name)) {}
 
   size_t scratch_bytes() const override { return shadow_bytes_ + inner_->scratch_bytes(); }
+  size_t heap_bytes() const override { return inner_->heap_bytes(); }
   const char* name() const override { return name_.c_str(); }
 
   void run(const kernels::StepContext& ctx) override {

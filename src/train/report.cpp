@@ -64,9 +64,10 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   std::stable_sort(bufs.begin(), bufs.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
   if (bufs.size() > 10) bufs.resize(10);
   r.largest = bufs;
+  r.library_heap = std::max(p.library_heap_bytes, in.eval_library_heap);
   const size_t persistent = r.params + r.grads + r.optstate + r.inputs;
-  r.total = r.baseline + persistent + r.arena + r.data + r.eval;
-  r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.data + r.eval;
+  r.total = r.baseline + persistent + r.arena + r.library_heap + r.data + r.eval;
+  r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.library_heap + r.data + r.eval;
   return r;
 }
 
@@ -113,6 +114,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   row(o, "  transient", r.transient);
   row(o, "  kernel scratch", r.scratch);
   row(o, "  fragmentation", r.fragmentation);
+  if (r.library_heap) row(o, "library heap", r.library_heap, "oneDNN's gemm packing inside one matmul (no brgemm on this CPU)");
   row(o, "batch inputs", r.inputs);
   row(o, "data pipeline", r.data, r.data_note.empty() ? "dataset in memory + loader buffers" : r.data_note.c_str());
   row(o, "evaluation", r.eval, r.eval ? "" : "runs in the activations arena");
@@ -161,7 +163,7 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     << ", \"by_class\": {\"baseline\": " << r.baseline << ", \"parameters\": " << r.params << ", \"gradients\": " << r.grads
     << ", \"optimizer_state\": " << r.optstate << ", \"activations_arena\": " << r.arena << ", \"saved_activations\": "
     << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch
-    << ", \"fragmentation\": " << r.fragmentation << ", \"inputs\": " << r.inputs << ", \"data_pipeline\": " << r.data
+    << ", \"fragmentation\": " << r.fragmentation << ", \"library_heap\": " << r.library_heap << ", \"inputs\": " << r.inputs << ", \"data_pipeline\": " << r.data
     << ", \"evaluation\": " << r.eval << "}";
   if (!r.precision.empty()) o << ", \"precision\": " << json_string(r.precision);
   if (!r.saved_activations.empty()) o << ", \"saved_precision\": " << json_string(r.saved_activations);

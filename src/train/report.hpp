@@ -17,6 +17,7 @@ struct MemoryInputs {
   size_t rss_at_start = 0;  // measured before anything was loaded
   size_t data_bytes = 0;    // dataset in memory + loader buffers
   size_t eval_bytes = 0;    // evaluation's own arenas (0 when it borrows)
+  size_t eval_library_heap = 0;  // the evaluation plan's library heap (it runs apart from training steps)
   std::string data_in;      // where the dataset lives: "memory" or "disk" ("" for image folders)
   std::string data_note;    // the "data pipeline" row's note ("" = "dataset in memory + loader buffers")
   std::string data_cache;   // disk: the file samples are read from
@@ -35,6 +36,7 @@ struct MemoryReport {
   size_t transient = 0;       // ... other live activations and gradients
   size_t scratch = 0;         // ... kernel scratch
   size_t fragmentation = 0;   // arena - (saved + transient + scratch)
+  size_t library_heap = 0;    // the largest heap a kernel's library takes inside one run
   size_t data = 0, eval = 0;
   std::string data_in, data_note, data_cache;  // as in MemoryInputs
   std::string precision;        // "fp32" | "bf16" | "fp16" (activation storage)

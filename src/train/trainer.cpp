@@ -369,6 +369,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   mi.rss_at_start = rss_start;
   mi.data_bytes = data_bytes_of(train_mem, test_mem);
   mi.eval_bytes = (eval_shares ? 0 : eval_transient) + eval_ex.plan().arena_bytes[static_cast<size_t>(Arena::Inputs)];
+  mi.eval_library_heap = eval_ex.plan().library_heap_bytes;
   describe_data(ds, mi);
   MemoryReport rep = make_report(train_g->g, ex.plan(), mi);
   Budget budget = detect_budget(o.memory);

@@ -31,6 +31,13 @@ dnnl::primitive_attr user_scratchpad_attr();
 
 inline size_t scratchpad_bytes(const dnnl::primitive_desc_base& pd) { return pd.scratchpad_desc().get_size(); }
 
+// What a matmul's implementation allocates on the heap inside one execute:
+// 0 for oneDNN's brgemm matmuls (all their buffers come from the user
+// scratchpad); for its "gemm:jit" fallback (every CPU without AVX-512) an
+// upper bound on the packing buffers of its f32 gemm driver, for a
+// [batch] x [M,K] x [K,N] product on omp_get_max_threads() threads.
+size_t matmul_heap_bytes(const dnnl::matmul::primitive_desc& pd, int64_t M, int64_t N, int64_t K, int64_t batch = 1);
+
 // Packs several buffers into one scratch region, each aligned.
 class ScratchLayout {
  public:

@@ -67,7 +67,10 @@ struct WeightCopy {
 // The three linear kernels are oneDNN matmuls (brgemm), not inner
 // products: the inner product's gemm implementation allocates its packing
 // buffers on the heap at every call (megabytes at batch 256), outside the
-// plan, while matmul keeps all of its buffers in the planned scratchpad.
+// plan, while the brgemm matmul keeps all of its buffers in the planned
+// scratchpad. brgemm needs AVX-512: elsewhere the matmul is that same gemm
+// ("gemm:jit"), and each kernel declares its heap bound (heap_bytes) for
+// the plan to count.
 // w is [N, K] row-major; w^T and dy^T are described by their strides.
 
 // in: x, w, (b)  out: y = x w^T (+ b)
@@ -84,8 +87,10 @@ class LinearFwd final : public Kernel {
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
     wcopy_.plan(scratchpad_bytes(pd_), p.N * p.K, bf16_);
+    heap_ = matmul_heap_bytes(pd_, p.M, p.N, p.K);
   }
   const char* name() const override { return bf16_ ? "dnnl.linear.bf16" : "dnnl.linear"; }
+  size_t heap_bytes() const override { return heap_; }
   size_t scratch_bytes() const override { return wcopy_.total; }
   void run(const StepContext&) override {
     if (bf16_) round_weights(in<float>(1), wcopy_.at(scratch_), p_.N * p_.K);
@@ -106,6 +111,7 @@ class LinearFwd final : public Kernel {
   dnnl::memory::desc x_, wt_, b_, y_;
   dnnl::matmul::primitive_desc pd_;
   WeightCopy wcopy_;
+  size_t heap_ = 0;
   Call call_;
 };
 
@@ -122,7 +128,9 @@ class LinearBwdData final : public Kernel {
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
     wcopy_.plan(scratchpad_bytes(pd_), nw_, bf16_);
+    heap_ = matmul_heap_bytes(pd_, p.M, p.K, p.N);
   }
+  size_t heap_bytes() const override { return heap_; }
   const char* name() const override { return bf16_ ? "dnnl.linear_bwd_data.bf16" : "dnnl.linear_bwd_data"; }
   size_t scratch_bytes() const override { return wcopy_.total; }
   void run(const StepContext&) override {
@@ -143,6 +151,7 @@ class LinearBwdData final : public Kernel {
   dnnl::memory::desc dy_, w_, dx_;
   dnnl::matmul::primitive_desc pd_;
   WeightCopy wcopy_;
+  size_t heap_ = 0;
   Call call_;
 };
 
@@ -158,7 +167,9 @@ class LinearBwdWeight final : public Kernel {
     dnnl::matmul::desc desc(dyt_, x_, dw_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
+    heap_ = matmul_heap_bytes(pd_, p.N, p.K, p.M);
   }
+  size_t heap_bytes() const override { return heap_; }
   const char* name() const override { return bf16_ ? "dnnl.linear_bwd_weight.bf16" : "dnnl.linear_bwd_weight"; }
   size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
   void run(const StepContext&) override {
@@ -192,6 +203,7 @@ class LinearBwdWeight final : public Kernel {
   bool bf16_;
   dnnl::memory::desc dyt_, x_, dw_;
   dnnl::matmul::primitive_desc pd_;
+  size_t heap_ = 0;
   Call call_;
 };
 
@@ -207,7 +219,9 @@ class Matmul final : public Kernel {
     dnnl::matmul::desc desc(a_, b_, c_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
+    heap_ = matmul_heap_bytes(pd_, M, N, K, p.B);
   }
+  size_t heap_bytes() const override { return heap_; }
   const char* name() const override { return "dnnl.matmul"; }
   size_t scratch_bytes() const override { return scratchpad_bytes(pd_); }
   void run(const StepContext&) override { call_.run(); }
@@ -222,6 +236,7 @@ class Matmul final : public Kernel {
   }
   dnnl::memory::desc a_, b_, c_;
   dnnl::matmul::primitive_desc pd_;
+  size_t heap_ = 0;
   Call call_;
 };
 
