@@ -14,10 +14,13 @@
 #include <string>
 
 #include "cli_util.hpp"
+#include "same_tensors.hpp"
 #include "io/safetensors.hpp"
 #include "train/checkpoint.hpp"
 
 using namespace memfit::testing;
+
+using memfit::testing::expect_same_tensors;
 
 namespace {
 
@@ -66,18 +69,6 @@ Stopped run_and_signal(const std::string& args, int at, int sig) {
   ::waitpid(pid, &st, 0);
   if (WIFEXITED(st)) r.exit_code = WEXITSTATUS(st);
   return r;
-}
-
-void expect_same_tensors(const std::string& a, const std::string& b) {
-  auto fa = memfit::io::SafetensorsFile::load(a);
-  auto fb = memfit::io::SafetensorsFile::load(b);
-  ASSERT_EQ(fa.names(), fb.names());
-  for (const auto& name : fa.names()) {
-    const auto& ta = fa.at(name);
-    const auto& tb = fb.at(name);
-    ASSERT_EQ(ta.nbytes(), tb.nbytes()) << name;
-    EXPECT_EQ(std::memcmp(fa.data(ta), fb.data(tb), ta.nbytes()), 0) << name << " differs after resume";
-  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "memfit/builder.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
+#include "model_text.hpp"
 
 using namespace memfit;
 
@@ -32,38 +33,26 @@ void expect_same_graph(const std::string& zoo_name, const std::string& file) {
   EXPECT_EQ(a.value(ya).shape, b.value(yb).shape);
 }
 
-std::string error_of(const std::string& text) {
-  try {
-    Graph g;
-    Builder b(g);
-    ValueId x = g.input("input", {2, 1, 28, 28});
-    models::parse_model_text(text, "m.mf")(b, x, 10);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST(ModelFile, ConvNetMatchesZoo) { expect_same_graph("convnet", "convnet.mf"); }
 TEST(ModelFile, ResNet18MatchesZoo) { expect_same_graph("resnet18", "resnet18.mf"); }
 
 TEST(ModelFile, ErrorsNameTheLine) {
-  EXPECT_EQ(error_of("conv c1 out=8 k=3\nfrobnicate\n").rfind("m.mf:2: unknown layer 'frobnicate'", 0), 0u);
-  EXPECT_EQ(error_of("conv c1 out=8\n").rfind("m.mf:1: conv needs k=", 0), 0u);
-  EXPECT_EQ(error_of("conv c1 out=eight k=3\n").rfind("m.mf:1: out= expects an integer", 0), 0u);
-  EXPECT_EQ(error_of("conv c1 out=8 k=3 colour=red\n").rfind("m.mf:1: conv has no option 'colour'", 0), 0u);
-  EXPECT_EQ(error_of("relu\nadd skip\n").rfind("m.mf:2: no value is labelled 'skip'", 0), 0u);
-  EXPECT_EQ(error_of("scope a\nrelu\n").rfind("m.mf: a 'scope' is not closed", 0), 0u);
+  EXPECT_EQ(memfit::testing::model_text_error("conv c1 out=8 k=3\nfrobnicate\n").rfind("m.mf:2: unknown layer 'frobnicate'", 0), 0u);
+  EXPECT_EQ(memfit::testing::model_text_error("conv c1 out=8\n").rfind("m.mf:1: conv needs k=", 0), 0u);
+  EXPECT_EQ(memfit::testing::model_text_error("conv c1 out=eight k=3\n").rfind("m.mf:1: out= expects an integer", 0), 0u);
+  EXPECT_EQ(memfit::testing::model_text_error("conv c1 out=8 k=3 colour=red\n").rfind("m.mf:1: conv has no option 'colour'", 0), 0u);
+  EXPECT_EQ(memfit::testing::model_text_error("relu\nadd skip\n").rfind("m.mf:2: no value is labelled 'skip'", 0), 0u);
+  EXPECT_EQ(memfit::testing::model_text_error("scope a\nrelu\n").rfind("m.mf: a 'scope' is not closed", 0), 0u);
   // A shape error from the builder is reported at the offending line with the shapes.
-  std::string e = error_of("conv c1 out=8 k=3\nflatten\nlinear fc out=10\nsave a\nload a\nconv c2 out=4 k=3\n");
+  std::string e = memfit::testing::model_text_error("conv c1 out=8 k=3\nflatten\nlinear fc out=10\nsave a\nload a\nconv c2 out=4 k=3\n");
   EXPECT_EQ(e.rfind("m.mf:6:", 0), 0u) << e;
   EXPECT_NE(e.find("[2, 10]"), std::string::npos) << e;
 }
 
 TEST(ModelFile, ResidualAddShapeMismatch) {
-  std::string e = error_of("save in\nconv c1 out=8 k=3 pad=1\nadd in\n");
+  std::string e = memfit::testing::model_text_error("save in\nconv c1 out=8 k=3 pad=1\nadd in\n");
   EXPECT_EQ(e.rfind("m.mf:3:", 0), 0u) << e;
   EXPECT_NE(e.find("[2, 8, 28, 28]"), std::string::npos) << e;
   EXPECT_NE(e.find("[2, 1, 28, 28]"), std::string::npos) << e;

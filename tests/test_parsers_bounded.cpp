@@ -23,6 +23,7 @@
 #include "memfit/builder.hpp"
 #include "memfit/runtime.hpp"
 #include "models/model_file.hpp"
+#include "model_text.hpp"
 #include "run_binary.hpp"
 #include "idx_files.hpp"
 #include "train/checkpoint.hpp"
@@ -62,19 +63,6 @@ std::string build_error(const std::string& text) {
     ValueId x = g.input("input", {2, 1, 28, 28});
     models::parse_model_text(text, "m.mf")(b, x, 10);
   });
-}
-
-// "" if the model text builds, else the error.
-std::string build_problem(const std::string& text) {
-  try {
-    Graph g;
-    Builder b(g);
-    ValueId x = g.input("input", {2, 1, 28, 28});
-    models::parse_model_text(text, "m.mf")(b, x, 10);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Runs fn in a child process under a time limit; returns the child's exit
@@ -146,7 +134,7 @@ TEST(ModelFileBounds, DeepNestingIsRefusedFastAndSmall) {
   for (int i = 0; i < 64; ++i) ok += "scope s" + std::to_string(i) + "\n";
   ok += "conv c out=2 k=1\n";
   for (int i = 0; i < 64; ++i) ok += "end\n";
-  EXPECT_EQ(build_problem(ok), "");
+  EXPECT_EQ(memfit::testing::model_text_error(ok), "");
 }
 
 TEST(ModelFileBounds, UnknownLayerIsAFileErrorNotAUsageError) {

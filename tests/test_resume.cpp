@@ -10,9 +10,12 @@
 #include <string>
 
 #include "cli_util.hpp"
+#include "same_tensors.hpp"
 #include "io/safetensors.hpp"
 
 using namespace memfit::testing;
+
+using memfit::testing::expect_same_tensors;
 
 namespace {
 
@@ -53,18 +56,6 @@ int run_and_kill(const std::string& args, int kill_at, std::string& seen) {
   int st = 0;
   ::waitpid(pid, &st, 0);
   return killed_at;
-}
-
-void expect_same_tensors(const std::string& a, const std::string& b) {
-  auto fa = memfit::io::SafetensorsFile::load(a);
-  auto fb = memfit::io::SafetensorsFile::load(b);
-  ASSERT_EQ(fa.names(), fb.names());
-  for (const auto& name : fa.names()) {
-    const auto& ta = fa.at(name);
-    const auto& tb = fb.at(name);
-    ASSERT_EQ(ta.nbytes(), tb.nbytes()) << name;
-    EXPECT_EQ(std::memcmp(fa.data(ta), fb.data(tb), ta.nbytes()), 0) << name << " differs after resume";
-  }
 }
 
 }  // namespace
