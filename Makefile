@@ -7,7 +7,9 @@ DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev google
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image
 
-.PHONY: deps build test run bench asan clang fuzz fuzz-deps clean
+BENCH_VENV ?= bench/.venv
+
+.PHONY: deps build test run bench bench-venv asan clang fuzz fuzz-deps clean
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -31,8 +33,15 @@ test: build
 run: build
 	$(BUILD)/memfit train
 
-bench: build
-	/usr/bin/python3 bench/run.py --build $(BUILD)
+# The speed anchor is the current PyTorch from PyPI, in a virtual environment
+# of the project's own (about 5 GiB with the CUDA wheels PyPI's torch pulls
+# in; nothing of it is used by memfit). Debian's python3-torch 1.13 stays for
+# the golden fixtures.
+bench-venv:
+	@if ! $(BENCH_VENV)/bin/python -c "import torch" 2>/dev/null; then 	  echo "memfit: installing PyTorch from PyPI into $(BENCH_VENV)"; 	  python3 -m venv $(BENCH_VENV) 2>/dev/null || { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; 	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv && 	    python3 -m venv $(BENCH_VENV); }; 	  $(BENCH_VENV)/bin/python -m pip install -q --upgrade pip && $(BENCH_VENV)/bin/python -m pip install -q torch numpy; 	fi
+
+bench: build bench-venv
+	/usr/bin/python3 bench/run.py --build $(BUILD) --torch-python $(BENCH_VENV)/bin/python
 
 asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMEMFIT_SANITIZE=ON

@@ -11,6 +11,12 @@ Prints a Markdown table (for docs/memory-plan.md) and writes the raw
 numbers as JSON lines with --jsonl.
 
   /usr/bin/python3 bench/plan_accuracy.py --binary build/memfit --torch
+
+The AVX2 path on an AVX-512 machine: the x86-64-v3 build of the command
+with oneDNN limited to AVX2, and the dataset streamed from disk as well:
+
+  ONEDNN_MAX_CPU_ISA=AVX2 /usr/bin/python3 bench/plan_accuracy.py \
+      --binary build/memfit_v3 --data-in memory,disk
 """
 import argparse
 import datetime
@@ -62,42 +68,48 @@ def main():
     ap.add_argument("--batches", default="16,64,256")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--data-in", default="memory", help="memory, disk, or both (memory,disk): where the dataset lives")
     ap.add_argument("--torch", action="store_true", help="also measure PyTorch (needs torch in this interpreter)")
     ap.add_argument("--jsonl", help="append the raw results here")
     a = ap.parse_args()
 
     rows = []
-    for model in a.models.split(","):
-        for batch in (int(b) for b in a.batches.split(",")):
-            cmd = [a.binary, "train", "--model", model, "--batch", str(batch), "--steps", str(a.steps),
-                   "--subset", "2000", "--test-subset", "512", "--threads", str(a.threads), "--progress", "lines",
-                   "--json", "--out", f"/tmp/memfit-bench-{model}-{batch}"]
-            code, out, err, maxrss = run(cmd)
+    code, out, err, _ = run([a.binary, "plan", "--json"])
+    machine = (last_json(out) or {}).get("cpu", {}) if code == 0 else {}
+    cases = [(m, int(b), d) for d in a.data_in.split(",") for m in a.models.split(",") for b in a.batches.split(",")]
+    for model, batch, data_in in cases:
+        cmd = [a.binary, "train", "--model", model, "--batch", str(batch), "--steps", str(a.steps),
+               "--subset", "2000", "--test-subset", "512", "--threads", str(a.threads), "--progress", "lines",
+               "--data-in", data_in, "--json", "--out", f"/tmp/memfit-bench-{model}-{batch}"]
+        code, out, err, maxrss = run(cmd)
+        if code != 0:
+            sys.exit(f"{' '.join(cmd)} failed ({code}):\n{err}")
+        j = last_json(out)
+        row = {"model": model, "batch": batch, "data_in": data_in, "steps": a.steps, "threads": a.threads,
+               "onednn_isa": machine.get("onednn_isa"), "vector_isa": machine.get("vector_isa"),
+               "predicted_bytes": j["planned_peak_bytes"], "vmhwm_bytes": j["peak_rss_bytes"],
+               "ru_maxrss_bytes": maxrss, "memfit_seconds": j["seconds"]}
+        if a.torch:
+            tcmd = [sys.executable, os.path.join(HERE, "pytorch_peak_rss.py"), "--model", model, "--batch",
+                    str(batch), "--steps", str(a.steps), "--threads", str(a.threads)]
+            code, out, err, tmax = run(tcmd)
             if code != 0:
-                sys.exit(f"{' '.join(cmd)} failed ({code}):\n{err}")
-            j = last_json(out)
-            row = {"model": model, "batch": batch, "steps": a.steps, "threads": a.threads,
-                   "predicted_bytes": j["planned_peak_bytes"], "vmhwm_bytes": j["peak_rss_bytes"],
-                   "ru_maxrss_bytes": maxrss, "memfit_seconds": j["seconds"]}
-            if a.torch:
-                tcmd = [sys.executable, os.path.join(HERE, "pytorch_peak_rss.py"), "--model", model, "--batch",
-                        str(batch), "--steps", str(a.steps), "--threads", str(a.threads)]
-                code, out, err, tmax = run(tcmd)
-                if code != 0:
-                    sys.exit(f"{' '.join(tcmd)} failed ({code}):\n{err}")
-                t = last_json(out)
-                row.update({"torch_vmhwm_bytes": t["peak_rss_bytes"], "torch_ru_maxrss_bytes": tmax,
-                            "torch_seconds": t["seconds"], "torch_version": t["torch"]})
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
-            if a.jsonl:
-                with open(a.jsonl, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                sys.exit(f"{' '.join(tcmd)} failed ({code}):\n{err}")
+            t = last_json(out)
+            row.update({"torch_vmhwm_bytes": t["peak_rss_bytes"], "torch_ru_maxrss_bytes": tmax,
+                        "torch_seconds": t["seconds"], "torch_version": t["torch"]})
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        if a.jsonl:
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
 
-    print(f"{datetime.date.today().isoformat()}, {cpu_name()}, {os.cpu_count()} cores, {a.threads} threads; "
-          f"{a.steps} steps of SGD, then evaluation of 512 images and the final checkpoint.\n")
-    head = "| model | batch | predicted | measured (VmHWM) | error |"
-    sep = "|---|---:|---:|---:|---:|"
+    print(f"{datetime.date.today().isoformat()}, {machine.get('model') or cpu_name()}, {os.cpu_count()} cores, "
+          f"{a.threads} threads; oneDNN {machine.get('onednn', '?')} {machine.get('onednn_isa', '?')}, memfit loops "
+          f"{machine.get('vector_isa', '?')}; {a.steps} steps of SGD, then evaluation of 512 images and the final "
+          "checkpoint.\n")
+    head = "| model | batch | data | predicted | measured (VmHWM) | error |"
+    sep = "|---|---:|---|---:|---:|---:|"
     if a.torch:
         head += " PyTorch peak RSS |"
         sep += "---:|"
@@ -105,7 +117,7 @@ def main():
     print(sep)
     for r in rows:
         err = (r["vmhwm_bytes"] - r["predicted_bytes"]) / r["predicted_bytes"] * 100
-        line = (f"| {r['model']} | {r['batch']} | {mib(r['predicted_bytes']):.1f} MiB | {mib(r['vmhwm_bytes']):.1f} MiB "
+        line = (f"| {r['model']} | {r['batch']} | {r['data_in']} | {mib(r['predicted_bytes']):.1f} MiB | {mib(r['vmhwm_bytes']):.1f} MiB "
                 f"| {err:+.2f}% |")
         if a.torch:
             line += f" {mib(r['torch_vmhwm_bytes']):.1f} MiB |"

@@ -3,6 +3,11 @@
 
     make bench                       (or: /usr/bin/python3 bench/run.py)
     /usr/bin/python3 bench/run.py --quick --build build-perf
+    /usr/bin/python3 bench/run.py --torch-python /usr/bin/python3   (Debian's PyTorch 1.13)
+
+PyTorch is the current release from PyPI, in the virtual environment
+bench/.venv that `make bench` makes (`make bench-venv`); --torch-python
+picks another interpreter.
 
 For every case (ConvNet and ResNet-18 on 1x28x28 inputs, batch 64 and 256,
 fp32 and bf16) it starts memfit (build/bench/step_bench) and PyTorch
@@ -36,7 +41,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TORCH_PY = "/usr/bin/python3"  # Debian's interpreter, which has python3-torch
+TORCH_PY = os.path.join(HERE, ".venv", "bin", "python")  # current PyTorch from PyPI (make bench-venv)
 
 # (model, batch, timed steps, warm-up steps): ResNet-18 at batch 256 takes
 # seconds per step on two cores, so it gets fewer.
@@ -86,19 +91,25 @@ def run_json(cmd, env):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def cpu_model():
-    name, flags = platform.processor() or "unknown", ""
+def cpu_model(peak):
+    """The processor as memfit names it (with family and model), its cores,
+    and the vector extensions that decide the paths."""
+    flags = ""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name") and name in ("unknown", "", "x86_64"):
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags") and not flags:
+                if line.startswith("flags"):
                     flags = line.split(":", 1)[1].split()
+                    break
     except OSError:
         pass
-    feats = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{name}, {os.cpu_count()} cores ({', '.join(feats) or 'no avx512'})"
+    feats = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    name = peak.get("cpu") or platform.processor() or "unknown"
+    return f"{name}, {os.cpu_count()} cores ({', '.join(feats) or 'no avx2'})"
+
+
+def flops_txt(v):
+    return f"{v / 1e9:.0f} GFLOP/s" if isinstance(v, (int, float)) else str(v)
 
 
 def fmt_bytes(b):
@@ -114,7 +125,11 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    ap.add_argument("--torch-python", default=TORCH_PY,
+                    help="the Python whose PyTorch is measured (default bench/.venv/bin/python, from make bench-venv)")
     a = ap.parse_args()
+    if not os.path.exists(a.torch_python):
+        raise SystemExit(f"{a.torch_python} not found: make bench-venv installs PyTorch from PyPI into bench/.venv")
 
     memfit = os.path.join(a.build, "bench", "step_bench")
     if not os.path.exists(memfit):
@@ -128,11 +143,13 @@ def main():
         # The best of this and any earlier measurement: on a shared machine a
         # single one may catch a busy moment.
         p = run_json([memfit, "--peak", "--threads", t], env)
+        # bf16 is a string ("not supported on this CPU") where oneDNN has no bf16 compute.
         if old:
             for k in ("peak_fp32_flops", "peak_bf16_flops"):
-                p[k] = max(p[k], old[k])
-        print(f"peak: fp32 {p['peak_fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 {p['peak_bf16_flops'] / 1e9:.0f} "
-              f"GFLOP/s (oneDNN {p['onednn']}, {p['isa']})", flush=True)
+                if isinstance(p[k], (int, float)) and isinstance(old[k], (int, float)):
+                    p[k] = max(p[k], old[k])
+        print(f"peak: fp32 {flops_txt(p['peak_fp32_flops'])}, bf16 {flops_txt(p['peak_bf16_flops'])} "
+              f"(oneDNN {p['onednn']}, {p['isa']}; memfit loops {p.get('vector_isa', '?')})", flush=True)
         return p
 
     peak = measure_peak()
@@ -146,7 +163,7 @@ def main():
             common = ["--model", model, "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
                       "--threads", t, "--precision", prec]
             mf_cmd = [memfit] + common
-            pt_cmd = [TORCH_PY, os.path.join(HERE, "torch_step.py")] + common
+            pt_cmd = [a.torch_python, os.path.join(HERE, "torch_step.py")] + common
             mf, pt = [], []
             for r in range(a.reps):
                 first_mf = r % 2 == 0
@@ -174,13 +191,14 @@ def main():
     peak = measure_peak(peak)
     load_end = os.getloadavg()[0]
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    cpu = cpu_model()
+    cpu = cpu_model(peak)
     lines = [
         f"Measured {now} on {cpu}, {a.threads} threads each; load average {load:.1f} at the start, "
         f"{load_end:.1f} at the end.",
         f"PyTorch {torch_info.get('torch')} (oneDNN {torch_info.get('onednn')}); memfit with oneDNN {peak['onednn']} "
-        f"({peak['isa']}). Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
-        f"{peak['peak_fp32_flops'] / 1e9:.0f} GFLOP/s, bf16 {peak['peak_bf16_flops'] / 1e9:.0f} GFLOP/s.",
+        f"({peak['isa']}, {'bf16 compute' if peak.get('bf16_compute') else 'no bf16 compute'}), its own loops "
+        f"built for {peak.get('vector_isa', '?')}. Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
+        f"{flops_txt(peak['peak_fp32_flops'])}, bf16 {flops_txt(peak['peak_bf16_flops'])}.",
         f"Median of {a.reps} repetitions, each a fresh pair of processes whose timed steps alternate one by one; "
         "SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data. PyTorch bf16 is autocast; memfit bf16 stores "
         "activations in bf16 with fp32 master weights (its convolutions run in bf16 or as f32 between conversions, "
@@ -195,6 +213,8 @@ def main():
     for r in rows:
         flops = flops_of.get((r["model"], r["batch"]))
         pk = peak["peak_bf16_flops"] if r["precision"] == "bf16" else peak["peak_fp32_flops"]
+        if not isinstance(pk, (int, float)):  # no bf16 compute here: the products run in f32
+            pk = peak["peak_fp32_flops"]
         # memfit's bf16 convolutions compute in f32 where that is faster (the
         # header says which): then its fraction is of the fp32 peak.
         mf_pk = peak["peak_fp32_flops"] if peak.get("bf16_convs", "").startswith("f32") else pk

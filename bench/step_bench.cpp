@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
@@ -84,26 +85,36 @@ double matmul_flops(dnnl::memory::data_type dt, int64_t n, int reps) {
   return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
 }
 
-const char* isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    default: return "other";
+std::string json_str(const std::string& v) {
+  std::string o = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) o += c;
   }
+  return o + "\"";
 }
 
+// bf16 products exist only where oneDNN has bf16 compute (AVX-512): on an
+// AVX2-only CPU the figure is reported as not supported, not measured.
 int peak(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
-  const dnnl_version_t* v = dnnl_version();
+  const auto& m = kernels::cpu::machine_info();
   const double f32 = matmul_flops(dnnl::memory::data_type::f32, 3072, 4);
-  const double bf16 = matmul_flops(dnnl::memory::data_type::bf16, 3072, 4);
-  std::printf("{\"threads\": %d, \"peak_fp32_flops\": %.6g, \"peak_bf16_flops\": %.6g, \"onednn\": \"%d.%d.%d\", "
-              "\"isa\": \"%s\", \"bf16_convs\": \"%s\"}\n",
-              omp_get_max_threads(), f32, bf16, v->major, v->minor, v->patch, isa_name(dnnl::get_effective_cpu_isa()),
-              kernels::cpu::bf16_convs_native() ? "native bf16" : "f32 between conversions");
+  std::string bf16 = "\"not supported on this CPU\"";
+  if (m.onednn_bf16) {
+    try {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.6g", matmul_flops(dnnl::memory::data_type::bf16, 3072, 4));
+      bf16 = b;
+    } catch (const dnnl::error& e) {
+      bf16 = "\"not supported on this CPU\"";
+    }
+  }
+  std::printf("{\"threads\": %d, \"peak_fp32_flops\": %.6g, \"peak_bf16_flops\": %s, \"onednn\": %s, "
+              "\"isa\": %s, \"bf16_compute\": %s, \"vector_isa\": %s, \"cpu\": %s, \"bf16_convs\": %s}\n",
+              omp_get_max_threads(), f32, bf16.c_str(), json_str(m.onednn_version).c_str(), json_str(m.onednn_isa).c_str(),
+              m.onednn_bf16 ? "true" : "false", json_str(m.vector_isa).c_str(), json_str(m.cpu_model).c_str(),
+              json_str(kernels::cpu::bf16_product_path()).c_str());
   return 0;
 }
 

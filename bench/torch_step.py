@@ -113,7 +113,7 @@ def main():
     print(json.dumps({
         "model": a.model, "batch": a.batch, "precision": a.precision, "supported": True,
         "threads": torch.get_num_threads(), "median_step_s": med,
-        "images_per_s": a.batch / med, "peak_rss_bytes": vm_hwm(), "loss": float(loss), "steps": len(times),
+        "images_per_s": a.batch / med, "peak_rss_bytes": vm_hwm(), "loss": float(loss.detach()), "steps": len(times),
         "torch": torch.__version__, "onednn": onednn_version(), "blas": blas_info(), "step_s": times,
     }))
 

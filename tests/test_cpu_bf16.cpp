@@ -49,6 +49,7 @@
 #include "kernels/bf16.hpp"
 #include "kernels/cpu/batchnorm.hpp"
 #include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
 #include "kernels/cpu/dropout.hpp"
 #include "kernels/cpu/eltwise.hpp"
 #include "kernels/cpu/layout.hpp"
@@ -85,16 +86,14 @@ constexpr double kSum = 1e-5;       // f32 accumulation, relative to sum |term|
 // factories must return no kernel, so that the executor runs bf16 nodes as
 // their f32 kernels between conversions (test_precision checks that path);
 // the cases below that need oneDNN's bf16 primitives then skip, saying why.
-bool onednn_bf16() {
-  return static_cast<int>(dnnl::get_effective_cpu_isa()) >= static_cast<int>(dnnl::cpu_isa::avx512_core);
-}
+bool onednn_bf16() { return cpu::onednn_bf16_compute(); }
 #define REQUIRE_ONEDNN_BF16()                                                                                   \
   do {                                                                                                          \
     if (!onednn_bf16()) {                                                                                       \
       EXPECT_EQ(cpu::make_relu({64}, BF16), nullptr) << "a bf16 kernel was made without oneDNN bf16 support";   \
       EXPECT_EQ(cpu::make_linear({4, 16, 16, true}, BF16), nullptr);                                           \
       GTEST_SKIP() << "oneDNN has no bf16 compute on this CPU (ISA "                                            \
-                   << static_cast<int>(dnnl::get_effective_cpu_isa())                                           \
+                   << cpu::machine_info().onednn_isa                                                            \
                    << "): bf16 nodes run as f32 kernels between conversions, checked by test_precision";       \
     }                                                                                                           \
   } while (0)

@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
+
 namespace memfit::train {
 
 namespace {
@@ -71,6 +74,18 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   return r;
 }
 
+void describe_machine(MemoryReport& r, DType precision) {
+  const kernels::cpu::MachineInfo& m = kernels::cpu::machine_info();
+  r.cpu_model = m.cpu_model;
+  r.onednn = m.onednn_version;
+  r.onednn_isa = m.onednn_isa;
+  r.vector_isa = m.vector_isa;
+  r.bf16_compute = m.onednn_bf16;
+  if (precision == DType::bf16) r.products = kernels::cpu::bf16_product_path();
+  else if (precision == DType::f16) r.products = "f32 between conversions (no f16 arithmetic on the CPU)";
+  else r.products.clear();
+}
+
 double reuse_factor(const MemoryReport& r) {
   const size_t naive_arena = r.naive - (r.total - r.arena);
   return r.arena ? static_cast<double>(naive_arena) / static_cast<double>(r.arena) : 1.0;
@@ -105,6 +120,11 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
                           const std::string& optimizer, const std::string& backend) {
   std::ostringstream o;
   o << "memfit plan: " << model << ", batch " << batch << ", " << optimizer << ", " << backend << "\n";
+  if (!r.cpu_model.empty()) {
+    o << "  cpu: " << r.cpu_model << "; oneDNN " << r.onednn << " " << r.onednn_isa << " ("
+      << (r.bf16_compute ? "bf16 compute" : "no bf16 compute") << "); memfit loops " << r.vector_isa << "\n";
+    if (!r.products.empty()) o << "  " << r.precision << " convolutions and linear layers: " << r.products << "\n";
+  }
   row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
   row(o, "parameters", r.params);
   row(o, "gradients", r.grads);
@@ -170,6 +190,13 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
   if (r.micro_batch)
     o << ", \"micro_batch\": " << r.micro_batch << ", \"accumulate\": " << r.accumulate
       << ", \"recompute\": " << json_string(r.recompute) << ", \"fitted\": " << (r.fitted ? "true" : "false");
+  if (!r.cpu_model.empty()) {
+    o << ", \"cpu\": {\"model\": " << json_string(r.cpu_model) << ", \"onednn\": " << json_string(r.onednn)
+      << ", \"onednn_isa\": " << json_string(r.onednn_isa) << ", \"bf16_compute\": " << (r.bf16_compute ? "true" : "false")
+      << ", \"vector_isa\": " << json_string(r.vector_isa);
+    if (!r.products.empty()) o << ", \"products\": " << json_string(r.products);
+    o << "}";
+  }
   o << ", \"data_in\": " << json_string(r.data_in.empty() ? "image-folder" : r.data_in);
   if (!r.data_cache.empty()) o << ", \"data_cache\": " << json_string(r.data_cache);
   o << ", \"largest\": [";

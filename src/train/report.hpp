@@ -44,11 +44,20 @@ struct MemoryReport {
   int64_t micro_batch = 0, accumulate = 1;  // the policy this plan runs with
   std::string recompute = "none";
   bool fitted = false;            // chosen by the fit (over budget as asked)
+  // The machine the plan is for: its processor, the instruction set oneDNN
+  // and memfit's own loops run, and (bf16/fp16 runs) how the convolutions
+  // and linear layers compute. Empty when not known.
+  std::string cpu_model, onednn, onednn_isa, vector_isa;
+  bool bf16_compute = false;
+  std::string products;  // e.g. "f32 between conversions (no bf16 compute on this CPU)"
   size_t total = 0;
   size_t naive = 0;           // the same run with every buffer its own memory
   std::vector<BufferInfo> largest;  // ten largest transient buffers
 };
 
+// Fills the report's machine fields (cpu_model ... products) for a run at
+// this activation precision; bf16 measures the convolution path once.
+void describe_machine(MemoryReport& r, DType precision);
 MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in);
 // Transient bytes without reuse over the planned arena.
 double reuse_factor(const MemoryReport& r);

@@ -428,6 +428,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   rep.accumulate = o.accumulate;
   rep.recompute = o.recompute;
   rep.fitted = o.fitted;
+  describe_machine(rep, o.precision);
   if (train_g->compress.cloned_nodes) {
     char buf[200];
     std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",

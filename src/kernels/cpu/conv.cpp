@@ -27,6 +27,7 @@
 // the bf16 primitives also compute in nChw16c, so Blocked16 bf16
 // activations are used in place.
 #include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -254,15 +255,36 @@ double conv_flops_per_second() {
   return rate;
 }
 
-bool bf16_convs_native() {
-  static const bool native = [] {
+namespace {
+enum class Bf16Choice { NoCompute, Measured, Forced };
+struct Bf16Path {
+  bool native = false;
+  Bf16Choice why = Bf16Choice::NoCompute;
+};
+const Bf16Path& bf16_path() {
+  static const Bf16Path path = [] {
+    Bf16Path p;
+    if (!onednn_bf16_compute()) return p;  // nothing to choose: there are no bf16 primitives
     if (const char* e = std::getenv("MEMFIT_BF16_CONV")) {
-      if (std::string(e) == "native") return true;
-      if (std::string(e) == "f32") return false;
+      const std::string v(e);
+      if (v == "native" || v == "f32") return Bf16Path{v == "native", Bf16Choice::Forced};
     }
-    return measure_bf16_native();
+    return Bf16Path{measure_bf16_native(), Bf16Choice::Measured};
   }();
-  return native;
+  return path;
+}
+}  // namespace
+
+bool bf16_convs_native() { return bf16_path().native; }
+
+const char* bf16_product_path() {
+  const Bf16Path& p = bf16_path();
+  switch (p.why) {
+    case Bf16Choice::NoCompute: return "f32 between conversions (no bf16 compute on this CPU)";
+    case Bf16Choice::Forced: return p.native ? "native bf16 (MEMFIT_BF16_CONV)" : "f32 between conversions (MEMFIT_BF16_CONV)";
+    case Bf16Choice::Measured: break;
+  }
+  return p.native ? "native bf16 (measured faster here)" : "f32 between conversions (measured faster here)";
 }
 
 }  // namespace memfit::kernels::cpu

@@ -36,7 +36,12 @@ std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = L
 // in both types, ~30 ms; bf16 must be faster by 20%. Linear layers follow
 // the same choice. MEMFIT_BF16_CONV=native|f32 overrides (tests use it to
 // cover both paths on any machine).
+// Where oneDNN has no bf16 compute (onednn_bf16_compute) the answer is false
+// whatever MEMFIT_BF16_CONV says.
 bool bf16_convs_native();
+// That choice in words, with its reason: "native bf16 (measured faster
+// here)", "f32 between conversions (no bf16 compute on this CPU)", ...
+const char* bf16_product_path();
 // FLOP/s of an f32 convolution at micro-batch 16 (forward + weight gradient,
 // 64 channels, 14x14, 3x3), measured once per process in a few ms (0 if the
 // primitives cannot be made). The fit's step-time estimate scales from it.

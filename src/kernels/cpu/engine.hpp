@@ -3,6 +3,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <string>
+
 namespace memfit::kernels::cpu {
 
 dnnl::engine& engine();
@@ -17,5 +19,23 @@ void drop_primitive_cache();
 // a build for another target, such as the sanitizer build, has none, and
 // bf16 nodes then run as f32 kernels between conversions).
 bool bf16_kernels_available();
+
+// True if oneDNN creates bf16 compute primitives (convolution, matmul,
+// eltwise) on this CPU: oneDNN 2.6 needs avx512_core for them. False on an
+// AVX2-only CPU, or where ONEDNN_MAX_CPU_ISA limits oneDNN below AVX-512;
+// bf16 nodes then run as f32 kernels between conversions.
+bool onednn_bf16_compute();
+
+// What this process computes on, as the plan and the bench tables state it.
+struct MachineInfo {
+  std::string cpu_model;   // the processor's name (/proc/cpuinfo), "unknown" if unreadable
+  std::string onednn_isa;  // the instruction set oneDNN uses (after ONEDNN_MAX_CPU_ISA)
+  std::string vector_isa;  // the target memfit's own loops were built for: avx512-bf16, avx512, avx2, sse2
+  bool onednn_bf16 = false;  // onednn_bf16_compute()
+  std::string onednn_version;
+};
+const MachineInfo& machine_info();
+// oneDNN's name for an instruction set ("avx512_core_bf16", "avx2", ...).
+const char* isa_name(dnnl::cpu_isa isa);
 
 }  // namespace memfit::kernels::cpu
