@@ -76,6 +76,17 @@ TEST(Slips, LinearWithoutFlattenSaysToFlatten) {
   EXPECT_NE(r.out.find("add `flatten`"), std::string::npos) << r.out;
 }
 
+// A bad model file is a file error (rc 1) that says so and names the file
+// and line, not a usage dump.
+TEST(Slips, BadModelFileSaysBadModelFileWithFileAndLine) {
+  const std::string d = memfit::testing::temp_dir("slip-modelfile");
+  std::ofstream(d + "/m.mf") << "conv conv1 out=8 k=3 pad=1\nconv conv2 out=8 k=3 stride=0\n";
+  auto r = memfit::testing::run_memfit("plan --model " + d + "/m.mf");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("memfit: bad model file: " + d + "/m.mf:2:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("usage"), std::string::npos) << r.out;
+}
+
 TEST(Slips, JsonStdoutIsOnlyJsonWhenTheFitRuns) {
   // ConvNet at batch 256 plans ~190 MiB: the fit runs under 150 MiB.
   auto p = memfit::testing::run_memfit(std::vector<std::string>{"plan", "--json", "--batch", "256", "--memory", "150MiB", "--data-in", "memory"});

@@ -6,6 +6,8 @@
 // into $HOME.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <filesystem>
 #include <string>
 
@@ -129,8 +131,10 @@ TEST(DataIn, TrainingFromDiskIsBitIdenticalAndSmaller) {
   // The pixels (53 MiB) are not resident.
   const double rss_disk = json_field(disk.out, "peak_rss_bytes"), rss_mem = json_field(mem.out, "peak_rss_bytes");
   EXPECT_LT(rss_disk + 40.0 * (1 << 20), rss_mem) << disk.out << mem.out;
-  // And the plan still holds.
-  EXPECT_LE(rss_disk, 1.05 * json_field(disk.out, "planned_peak_bytes")) << disk.out;
+  // And the plan still holds, within the 3% the plan promises on every ISA
+  // (docs/memory-plan.md has the table per ISA).
+  const double planned_disk = json_field(disk.out, "planned_peak_bytes");
+  EXPECT_LE(std::fabs(rss_disk - planned_disk), 0.03 * planned_disk) << disk.out;
 
   // A second run reuses the cache silently.
   RunResult again = run_memfit("train --steps 2 --data-in disk --cache-dir " + cache + kTrain + " --out " +

@@ -117,6 +117,22 @@ TEST(Interrupt, SigtermExits143WithACheckpoint) {
   EXPECT_GE(std::stoi(meta["step"]), 4);
 }
 
+// With --json a tool reads the interruption from stdout too: one object
+// with the step, the signal, the checkpoint and the command that resumes.
+TEST(Interrupt, JsonRunReportsTheInterruption) {
+  const std::string d = temp_dir("int-json");
+  Stopped s = run_and_signal("train" + kArgs + " --json --out " + d, 4, SIGTERM);
+  ASSERT_GE(s.signalled_at, 4) << s.out;
+  EXPECT_EQ(s.exit_code, 143) << s.out;
+  const size_t at = s.out.rfind("\n{\"steps\": ");
+  ASSERT_NE(at, std::string::npos) << s.out;
+  const std::string j = s.out.substr(at + 1, s.out.find('\n', at + 1) - at - 1);
+  auto meta = memfit::train::checkpoint_metadata(d);
+  EXPECT_NE(j.find("{\"steps\": " + meta["step"] + ", \"interrupted\": true, \"signal\": 15"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"checkpoint\": \"" + d + "/checkpoint.safetensors\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"resume\": \"memfit train --resume " + d), std::string::npos) << j;
+}
+
 TEST(Interrupt, ResumeTakesTheDataOptionsFromTheCheckpoint) {
   // The README's example: a --subset run resumed with only --resume and --epochs.
   const std::string d = temp_dir("int-subset");

@@ -1,5 +1,5 @@
 // The plan is the memory: a 20-step training run (SGD, then evaluation and
-// the final checkpoint) must peak within 5% of the total memfit predicted
+// the final checkpoint) must peak within 3% of the total memfit predicted
 // before step one. The peak is measured twice, by the process itself
 // (VmHWM at the end of the run) and from outside (the child's ru_maxrss).
 // The bench script bench/plan_accuracy.py runs the whole table (both
@@ -37,8 +37,8 @@ void check(const std::string& model, int batch) {
   std::printf("%-9s batch %3d: predicted %8.1f MiB, VmHWM %8.1f MiB (%+.2f%%), ru_maxrss %8.1f MiB (%+.2f%%)\n",
               model.c_str(), batch, p / 1048576.0, hwm / 1048576.0, 100 * err_hwm, r.max_rss_bytes / 1048576.0,
               100 * err_child);
-  EXPECT_LE(std::fabs(err_hwm), 0.05) << model << " batch " << batch;
-  EXPECT_LE(std::fabs(err_child), 0.05) << model << " batch " << batch;
+  EXPECT_LE(std::fabs(err_hwm), 0.03) << model << " batch " << batch;
+  EXPECT_LE(std::fabs(err_child), 0.03) << model << " batch " << batch;
 }
 
 }  // namespace
@@ -72,5 +72,5 @@ TEST(PlanAccuracy, ResumeStaysInThePlan) {
   const double err = (static_cast<double>(r.max_rss_bytes) - planned) / planned;
   std::printf("resumed convnet batch 16: predicted %.1f MiB, ru_maxrss %.1f MiB (%+.2f%%)\n", planned / 1048576.0,
               r.max_rss_bytes / 1048576.0, 100 * err);
-  EXPECT_LE(std::fabs(err), 0.05);
+  EXPECT_LE(std::fabs(err), 0.03);
 }

@@ -168,6 +168,24 @@ std::string num(double v) {
   return s.str();
 }
 
+// s as a JSON string (quotes, backslashes and control characters escaped).
+std::string json_quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char u[8];
+      std::snprintf(u, sizeof u, "\\u%04x", c);
+      o += u;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
+}
+
 int cmd_train(const std::vector<std::string>& argv) {
   train::TrainOptions o;
   std::string memory, sched = o.schedule;
@@ -266,6 +284,14 @@ int cmd_train(const std::vector<std::string>& argv) {
     log.flush();
     std::cerr << "memfit: interrupted at step " << r.steps << "; checkpoint written to " << o.out
               << "; resume with: " << again << std::endl;
+    if (o.json) {
+      // A tool driving memfit reads the same facts from stdout.
+      std::cout << "{\"steps\": " << r.steps << ", \"interrupted\": true, \"signal\": " << r.interrupted
+                << ", \"checkpoint\": " << json_quote(o.out + "/checkpoint.safetensors")
+                << ", \"resume\": " << json_quote(again) << ", \"seconds\": " << num(r.seconds)
+                << ", \"peak_rss_bytes\": " << r.peak_rss_bytes << ", \"planned_peak_bytes\": " << r.planned_peak_bytes
+                << ", \"budget_bytes\": " << r.budget_bytes << "}" << std::endl;
+    }
     return 128 + r.interrupted;
   }
   log << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
@@ -340,6 +366,9 @@ int main(int argc, char** argv) {
   } catch (const train::BudgetError& e) {
     std::cerr << "memfit: over budget: " << e.what() << "\n";
     return 3;
+  } catch (const models::ModelFileError& e) {
+    std::cerr << "memfit: bad model file: " << e.what() << "\n";
+    return 1;
   } catch (const GraphError& e) {
     std::cerr << "memfit: bad model: " << e.what() << "\n";
     return 1;

@@ -23,7 +23,7 @@ class Progress {
   int64_t total_;
   size_t batch_, budget_;
   std::chrono::steady_clock::time_point start_, last_;
-  int64_t last_step_ = 0, first_step_ = -1;
+  int64_t first_step_ = -1;
   bool drawn_ = false;
   std::string line_;
 };

@@ -358,6 +358,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   start_threads();
   // Hand back what an earlier attempt (a fit search, a re-plan) freed, so the
   // baseline measures this plan's process and not the previous one's heap.
+  kernels::cpu::warm_gemm_code();
   kernels::cpu::drop_primitive_cache();
   ::malloc_trim(0);
   const size_t rss_kernels = current_rss();

@@ -1,6 +1,7 @@
 #include "kernels/cpu/engine.hpp"
 
 #include <fstream>
+#include <vector>
 
 #include "kernels/cpu/bf16_simd.hpp"
 
@@ -37,6 +38,19 @@ const char* isa_name(dnnl::cpu_isa isa) {
     case dnnl::cpu_isa::sse41: return "sse41";
     default: return "other";
   }
+}
+
+void warm_gemm_code() {
+  if (onednn_bf16_compute()) return;  // AVX-512: matmul runs on brgemm
+  static const bool done = [] {
+    // Large enough for the packed (copy) path in every transposition, so
+    // that each of the driver's code paths has run once.
+    constexpr dnnl_dim_t n = 128;
+    std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
+    (void)dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    return true;
+  }();
+  (void)done;
 }
 
 namespace {

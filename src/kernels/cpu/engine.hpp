@@ -26,6 +26,14 @@ bool bf16_kernels_available();
 // bf16 nodes then run as f32 kernels between conversions.
 bool onednn_bf16_compute();
 
+// Generates oneDNN's gemm JIT kernels now, if this CPU's primitives use
+// them. oneDNN's gemm driver (its matmul and some convolutions without
+// AVX-512's brgemm, i.e. on AVX2) generates all its f32 kernels at its first
+// call, ~2-5 MiB of code and driver pages; called before the process
+// baseline is measured, they are part of it instead of growing the first
+// step past the plan. Nothing to do where oneDNN has AVX-512 (brgemm).
+void warm_gemm_code();
+
 // What this process computes on, as the plan and the bench tables state it.
 struct MachineInfo {
   std::string cpu_model;   // the processor's name (/proc/cpuinfo), "unknown" if unreadable
