@@ -237,6 +237,20 @@ TEST(GradCheckShape, ConcatChannelsOfConvs) {
   });
 }
 
+TEST(GradCheckShape, SliceMiddleOfAnAxis) {
+  grad_check({f32({2, 5, 3})}, [](Builder& b, const Ins& in) { return slice(b, in[0], 1, 1, 3); });
+}
+
+TEST(GradCheckShape, SlicesOfOneValueAsAQkvSplit) {
+  // One projection split three ways along the last axis, the parts combined
+  // again: every part's gradient reaches the shared input.
+  grad_check({f32({2, 3, 6})}, [](Builder& b, const Ins& in) {
+    ValueId q = slice(b, in[0], -1, 0, 2), k = slice(b, in[0], -1, 2, 2), v = slice(b, in[0], -1, 4, 2);
+    ValueId qk = b.g.add1("add", {q, k}, {}, "qk");
+    return concat(b, {qk, v, q}, 1);
+  });
+}
+
 // --------------------------------------------------------------- matmul ----
 
 TEST(GradCheckMatmul, AllTransposes2d) {

@@ -79,6 +79,8 @@ ValueId cast(Builder& b, ValueId x, DType dtype);
 ValueId flatten(Builder& b, ValueId x);  // [N, ...] -> [N, rest]
 ValueId reshape(Builder& b, ValueId x, Shape shape);
 ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis);
+// x[..., start:start+len, ...] along axis.
+ValueId slice(Builder& b, ValueId x, int64_t axis, int64_t start, int64_t len);
 ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool trans_b = false);
 // Mean softmax cross-entropy; labels are i32 [N].
 ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);

@@ -33,15 +33,46 @@ struct GradContext {
   }
 };
 
+// Which activation operands (input and output positions) an op's fast CPU
+// kernel takes in the channel-blocked layout as well as plain; `same`: all
+// of them must share one layout. Empty: plain only.
+struct BlockedOperands {
+  std::vector<size_t> ins, outs;
+  bool same = false;
+  bool any() const { return !ins.empty() || !outs.empty(); }
+};
+
+// Everything the passes need to know about an op, so that none of them
+// switches on its name: the planner (in place, views), the CPU lowering
+// (layouts), mixed precision (rounded weights, ops that convert types
+// themselves), recomputation (cost, state updates) and autodiff.
 struct OpTraits {
   // Output 0 may take over the buffer of this input when the input's last
   // use is this node (element-wise ops). -1: never.
   int inplace_input = -1;
   // Output 0 is the same bytes as this input, reinterpreted (reshape). -1: no.
   int view_of_input = -1;
-  // The node writes into some of its (persistent) inputs: batch-norm running
-  // statistics, optimizer updates.
-  bool mutates_inputs = false;
+  // The op has no gradient, by intent (backward ops, optimizer updates,
+  // metrics, constants). An op without a gradient rule must say so: autodiff
+  // refuses a differentiable path through one that does not.
+  bool no_gradient = false;
+  // Parameter inputs the op multiplies with: under bf16/fp16 they are
+  // rounded to that type, like the activations they meet.
+  std::vector<size_t> low_precision_weights;
+  // Its kernels take mixed storage types themselves (cast); never wrapped
+  // in conversions.
+  bool converts_types = false;
+  // Heavy (a product: conv, linear, matmul): recomputation keeps its
+  // outputs rather than run it again.
+  bool heavy = false;
+  // An integer attribute that a recomputed copy of the node sets to 0, so
+  // that running it twice changes no state (batch norm's running
+  // statistics: "update_stats"). Empty: none.
+  std::string recompute_disables;
+  BlockedOperands blocked;
+  // The reference kernel is also the CPU kernel (data movement: concat,
+  // slice, split); no fast CPU kernel is expected.
+  bool reference_serves_cpu = false;
 };
 
 struct OpDef {
@@ -50,7 +81,7 @@ struct OpDef {
   // naming the layer and the offending shapes.
   std::function<std::vector<ValueMeta>(const Graph&, const Node&)> infer;
   // Emits backward nodes; returns one gradient per input (kNone where not
-  // needed or not differentiable). Empty function: op is not differentiable.
+  // needed or not differentiable). Empty only with traits.no_gradient.
   std::function<std::vector<ValueId>(GradContext&)> grad;
   OpTraits traits;
   // Multiply-adds x2 for one execution; used for reports and recompute choice.
@@ -59,7 +90,6 @@ struct OpDef {
 
 void register_op(OpDef def);
 const OpDef& op_def(const std::string& name);  // throws GraphError if unknown
-bool has_op(const std::string& name);
 std::vector<std::string> registered_ops();
 
 // Helpers for shape inference messages.

@@ -29,7 +29,8 @@ BackwardResult build_backward(Graph& g, ValueId loss, const std::vector<ValueId>
   }
   for (size_t i = 0; i < nfwd; ++i) {
     const Node& n = g.node(static_cast<NodeId>(i));
-    if (!op_def(n.op).grad) continue;
+    // Every op passes "requires grad" on, including ops without a gradient
+    // rule: the backward pass below refuses one if a gradient reaches it.
     bool any = false;
     for (ValueId v : n.inputs) any = any || req[static_cast<size_t>(v)];
     for (ValueId v : n.outputs) req[static_cast<size_t>(v)] = any;
@@ -46,7 +47,17 @@ BackwardResult build_backward(Graph& g, ValueId loss, const std::vector<ValueId>
   for (size_t i = nfwd; i-- > 0;) {
     const NodeId nid = static_cast<NodeId>(i);
     const OpDef& def = op_def(g.node(nid).op);
-    if (!def.grad) continue;
+    if (!def.grad) {
+      bool reached = false;
+      for (ValueId o : g.node(nid).outputs) reached = reached || contribs.count(o);
+      bool needed = false;
+      for (ValueId v : g.node(nid).inputs) needed = needed || req[static_cast<size_t>(v)];
+      if (reached && needed)
+        throw GraphError("layer '" + (g.node(nid).layer.empty() ? std::string("?") : g.node(nid).layer) + "' (" +
+                         g.node(nid).op + "): the loss's gradient must flow through this op to a trainable "
+                         "parameter, but the op has no gradient rule");
+      continue;
+    }
     // Copy: emitting nodes may reallocate the node vector.
     const std::vector<ValueId> outs = g.node(nid).outputs;
     const std::vector<ValueId> ins = g.node(nid).inputs;

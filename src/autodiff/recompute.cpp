@@ -15,7 +15,7 @@ bool is_fwd_value(const Graph& g, ValueId v) {
   return val.cls == VClass::Transient && val.producer >= 0 && g.node(val.producer).phase == Phase::Forward;
 }
 
-bool is_heavy(const std::string& op) { return op == "conv2d" || op == "linear" || op == "matmul"; }
+bool is_heavy(const std::string& op) { return op_def(op).traits.heavy; }
 
 size_t saved_bytes(const Graph& g) {
   std::set<ValueId> saved;
@@ -62,7 +62,7 @@ RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, 
     std::vector<ValueId> ins;
     for (ValueId u : src.inputs) ins.push_back(get(u));
     Attrs a = src.attrs;
-    if (src.op == "batch_norm") a.set("update_stats", int64_t(0));
+    if (const std::string& off = op_def(src.op).traits.recompute_disables; !off.empty()) a.set(off, int64_t(0));
     std::vector<ValueId> outs = g.add_node(src.op, ins, a, src.layer, Phase::Backward, pid);
     for (size_t i = 0; i < outs.size(); ++i) {
       clone_of[src.outputs[i]] = outs[i];

@@ -126,6 +126,10 @@ ValueId reshape(Builder& b, ValueId x, Shape shape) {
   return b.g.add1("reshape", {x}, {{"shape", std::move(shape)}}, b.auto_name("reshape"));
 }
 
+ValueId slice(Builder& b, ValueId x, int64_t axis, int64_t start, int64_t len) {
+  return b.g.add1("slice", {x}, {{"axis", axis}, {"start", start}, {"len", len}}, b.auto_name("slice"));
+}
+
 ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis) {
   return b.g.add1("concat", xs, {{"axis", axis}}, b.auto_name("concat"));
 }

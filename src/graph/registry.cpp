@@ -20,6 +20,10 @@ void ensure_builtins() {
 
 void register_op(OpDef def) {
   auto name = def.name;
+  // Every op says how gradients pass it: a rule, or none by intent.
+  if (!def.grad && !def.traits.no_gradient)
+    throw GraphError("op '" + name + "' has no gradient rule and is not marked no_gradient");
+  if (def.grad && def.traits.no_gradient) throw GraphError("op '" + name + "' has a gradient rule but is marked no_gradient");
   table()[name] = std::move(def);
 }
 
@@ -28,11 +32,6 @@ const OpDef& op_def(const std::string& name) {
   auto it = table().find(name);
   if (it == table().end()) throw GraphError("unknown op '" + name + "'");
   return it->second;
-}
-
-bool has_op(const std::string& name) {
-  ensure_builtins();
-  return table().count(name) != 0;
 }
 
 std::vector<std::string> registered_ops() {

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "kernels/kernel.hpp"
+#include "memfit/op_registry.hpp"
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
 #include "runtime/kernel_table.hpp"
@@ -53,6 +54,10 @@ bool has_cpu_kernel(const std::string& op) {
   ensure_kernels();
   return cpu_table().count(op) != 0;
 }
+bool has_reference_kernel(const std::string& op) {
+  ensure_kernels();
+  return ktable().count(op) != 0;
+}
 
 namespace {
 
@@ -64,7 +69,7 @@ std::unique_ptr<kernels::Kernel> make_kernel_with(const Graph& g, const Node& n,
   auto it = ktable().find(n.op);
   if (it == ktable().end()) throw std::runtime_error("no kernel for op '" + n.op + "'");
   // Reference64 stores every float as double: no conversions there.
-  if (b == Backend::Reference64 || converts_itself(n.op) || low_precision_type(g, n) == DType::f32)
+  if (b == Backend::Reference64 || op_def(n.op).traits.converts_types || low_precision_type(g, n) == DType::f32)
     return it->second(g, n, b);
   // A low-precision node without a kernel of its own for its types: the f32
   // kernel for the f32 view of the node, wrapped in conversions.

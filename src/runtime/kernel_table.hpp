@@ -23,6 +23,8 @@ void register_kernel(const std::string& op, KernelFactory f);
 void register_cpu_kernel(const std::string& op, KernelFactory f);
 // True if a fast CPU kernel is registered for the op.
 bool has_cpu_kernel(const std::string& op);
+// True if a reference lowering is registered for the op.
+bool has_reference_kernel(const std::string& op);
 // nullptr for ops that need no kernel (views). Throws if the op has no lowering.
 std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b);
 

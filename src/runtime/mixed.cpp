@@ -8,22 +8,13 @@
 #include <string>
 
 #include "kernels/bf16.hpp"
+#include "memfit/op_registry.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 namespace memfit {
 namespace {
 
 bool low(DType t) { return t == DType::bf16 || t == DType::f16; }
-
-// Parameter operands that the op multiplies with, rounded to the
-// low-precision type like the activations they meet.
-const std::set<size_t>& rounded_inputs(const std::string& op) {
-  static const std::map<std::string, std::set<size_t>> r{
-      {"conv2d", {1}}, {"conv2d_bwd_data", {1}}, {"linear", {1}}, {"linear_bwd_data", {1}}, {"matmul", {0, 1}}};
-  static const std::set<size_t> none;
-  auto it = r.find(op);
-  return it == r.end() ? none : it->second;
-}
 
 constexpr size_t kAlign = 64;
 size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
@@ -200,11 +191,11 @@ std::unique_ptr<kernels::Kernel> wrap_low_precision(const Graph& g, const Node& 
     ops.push_back({output, i, stored, lp, count, bytes});
     bytes += align_up(count * 4);
   };
-  const auto& rounded = rounded_inputs(n.op);
+  const auto& rounded = op_def(n.op).traits.low_precision_weights;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const DType t = g.value(n.inputs[i]).dtype;
     if (low(t)) add(false, i, n.inputs[i], t);
-    else if (t == DType::f32 && rounded.count(i)) add(false, i, n.inputs[i], DType::f32);
+    else if (t == DType::f32 && std::find(rounded.begin(), rounded.end(), i) != rounded.end()) add(false, i, n.inputs[i], DType::f32);
   }
   for (size_t i = 0; i < n.outputs.size(); ++i)
     if (low(g.value(n.outputs[i]).dtype)) add(true, i, n.outputs[i], g.value(n.outputs[i]).dtype);

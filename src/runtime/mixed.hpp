@@ -34,7 +34,5 @@ std::unique_ptr<kernels::Kernel> wrap_low_precision(const Graph& g, const Node& 
 // The cast op's kernel (every backend).
 std::unique_ptr<kernels::Kernel> make_cast_kernel(const Graph& g, const Node& n, Backend b);
 
-// True for ops whose kernels handle mixed types themselves (never wrapped).
-inline bool converts_itself(const std::string& op) { return op == "cast"; }
 
 }  // namespace memfit

@@ -8,7 +8,9 @@ namespace memfit {
 void register_batchnorm_ops() {
   OpDef bn;
   bn.name = "batch_norm";
-  bn.traits.mutates_inputs = true;  // running statistics, when training
+  // A recomputed batch norm must not update the running statistics again.
+  bn.traits.recompute_disables = "update_stats";
+  bn.traits.blocked = {{0}, {0}, true};
   bn.infer = [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 5) shape_fail(g, n, "batch_norm takes x, gamma, beta, running_mean, running_var");
     const Shape& x = in_shape(g, n, 0);
@@ -34,6 +36,8 @@ void register_batchnorm_ops() {
 
   OpDef bwd;
   bwd.name = "batch_norm_bwd";
+  bwd.traits.no_gradient = true;
+  bwd.traits.blocked = {{0, 1}, {0}, true};
   bwd.infer = [](const Graph& g, const Node& n) {
     const Shape& x = in_shape(g, n, 0);
     DType dt = in_dtype(g, n, 0);

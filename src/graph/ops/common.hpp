@@ -16,10 +16,12 @@ inline std::vector<ValueMeta> same_as(const Graph& g, const Node& n, size_t i) {
   return {{in_shape(g, n, i), in_dtype(g, n, i)}};
 }
 
-// Op whose output has the shape of input 0 and is not differentiable.
+// Op whose output has the shape of input 0; not differentiable unless a
+// gradient rule is added (then no_gradient is cleared).
 inline OpDef simple_op(const std::string& name, int inplace = -1) {
   OpDef d;
   d.name = name;
+  d.traits.no_gradient = true;
   d.infer = [](const Graph& g, const Node& n) { return same_as(g, n, 0); };
   d.traits.inplace_input = inplace;
   return d;

@@ -72,12 +72,23 @@ double flops_conv(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_conv_ops() {
-  register_op({"conv2d", infer_conv, grad_conv, {}, flops_conv});
+  OpTraits fwd;
+  fwd.heavy = true;
+  fwd.low_precision_weights = {1};
+  fwd.blocked = {{0}, {0}, false};
+  register_op({"conv2d", infer_conv, grad_conv, fwd, flops_conv});
+  OpTraits bwd_data;
+  bwd_data.no_gradient = true;
+  bwd_data.low_precision_weights = {1};
+  bwd_data.blocked = {{0}, {0}, false};
+  OpTraits bwd_weight;
+  bwd_weight.no_gradient = true;
+  bwd_weight.blocked = {{0, 1}, {}, false};
   register_op({"conv2d_bwd_data",
                [](const Graph& g, const Node& n) {
                  return std::vector<ValueMeta>{{n.attrs.ints("x_shape"), g.value(n.inputs[0]).dtype}};
                },
-               {}, {},
+               {}, bwd_data,
                [](const Graph& g, const Node& n) {
                  const Shape& dy = g.value(n.inputs[0]).shape;
                  const Shape& w = g.value(n.inputs[1]).shape;
@@ -91,7 +102,7 @@ void register_conv_ops() {
                  if (n.attrs.i("bias", 0)) r.push_back({Shape{n.attrs.ints("w_shape")[0]}, r[0].dtype});
                  return r;
                },
-               {}, {},
+               {}, bwd_weight,
                [](const Graph& g, const Node& n) {
                  const Shape& dy = g.value(n.inputs[1]).shape;
                  const Shape& w = n.attrs.ints("w_shape");

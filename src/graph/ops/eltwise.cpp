@@ -17,6 +17,8 @@ std::vector<ValueMeta> infer_add(const Graph& g, const Node& n) {
 
 void register_eltwise_ops() {
   OpDef relu = simple_op("relu", 0);
+  relu.traits.no_gradient = false;
+  relu.traits.blocked = {{0}, {0}, true};
   relu.grad = [](GradContext& c) {
     std::vector<ValueId> r{kNone};
     if (c.out_grads[0] != kNone && c.need[0]) r[0] = c.emit1("relu_bwd", {c.out(0), c.out_grads[0]});
@@ -24,9 +26,13 @@ void register_eltwise_ops() {
   };
   register_op(relu);
   // relu_bwd(y, dy): dx may overwrite dy.
-  register_op(simple_op("relu_bwd", 1));
+  OpDef relu_bwd = simple_op("relu_bwd", 1);
+  relu_bwd.traits.blocked = {{0, 1}, {0}, true};
+  register_op(relu_bwd);
 
   OpDef add = simple_op("add", 0);
+  add.traits.no_gradient = false;
+  add.traits.blocked = {{0, 1}, {0}, true};
   add.infer = infer_add;
   add.grad = [](GradContext& c) {
     ValueId d = c.out_grads[0];
@@ -35,6 +41,8 @@ void register_eltwise_ops() {
   register_op(add);
 
   OpDef scale = simple_op("scale", 0);
+  scale.traits.no_gradient = false;
+  scale.traits.blocked = {{0}, {0}, true};
   scale.grad = [](GradContext& c) {
     std::vector<ValueId> r{kNone};
     if (c.out_grads[0] != kNone && c.need[0])
@@ -45,6 +53,7 @@ void register_eltwise_ops() {
 
   OpDef fill;
   fill.name = "fill";
+  fill.traits.no_gradient = true;
   fill.infer = [](const Graph&, const Node& n) {
     return std::vector<ValueMeta>{{n.attrs.ints("shape"), DType::f32}};
   };
@@ -58,6 +67,9 @@ void register_eltwise_ops() {
   // scaling for fp16 starts where the gradients enter low precision.
   OpDef cast;
   cast.name = "cast";
+  cast.traits.converts_types = true;
+  cast.traits.reference_serves_cpu = true;  // one lowering (runtime/mixed.cpp) serves every backend
+  cast.traits.blocked = {{0}, {0}, true};  // element-wise: any layout, the same on both sides
   cast.infer = [](const Graph& g, const Node& n) {
     const auto to = static_cast<DType>(n.attrs.i("dtype"));
     if (!is_float(in_dtype(g, n, 0)) || !is_float(to)) shape_fail(g, n, "cast converts between float types only");

@@ -87,14 +87,25 @@ std::vector<ValueId> grad_matmul(GradContext& c) {
 }  // namespace
 
 void register_linear_ops() {
-  register_op({"linear", infer_linear, grad_linear, {}, flops_linear});
+  OpTraits fwd;
+  fwd.heavy = true;
+  fwd.low_precision_weights = {1};
+  register_op({"linear", infer_linear, grad_linear, fwd, flops_linear});
+  OpTraits bwd_data;
+  bwd_data.no_gradient = true;
+  bwd_data.low_precision_weights = {1};
+  OpTraits bwd_weight;
+  bwd_weight.no_gradient = true;
+  OpTraits mm;
+  mm.heavy = true;
+  mm.low_precision_weights = {0, 1};
   register_op({"linear_bwd_data",
                [](const Graph& g, const Node& n) {
                  Shape dx = in_shape(g, n, 0);
                  dx.back() = in_shape(g, n, 1)[1];
                  return std::vector<ValueMeta>{{dx, in_dtype(g, n, 0)}};
                },
-               {}, {},
+               {}, bwd_data,
                [](const Graph& g, const Node& n) {
                  return 2.0 * static_cast<double>(numel(in_shape(g, n, 0))) * static_cast<double>(in_shape(g, n, 1)[1]);
                }});
@@ -107,11 +118,11 @@ void register_linear_ops() {
                  if (n.attrs.i("bias", 0)) r.push_back({Shape{dy.back()}, DType::f32});
                  return r;
                },
-               {}, {},
+               {}, bwd_weight,
                [](const Graph& g, const Node& n) {
                  return 2.0 * static_cast<double>(numel(in_shape(g, n, 0))) * static_cast<double>(in_shape(g, n, 1).back());
                }});
-  register_op({"matmul", infer_matmul, grad_matmul, {},
+  register_op({"matmul", infer_matmul, grad_matmul, mm,
                [](const Graph& g, const Node& n) {
                  const Shape& a = in_shape(g, n, 0);
                  bool ta = n.attrs.i("trans_a", 0);

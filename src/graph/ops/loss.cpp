@@ -37,6 +37,7 @@ void register_loss_ops() {
   OpDef b;
   b.name = "softmax_xent_bwd";
   b.traits.inplace_input = 0;  // dlogits may overwrite probs
+  b.traits.no_gradient = true;
   b.infer = [](const Graph& g, const Node& n) { return same_as(g, n, 0); };
   register_op(b);
 }

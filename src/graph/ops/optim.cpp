@@ -7,14 +7,15 @@ void register_optim_ops() {
   for (const char* name : {"sgd_update", "adam_update"}) {
     OpDef d;
     d.name = name;
-    d.traits.mutates_inputs = true;
+    d.traits.no_gradient = true;
     d.infer = [](const Graph&, const Node&) { return std::vector<ValueMeta>{}; };
     register_op(d);
   }
   // grad_accumulate(acc, g): acc = g on micro-batch 0, acc += g after (in place).
   OpDef acc;
   acc.name = "grad_accumulate";
-  acc.traits.mutates_inputs = true;
+  acc.traits.no_gradient = true;
+  acc.traits.reference_serves_cpu = true;  // one element-wise add per step, in place
   acc.infer = [](const Graph& g, const Node& n) {
     if (g.value(n.inputs[0]).shape != g.value(n.inputs[1]).shape) shape_fail(g, n, "accumulator and gradient differ");
     return std::vector<ValueMeta>{};

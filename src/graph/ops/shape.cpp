@@ -43,6 +43,7 @@ void register_shape_ops() {
 
   OpDef cat;
   cat.name = "concat";
+  cat.traits.reference_serves_cpu = true;
   cat.infer = [](const Graph& g, const Node& n) {
     if (n.inputs.empty()) shape_fail(g, n, "concat needs inputs");
     Shape y = in_shape(g, n, 0);
@@ -75,6 +76,7 @@ void register_shape_ops() {
 
   OpDef sl;
   sl.name = "slice";
+  sl.traits.reference_serves_cpu = true;
   sl.infer = [](const Graph& g, const Node& n) {
     Shape y = in_shape(g, n, 0);
     int64_t axis = norm_axis(g, n, n.attrs.i("axis"), y.size());
@@ -83,7 +85,34 @@ void register_shape_ops() {
     y[static_cast<size_t>(axis)] = len;
     return std::vector<ValueMeta>{{y, in_dtype(g, n, 0)}};
   };
+  // dx is dy placed at [start, start+len) of the axis, zero elsewhere.
+  sl.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone};
+    if (c.out_grads[0] == kNone || !c.need[0]) return r;
+    Attrs a = c.fwd().attrs;
+    a.set("x_shape", c.g.value(c.in(0)).shape);
+    r[0] = c.emit1("slice_bwd", {c.out_grads[0]}, a);
+    return r;
+  };
   register_op(sl);
+
+  // slice_bwd(dy): [x_shape] zeros with dy at the slice's place.
+  OpDef slb;
+  slb.name = "slice_bwd";
+  slb.traits.no_gradient = true;
+  slb.traits.reference_serves_cpu = true;
+  slb.infer = [](const Graph& g, const Node& n) {
+    const Shape x = n.attrs.ints("x_shape");
+    const Shape& dy = in_shape(g, n, 0);
+    if (x.size() != dy.size()) shape_fail(g, n, "slice_bwd: ranks differ");
+    int64_t axis = norm_axis(g, n, n.attrs.i("axis"), x.size());
+    const int64_t start = n.attrs.i("start"), len = n.attrs.i("len");
+    for (size_t d = 0; d < x.size(); ++d)
+      if (static_cast<int64_t>(d) != axis ? dy[d] != x[d] : (dy[d] != len || start < 0 || start + len > x[d]))
+        shape_fail(g, n, "slice_bwd: gradient " + shape_str(dy) + " does not fit " + shape_str(x));
+    return std::vector<ValueMeta>{{x, in_dtype(g, n, 0)}};
+  };
+  register_op(slb);
 }
 
 }  // namespace memfit

@@ -44,6 +44,13 @@ void register_shape_kernels() {
                            n.attrs.i("len")};
     return make_copy_kernel<kernels::ref::Slice>(g.value(n.outputs[0]).dtype, b, p);
   });
+  register_kernel("slice_bwd", [](const Graph& g, const Node& n, Backend b) {
+    const Shape& x = shape_of(g, n.outputs[0]);
+    const int64_t axis = norm_axis(n.attrs.i("axis"), x.size());
+    kernels::SliceParams p{outer_of(x, axis), inner_of(x, axis), x[static_cast<size_t>(axis)], n.attrs.i("start"),
+                           n.attrs.i("len")};
+    return make_ref<kernels::ref::SliceBwd>(b, p);
+  });
 }
 
 }  // namespace memfit

@@ -9,8 +9,9 @@ void register_cpu_conv_kernels() {
   using kernels::cpu::Layout;
   using KPtr = std::unique_ptr<kernels::Kernel>;
   // a, b: the layouts of the node's two activation operands.
-  auto checked = [](KPtr k, Layout a, Layout b, const Graph& g, const Node& n) {
-    return converted(g, n, blocked_checked(std::move(k), a != Layout::Plain || b != Layout::Plain, g, n));
+  // made_for: the storage type k was made for (product_type).
+  auto checked = [](KPtr k, Layout a, Layout b, kernels::ElemType made_for, const Graph& g, const Node& n) {
+    return converted(g, n, made_for, blocked_checked(std::move(k), a != Layout::Plain || b != Layout::Plain, g, n));
   };
   register_cpu_kernel("conv2d", [=](const Graph& g, const Node& n, Backend) -> KPtr {
     const auto act = cpu_act(g, n);
@@ -20,7 +21,7 @@ void register_cpu_conv_kernels() {
     return checked(kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
                                                          shape_of(g, n.outputs[0]), n.inputs.size() == 3),
                                              x, y, product_type(*act)),
-                   x, y, g, n);
+                   x, y, product_type(*act), g, n);
   });
   register_cpu_kernel("conv2d_bwd_data", [=](const Graph& g, const Node& n, Backend) -> KPtr {
     const auto act = cpu_act(g, n);
@@ -30,7 +31,7 @@ void register_cpu_conv_kernels() {
     return checked(kernels::cpu::make_conv2d_bwd_data(
                        conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false),
                        dy, dx, product_type(*act)),
-                   dy, dx, g, n);
+                   dy, dx, product_type(*act), g, n);
   });
   register_cpu_kernel("conv2d_bwd_weight", [=](const Graph& g, const Node& n, Backend) -> KPtr {
     const auto act = cpu_act(g, n);
@@ -40,7 +41,7 @@ void register_cpu_conv_kernels() {
     return checked(kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
                                                                     shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0),
                                                         x, dy, product_type(*act)),
-                   x, dy, g, n);
+                   x, dy, product_type(*act), g, n);
   });
 }
 

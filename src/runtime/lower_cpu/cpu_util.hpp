@@ -42,11 +42,12 @@ inline kernels::ElemType product_type(kernels::ElemType act) {
   return act == kernels::ElemType::BF16 && !kernels::cpu::bf16_convs_native() ? kernels::ElemType::F32 : act;
 }
 
-// k made for product_type(): wrapped in the conversions (runtime/mixed.hpp)
-// when the node stores bf16 but k computes f32 (kernel names of bf16
-// kernels end in ".bf16").
-inline std::unique_ptr<kernels::Kernel> converted(const Graph& g, const Node& n, std::unique_ptr<kernels::Kernel> k) {
-  if (k && low_precision_type(g, n) != DType::f32 && std::string(k->name()).find(".bf16") == std::string::npos)
+// k, made for storage type made_for (product_type()): wrapped in the
+// conversions (runtime/mixed.hpp) when the node stores bf16 but k was made
+// for f32.
+inline std::unique_ptr<kernels::Kernel> converted(const Graph& g, const Node& n, kernels::ElemType made_for,
+                                                  std::unique_ptr<kernels::Kernel> k) {
+  if (k && made_for == kernels::ElemType::F32 && low_precision_type(g, n) != DType::f32)
     return wrap_low_precision(g, n, std::move(k));
   return k;
 }

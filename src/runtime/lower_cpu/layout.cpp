@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "memfit/op_registry.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
 
 namespace memfit {
@@ -16,31 +17,6 @@ using kernels::cpu::Layout;
 
 std::atomic<bool> g_blocked{true};
 thread_local int t_plain_scopes = 0;
-
-// Activation operands (input and output positions) an op's fast kernel takes
-// in either layout; `same`: they must all share one.
-struct Rule {
-  std::vector<size_t> ins, outs;
-  bool same;
-};
-
-const std::map<std::string, Rule>& rules() {
-  static const std::map<std::string, Rule> r{
-      {"conv2d", {{0}, {0}, false}},
-      {"conv2d_bwd_data", {{0}, {0}, false}},
-      {"conv2d_bwd_weight", {{0, 1}, {}, false}},
-      {"batch_norm", {{0}, {0}, true}},
-      {"batch_norm_bwd", {{0, 1}, {0}, true}},
-      {"relu", {{0}, {0}, true}},
-      {"relu_bwd", {{0, 1}, {0}, true}},
-      {"add", {{0, 1}, {0}, true}},
-      {"scale", {{0}, {0}, true}},
-      {"cast", {{0}, {0}, true}},  // element-wise: any layout, the same on both sides
-      {"global_avg_pool", {{0}, {}, false}},
-      {"global_avg_pool_bwd", {{}, {0}, false}},
-  };
-  return r;
-}
 
 bool candidate(const Value& v) {
   return (v.dtype == DType::f32 || v.dtype == DType::bf16) && v.shape.size() == 4 && v.shape[1] % kernels::cpu::kChannelBlock == 0 &&
@@ -89,7 +65,8 @@ std::vector<Layout> cpu_layouts(const Graph& g) {
   Sets sets(V);
   std::vector<bool> ok(V);
   for (size_t v = 0; v < V; ++v) ok[v] = candidate(g.value(static_cast<ValueId>(v)));
-  auto listed = [](const Rule* r, size_t i, bool input) {
+  // Which operands each op's fast kernel takes blocked: its traits.
+  auto listed = [](const BlockedOperands* r, size_t i, bool input) {
     if (!r) return false;
     const auto& l = input ? r->ins : r->outs;
     return std::find(l.begin(), l.end(), i) != l.end();
@@ -98,8 +75,8 @@ std::vector<Layout> cpu_layouts(const Graph& g) {
   // the whole set out (below, once the sets are complete).
   std::vector<size_t> poisoned;
   for (const Node& n : g.nodes()) {
-    auto it = rules().find(n.op);
-    const Rule* r = it == rules().end() ? nullptr : &it->second;
+    const BlockedOperands& b = op_def(n.op).traits.blocked;
+    const BlockedOperands* r = b.any() ? &b : nullptr;
     const bool fast = r && fast_node(g, n);
     std::vector<size_t> linked;
     for (int side = 0; side < 2; ++side) {

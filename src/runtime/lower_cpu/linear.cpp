@@ -12,7 +12,7 @@ void register_cpu_linear_kernels() {
     if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const Shape& w = shape_of(g, n.inputs[1]);
-    return converted(g, n, kernels::cpu::make_linear({numel(x) / x.back(), x.back(), w[0], n.inputs.size() == 3},
+    return converted(g, n, product_type(*act), kernels::cpu::make_linear({numel(x) / x.back(), x.back(), w[0], n.inputs.size() == 3},
                                                      product_type(*act)));
   });
   register_cpu_kernel("linear_bwd_data", [](const Graph& g, const Node& n, Backend) -> KPtr {
@@ -20,14 +20,14 @@ void register_cpu_linear_kernels() {
     if (!act) return nullptr;
     const Shape& dy = shape_of(g, n.inputs[0]);
     const Shape& w = shape_of(g, n.inputs[1]);
-    return converted(g, n, kernels::cpu::make_linear_bwd_data({numel(dy) / dy.back(), w[1], w[0], false}, product_type(*act)));
+    return converted(g, n, product_type(*act), kernels::cpu::make_linear_bwd_data({numel(dy) / dy.back(), w[1], w[0], false}, product_type(*act)));
   });
   register_cpu_kernel("linear_bwd_weight", [](const Graph& g, const Node& n, Backend) -> KPtr {
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const Shape& dy = shape_of(g, n.inputs[1]);
-    return converted(g, n, kernels::cpu::make_linear_bwd_weight(
+    return converted(g, n, product_type(*act), kernels::cpu::make_linear_bwd_weight(
                                {numel(x) / x.back(), x.back(), dy.back(), n.attrs.i("bias", 0) != 0}, product_type(*act)));
   });
   register_cpu_kernel("matmul", [](const Graph& g, const Node& n, Backend) -> KPtr {

@@ -1,0 +1,65 @@
+// The op registry is the one place that knows an op: every registered op
+// says how gradients pass it, has a reference kernel (the oracle), and has a
+// fast CPU kernel unless its traits say the reference one serves the CPU
+// (data movement). A new op family that forgets a piece fails here, not by
+// silently running the slow reference kernel or losing a gradient.
+// Autodiff refuses a path through an op without a gradient rule.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "memfit/autodiff.hpp"
+#include "memfit/graph.hpp"
+#include "memfit/op_registry.hpp"
+#include "runtime/kernel_table.hpp"
+
+using namespace memfit;
+
+TEST(OpRegistry, EveryOpIsComplete) {
+  const auto ops = registered_ops();
+  ASSERT_GT(ops.size(), 30u);
+  for (const std::string& op : ops) {
+    const OpDef& d = op_def(op);
+    EXPECT_TRUE(static_cast<bool>(d.grad) != d.traits.no_gradient)
+        << op << ": a gradient rule, or no_gradient, exactly one of them";
+    EXPECT_TRUE(static_cast<bool>(d.infer)) << op << " has no shape inference";
+    const bool view = d.traits.view_of_input >= 0;
+    if (view) continue;  // a view runs no kernel
+    EXPECT_TRUE(has_reference_kernel(op)) << op << " has no reference kernel";
+    if (!d.traits.reference_serves_cpu) {
+      EXPECT_TRUE(has_cpu_kernel(op)) << op << " has no fast CPU kernel (or mark reference_serves_cpu)";
+    } else {
+      EXPECT_FALSE(has_cpu_kernel(op)) << op << " has a CPU kernel but says the reference one serves";
+    }
+    for (size_t i : d.traits.blocked.ins) EXPECT_LT(i, 8u) << op;
+    // Blocked layouts are the fast kernels' (cast's one lowering is
+    // element-wise and takes any layout).
+    if (d.traits.blocked.any() && !d.traits.reference_serves_cpu) {
+      EXPECT_TRUE(has_cpu_kernel(op)) << op << ": blocked layouts need a CPU kernel";
+    }
+  }
+}
+
+TEST(OpRegistry, RegisteringAnOpWithoutGradientIntentIsRefused) {
+  OpDef d;
+  d.name = "test_op_without_gradient_intent";
+  d.infer = [](const Graph& g, const Node& n) { return std::vector<ValueMeta>{{g.value(n.inputs[0]).shape, DType::f32}}; };
+  EXPECT_THROW(register_op(d), GraphError);
+}
+
+// A no-gradient op between a parameter and the loss: autodiff names it.
+TEST(OpRegistry, AutodiffRefusesAPathWithoutAGradientRule) {
+  Graph g;
+  const ValueId w = g.param("w", {4, 4});
+  const ValueId y = g.add1("relu_bwd", {w, w}, {}, "odd", Phase::Forward);  // no gradient rule
+  const ValueId labels = g.input("labels", {4}, DType::i32);
+  const auto outs = g.add_node("softmax_xent", {y, labels}, {}, "loss", Phase::Forward);
+  try {
+    build_backward(g, outs[0], {});
+    FAIL() << "autodiff passed through an op without a gradient rule";
+  } catch (const GraphError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("layer 'odd' (relu_bwd)"), std::string::npos) << m;
+    EXPECT_NE(m.find("no gradient rule"), std::string::npos) << m;
+  }
+}
