@@ -110,7 +110,7 @@ inline void grad_check(const std::vector<GradInput>& ins, const BuildFn& build, 
   // Forward part of the schedule: everything before the loss seed.
   size_t fwd_end = 0;
   for (size_t k = 0; k < g.num_nodes(); ++k)
-    if (g.node(static_cast<NodeId>(k)).phase == Phase::Forward || g.node(static_cast<NodeId>(k)).phase == Phase::Loss) fwd_end = k + 1;
+    if (g.node(static_cast<NodeId>(k)).phase == Phase::Forward) fwd_end = k + 1;
   auto loss_at = [&]() {
     ex.run_nodes(0, fwd_end, ctx);
     return ex.ptr<double>(loss)[0];

@@ -274,9 +274,10 @@ std::string header_file(const fs::path& p, const std::string& header) {
 TEST(SafetensorsBounds, ManyKeysLoadInNLogN) {
   TempDir dir("st");
   std::string h = "{";
-  for (int i = 0; i < 80000; ++i)
-    h += (i ? "," : "") + std::string("\"layer.") + std::to_string(i) +
-         ".weight\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}";
+  for (int i = 0; i < 80000; ++i) {
+    if (i) h += ',';
+    h.append("\"layer.").append(std::to_string(i)).append(".weight\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}");
+  }
   h += "}";
   const std::string p = header_file(dir.path / "many.safetensors", h);
   const auto t0 = std::chrono::steady_clock::now();

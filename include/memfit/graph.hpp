@@ -42,7 +42,7 @@ enum class VClass : uint8_t { Transient, Input, Param, Buffer, ParamGrad, OptSta
 const char* vclass_name(VClass c);
 inline bool is_persistent(VClass c) { return c != VClass::Transient; }
 
-enum class Phase : uint8_t { Forward, Loss, Backward, Update };
+enum class Phase : uint8_t { Forward, Backward, Update };
 
 // How a parameter or buffer is filled before training (seeded).
 struct InitSpec {

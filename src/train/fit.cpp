@@ -39,10 +39,6 @@ double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accum
   return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
 }
 
-FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, size_t budget, const ExecConfig& cfg) {
-  return search_fit(base, batch, std::vector<FitData>{{"", fixed_bytes, 0.0}}, budget, cfg);
-}
-
 std::vector<FitPrecision> default_fit_precisions() {
   // Without bf16 kernels in the build every bf16 node runs as an f32 kernel
   // between conversions: far slower, a last resort for memory.

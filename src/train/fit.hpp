@@ -74,7 +74,5 @@ std::vector<FitPrecision> default_fit_precisions();
 // precisions: the storage choices to try; empty = base's own.
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
                      const ExecConfig& cfg, const std::vector<FitPrecision>& precisions = {});
-// fixed_bytes: what does not depend on the plan (baseline, data pipeline).
-FitResult search_fit(const StepSpec& base, int64_t batch, size_t fixed_bytes, size_t budget, const ExecConfig& cfg);
 
 }  // namespace memfit::train

@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <stdexcept>
+
 #include "memfit/accumulate.hpp"
 #include "memfit/builder.hpp"
 #include "models/model_file.hpp"
@@ -11,6 +13,15 @@ namespace memfit::train {
 bool name_matches(const std::string& pattern, const std::string& name) {
   if (::fnmatch(pattern.c_str(), name.c_str(), 0) == 0) return true;
   return name.size() > pattern.size() && name.compare(0, pattern.size(), pattern) == 0 && name[pattern.size()] == '.';
+}
+
+size_t update_begin(const Graph& g) {
+  size_t first = g.num_nodes();
+  for (size_t k = g.num_nodes(); k-- > 0 && g.node(static_cast<NodeId>(k)).phase == Phase::Update;) first = k;
+  for (size_t k = 0; k < first; ++k)
+    if (g.node(static_cast<NodeId>(k)).phase == Phase::Update)
+      throw std::logic_error("optimizer update node " + std::to_string(k) + " runs before the end of the step");
+  return first;
 }
 
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {

@@ -50,6 +50,11 @@ struct StepGraph {
 // True if a parameter name matches a --freeze pattern.
 bool name_matches(const std::string& pattern, const std::string& name);
 
+// The first node of the optimizer update (Phase::Update), which runs after
+// every other node; num_nodes() if the graph has none. Throws
+// std::logic_error if update nodes are not all at the end.
+size_t update_begin(const Graph& g);
+
 // Throws GraphError for a bad model or an unknown model name.
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& spec);
 

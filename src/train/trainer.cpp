@@ -539,8 +539,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
   // The update runs separately when it must wait for the group (accumulation)
   // or for the overflow check (fp16 loss scaling).
   const bool scaling = o.precision == DType::f16;
-  const size_t update_node =
-      o.accumulate > 1 || scaling ? train_g->g.num_nodes() - 1 : train_g->g.num_nodes();
+  const size_t update_node = o.accumulate > 1 || scaling ? update_begin(train_g->g) : train_g->g.num_nodes();
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * per_epoch;
   Schedule sched;
   sched.kind = o.schedule;
@@ -646,11 +645,12 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
 
   std::vector<std::pair<const float*, size_t>> grads;  // what the update reads
   if (scaling)
-    for (ValueId v : train_g->g.node(static_cast<NodeId>(train_g->g.num_nodes() - 1)).inputs) {
-      const Value& val = train_g->g.value(v);
-      if (val.dtype == DType::f32 && val.cls != VClass::Param && val.cls != VClass::OptState)
-        grads.emplace_back(ex.ptr<float>(v), static_cast<size_t>(numel(val.shape)));
-    }
+    for (size_t k = update_node; k < train_g->g.num_nodes(); ++k)
+      for (ValueId v : train_g->g.node(static_cast<NodeId>(k)).inputs) {
+        const Value& val = train_g->g.value(v);
+        if (val.dtype == DType::f32 && val.cls != VClass::Param && val.cls != VClass::OptState)
+          grads.emplace_back(ex.ptr<float>(v), static_cast<size_t>(numel(val.shape)));
+      }
 
   int64_t group = 0;        // micro-batches done in this optimizer step
   double group_loss = 0.0;
