@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
-            zlib1g-dev libpng-dev libjpeg-dev python3-torch python3-numpy
+            zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy
 
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image

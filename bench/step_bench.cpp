@@ -40,6 +40,7 @@
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
 #include "runtime/lower_cpu/layout.hpp"
+#include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/step_graph.hpp"
 
@@ -85,36 +86,30 @@ double matmul_flops(dnnl::memory::data_type dt, int64_t n, int reps) {
   return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best;
 }
 
-std::string json_str(const std::string& v) {
-  std::string o = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) o += c;
-  }
-  return o + "\"";
-}
-
 // bf16 products exist only where oneDNN has bf16 compute (AVX-512): on an
 // AVX2-only CPU the figure is reported as not supported, not measured.
 int peak(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
   const auto& m = kernels::cpu::machine_info();
   const double f32 = matmul_flops(dnnl::memory::data_type::f32, 3072, 4);
-  std::string bf16 = "\"not supported on this CPU\"";
+  train::Json bf16 = "not supported on this CPU";
   if (m.onednn_bf16) {
     try {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.6g", matmul_flops(dnnl::memory::data_type::bf16, 3072, 4));
-      bf16 = b;
-    } catch (const dnnl::error& e) {
-      bf16 = "\"not supported on this CPU\"";
+      bf16 = matmul_flops(dnnl::memory::data_type::bf16, 3072, 4);
+    } catch (const dnnl::error&) {
+      // no bf16 matmul on this oneDNN after all: the figure stays "not supported"
     }
   }
-  std::printf("{\"threads\": %d, \"peak_fp32_flops\": %.6g, \"peak_bf16_flops\": %s, \"onednn\": %s, "
-              "\"isa\": %s, \"bf16_compute\": %s, \"vector_isa\": %s, \"cpu\": %s, \"bf16_convs\": %s}\n",
-              omp_get_max_threads(), f32, bf16.c_str(), json_str(m.onednn_version).c_str(), json_str(m.onednn_isa).c_str(),
-              m.onednn_bf16 ? "true" : "false", json_str(m.vector_isa).c_str(), json_str(m.cpu_model).c_str(),
-              json_str(kernels::cpu::bf16_product_path()).c_str());
+  const train::Json j = {{"threads", omp_get_max_threads()},
+                         {"peak_fp32_flops", f32},
+                         {"peak_bf16_flops", bf16},
+                         {"onednn", m.onednn_version},
+                         {"isa", m.onednn_isa},
+                         {"bf16_compute", m.onednn_bf16},
+                         {"vector_isa", m.vector_isa},
+                         {"cpu", m.cpu_model},
+                         {"bf16_convs", kernels::cpu::bf16_product_path()}};
+  std::printf("%s\n", train::json_line(j).c_str());
   return 0;
 }
 
@@ -214,14 +209,19 @@ int main(int argc, char** argv) {
   std::vector<double> sorted = t;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
-  std::printf("{\"model\": \"%s\", \"batch\": %lld, \"precision\": \"%s\", \"supported\": true, \"threads\": %d, "
-              "\"steps\": %d, \"median_step_s\": %.6f, \"images_per_s\": %.3f, \"step_flops\": %.6g, "
-              "\"peak_rss_bytes\": %zu, \"arena_bytes\": %zu, \"loss\": %.6g, \"step_s\": [",
-              spec.model.c_str(), static_cast<long long>(spec.batch), precision.c_str(), omp_get_max_threads(), steps,
-              median,
-              static_cast<double>(spec.batch) / median, step_flops(sg->g), train::peak_rss(), ex.arena_bytes(),
-              static_cast<double>(loss));
-  for (size_t i = 0; i < t.size(); ++i) std::printf("%s%.6f", i ? ", " : "", t[i]);
-  std::printf("]}\n");
+  const train::Json j = {{"model", spec.model},
+                         {"batch", spec.batch},
+                         {"precision", precision},
+                         {"supported", true},
+                         {"threads", omp_get_max_threads()},
+                         {"steps", steps},
+                         {"median_step_s", median},
+                         {"images_per_s", static_cast<double>(spec.batch) / median},
+                         {"step_flops", step_flops(sg->g)},
+                         {"peak_rss_bytes", train::peak_rss()},
+                         {"arena_bytes", ex.arena_bytes()},
+                         {"loss", loss},
+                         {"step_s", t}};
+  std::printf("%s\n", train::json_line(j).c_str());
   return 0;
 }

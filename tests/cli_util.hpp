@@ -1,4 +1,5 @@
-// Running the memfit binary from tests: exit code and combined output.
+// Running the memfit binary from tests: exit code and combined output
+// (json_out.hpp reads the JSON it prints).
 #pragma once
 
 #include <sys/wait.h>
@@ -10,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "json_out.hpp"
 
 namespace memfit::testing {
 
@@ -39,39 +42,6 @@ inline std::string temp_dir(const std::string& tag) {
   fs::remove_all(base);
   fs::create_directories(base);
   return base.string();
-}
-
-// The value of "key": <number> in a one-line JSON object (the last line of
-// `memfit train --json`). NaN if absent.
-inline double json_field(const std::string& out, const std::string& key) {
-  size_t line = out.rfind("{\"steps\"");
-  if (line == std::string::npos) return std::nan("");
-  size_t k = out.find("\"" + key + "\": ", line);
-  if (k == std::string::npos) return std::nan("");
-  return std::strtod(out.c_str() + k + key.size() + 4, nullptr);
-}
-
-// The number after "key": in the last line of `out` that starts with '{'
-// (any JSON object memfit prints). NaN if absent.
-inline double json_number(const std::string& out, const std::string& key) {
-  size_t line = out.rfind("\n{");
-  line = line == std::string::npos ? 0 : line + 1;
-  size_t k = out.find("\"" + key + "\": ", line);
-  if (k == std::string::npos) return std::nan("");
-  return std::strtod(out.c_str() + k + key.size() + 4, nullptr);
-}
-
-// The string value of "key" in the last JSON line of `out` ("" if absent;
-// escapes are kept as they are).
-inline std::string json_string_field(const std::string& out, const std::string& key) {
-  size_t line = out.rfind("\n{");
-  line = line == std::string::npos ? 0 : line + 1;
-  size_t k = out.find("\"" + key + "\": \"", line);
-  if (k == std::string::npos) return "";
-  const size_t v = k + key.size() + 5;
-  size_t e = v;
-  while (e < out.size() && out[e] != '"') e += out[e] == '\\' ? 2 : 1;
-  return out.substr(v, e - v);
 }
 
 }  // namespace memfit::testing

@@ -1,6 +1,6 @@
 // Runs the memfit binary as a child process and reports its exit status,
 // its output and its own peak resident set size (from wait4, so measured
-// from outside the process).
+// from outside the process). json_out.hpp reads the JSON it prints.
 #pragma once
 
 #include <fcntl.h>
@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "json_out.hpp"
 
 namespace memfit::testing {
 
@@ -60,23 +62,6 @@ inline ChildResult run_memfit(const std::vector<std::string>& args) {
   std::remove(out_path.c_str());
   std::remove(err_path.c_str());
   return r;
-}
-
-// The integer after "\"key\": " in a one-line JSON object (0 if absent).
-inline size_t json_uint(const std::string& json, const std::string& key) {
-  const std::string k = "\"" + key + "\": ";
-  const size_t at = json.find(k);
-  if (at == std::string::npos) return 0;
-  return static_cast<size_t>(std::stoull(json.substr(at + k.size())));
-}
-
-// The last line of s that starts with '{'.
-inline std::string last_json_line(const std::string& s) {
-  std::istringstream in(s);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{') last = line;
-  return last;
 }
 
 }  // namespace memfit::testing

@@ -442,7 +442,7 @@ TEST(ImageFolder, TrainingPeakMatchesThePlanOfAGeneratedFolder) {
   const std::string out = memfit::testing::temp_dir("imgfolder-run");
   auto plan = memfit::testing::run_memfit("plan --json --batch 16 --data " + dir.path.string());
   ASSERT_EQ(plan.code, 0) << plan.out;
-  const double data = memfit::testing::json_number(plan.out, "data_pipeline");
+  const double data = memfit::testing::json_number(plan.out, "by_class/data_pipeline");
   EXPECT_LT(data, 8.0 * (1 << 20)) << plan.out;
   auto r = memfit::testing::run_memfit("train --json --batch 16 --steps 4 --threads 2 --data " + dir.path.string() +
                                        " --out " + out);

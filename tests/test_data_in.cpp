@@ -18,15 +18,6 @@ using namespace memfit::testing;
 
 namespace {
 
-// The integer after "\"key\": " in the last JSON line of out (0 if absent).
-size_t json_bytes(const std::string& out, const std::string& key) {
-  const size_t line = out.rfind("\n{");
-  const size_t from = line == std::string::npos ? 0 : line;
-  const size_t at = out.find("\"" + key + "\": ", from);
-  if (at == std::string::npos) return 0;
-  return std::stoull(out.substr(at + key.size() + 4));
-}
-
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 size_t count_files(const std::string& dir) {
@@ -44,17 +35,17 @@ TEST(DataIn, PlanStreamedFromDiskHasATinyDataPipeline) {
   const std::string cache = temp_dir("datain-plan");
   RunResult disk = run_memfit("plan --batch 16 --data-in disk --memory 1TiB --json --cache-dir " + cache);
   ASSERT_EQ(disk.code, 0) << disk.out;
-  const size_t disk_data = json_bytes(disk.out, "data_pipeline");
+  const size_t disk_data = json_uint(disk.out, "by_class/data_pipeline");
   EXPECT_GT(disk_data, 0u) << disk.out;
   EXPECT_LT(disk_data, size_t(640) << 10) << disk.out;  // loader rings + order + labels
-  EXPECT_TRUE(has(disk.out, "\"data_in\": \"disk\"")) << disk.out;
-  EXPECT_TRUE(has(disk.out, "\"data_cache\": \"" + cache + "/train-images-idx3-ubyte-")) << disk.out;
+  EXPECT_EQ(json_string_field(disk.out, "data_in"), "disk") << disk.out;
+  EXPECT_EQ(json_string_field(disk.out, "data_cache").rfind(cache + "/train-images-idx3-ubyte-", 0), 0u) << disk.out;
   EXPECT_EQ(count_files(cache), 0u) << "planning builds no cache";
 
   RunResult mem = run_memfit("plan --batch 16 --data-in memory --memory 1TiB --json");
   ASSERT_EQ(mem.code, 0) << mem.out;
-  EXPECT_TRUE(has(mem.out, "\"data_in\": \"memory\"")) << mem.out;
-  const size_t mem_data = json_bytes(mem.out, "data_pipeline");
+  EXPECT_EQ(json_string_field(mem.out, "data_in"), "memory") << mem.out;
+  const size_t mem_data = json_uint(mem.out, "by_class/data_pipeline");
   // The difference is the pixels of both splits (70000 x 784 bytes), less
   // what streaming holds instead: one sample's read buffer and the cache
   // paths per split.
@@ -72,7 +63,7 @@ TEST(DataIn, AutoKeepsMemoryWhenItFitsAndStreamsWhenThatMakesItFit) {
   RunResult disk = run_memfit("plan --batch 64 --data-in disk --memory 1TiB --json --cache-dir " + cache);
   ASSERT_EQ(mem.code, 0) << mem.out;
   ASSERT_EQ(disk.code, 0) << disk.out;
-  const size_t m = json_bytes(mem.out, "total_bytes"), d = json_bytes(disk.out, "total_bytes");
+  const size_t m = json_uint(mem.out, "total_bytes"), d = json_uint(disk.out, "total_bytes");
   ASSERT_GT(m, d + (size_t(40) << 20)) << mem.out << disk.out;
 
   // Plenty of memory: the dataset stays resident.
@@ -91,8 +82,8 @@ TEST(DataIn, AutoKeepsMemoryWhenItFitsAndStreamsWhenThatMakesItFit) {
   EXPECT_TRUE(has(tight.out, "dataset streamed from disk (cache: " + cache + "/")) << tight.out;
   RunResult tight_json = run_memfit("plan --batch 64 --json --memory " + budget + " --cache-dir " + cache);
   ASSERT_EQ(tight_json.code, 0) << tight_json.out;
-  EXPECT_TRUE(has(tight_json.out, "\"data_in\": \"disk\"")) << tight_json.out;
-  EXPECT_LE(json_bytes(tight_json.out, "total_bytes"), std::stoull(budget)) << tight_json.out;
+  EXPECT_EQ(json_string_field(tight_json.out, "data_in"), "disk") << tight_json.out;
+  EXPECT_LE(json_uint(tight_json.out, "total_bytes"), std::stoull(budget)) << tight_json.out;
 
   // --data-in memory at that budget must search the other dimensions
   // instead; --no-fit keeps auto in memory and fails, pointing at --data-in.
@@ -110,9 +101,9 @@ TEST(DataIn, ResNet18AdamFits256MiBByStreaming) {
   const std::string cache = temp_dir("datain-resnet");
   RunResult r = run_memfit("plan --model resnet18 --batch 256 --optimizer adam --memory 256MiB --json --cache-dir " + cache);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(has(r.out, "\"data_in\": \"disk\"")) << r.out;
-  EXPECT_LE(json_bytes(r.out, "total_bytes"), size_t(256) << 20) << r.out;
-  EXPECT_LT(json_bytes(r.out, "data_pipeline"), size_t(1) << 20) << r.out;
+  EXPECT_EQ(json_string_field(r.out, "data_in"), "disk") << r.out;
+  EXPECT_LE(json_uint(r.out, "total_bytes"), size_t(256) << 20) << r.out;
+  EXPECT_LT(json_uint(r.out, "by_class/data_pipeline"), size_t(1) << 20) << r.out;
 }
 
 TEST(DataIn, TrainingFromDiskIsBitIdenticalAndSmaller) {

@@ -124,13 +124,15 @@ TEST(Interrupt, JsonRunReportsTheInterruption) {
   Stopped s = run_and_signal("train" + kArgs + " --json --out " + d, 4, SIGTERM);
   ASSERT_GE(s.signalled_at, 4) << s.out;
   EXPECT_EQ(s.exit_code, 143) << s.out;
-  const size_t at = s.out.rfind("\n{\"steps\": ");
-  ASSERT_NE(at, std::string::npos) << s.out;
-  const std::string j = s.out.substr(at + 1, s.out.find('\n', at + 1) - at - 1);
+  const memfit::testing::Json j = memfit::testing::last_json(s.out, "{\"steps\"");
+  ASSERT_FALSE(j.empty()) << s.out;
   auto meta = memfit::train::checkpoint_metadata(d);
-  EXPECT_NE(j.find("{\"steps\": " + meta["step"] + ", \"interrupted\": true, \"signal\": 15"), std::string::npos) << j;
-  EXPECT_NE(j.find("\"checkpoint\": \"" + d + "/checkpoint.safetensors\""), std::string::npos) << j;
-  EXPECT_NE(j.find("\"resume\": \"memfit train --resume " + d), std::string::npos) << j;
+  ASSERT_FALSE(meta["step"].empty());
+  EXPECT_EQ(j.value("steps", -1), std::stoll(meta["step"])) << j;
+  EXPECT_EQ(j.value("interrupted", false), true) << j;
+  EXPECT_EQ(j.value("signal", 0), 15) << j;
+  EXPECT_EQ(j.value("checkpoint", ""), d + "/checkpoint.safetensors") << j;
+  EXPECT_EQ(j.value("resume", "").rfind("memfit train --resume " + d, 0), 0u) << j;
 }
 
 TEST(Interrupt, ResumeTakesTheDataOptionsFromTheCheckpoint) {

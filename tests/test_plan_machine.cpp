@@ -12,6 +12,8 @@
 #include "kernels/cpu/engine.hpp"
 
 using namespace memfit;
+using memfit::testing::json_at;
+using memfit::testing::json_string_field;
 using memfit::testing::run_cmd;
 
 namespace {
@@ -39,15 +41,15 @@ TEST(PlanMachine, TextAndJsonNameThisMachine) {
       << out;
 
   const std::string js = plan("", "--precision bf16 --json");
-  EXPECT_TRUE(has(js, "\"onednn_isa\": \"" + m.onednn_isa + "\"")) << js;
-  EXPECT_TRUE(has(js, std::string("\"bf16_compute\": ") + (m.onednn_bf16 ? "true" : "false"))) << js;
-  EXPECT_TRUE(has(js, "\"vector_isa\": \"" + m.vector_isa + "\"")) << js;
+  EXPECT_EQ(json_string_field(js, "cpu/onednn_isa"), m.onednn_isa) << js;
+  EXPECT_EQ(json_at(js, "cpu/bf16_compute"), m.onednn_bf16) << js;
+  EXPECT_EQ(json_string_field(js, "cpu/vector_isa"), m.vector_isa) << js;
 }
 
 TEST(PlanMachine, Fp32PlanNamesNoLowPrecisionPath) {
   const std::string js = plan("", "--json");
-  EXPECT_TRUE(has(js, "\"cpu\": {\"model\": ")) << js;
-  EXPECT_FALSE(has(js, "\"products\"")) << js;
+  EXPECT_TRUE(json_at(js, "cpu/model").is_string()) << js;
+  EXPECT_TRUE(json_at(js, "cpu/products").is_null()) << js;
 }
 
 TEST(PlanMachine, WithoutBf16ComputeThePlanNamesTheFallback) {
@@ -58,9 +60,9 @@ TEST(PlanMachine, WithoutBf16ComputeThePlanNamesTheFallback) {
       << out;
   // Forcing native bf16 cannot make compute that oneDNN does not have.
   const std::string js = plan(env + " MEMFIT_BF16_CONV=native", "--precision bf16 --json");
-  EXPECT_TRUE(has(js, "\"onednn_isa\": \"avx2\"")) << js;
-  EXPECT_TRUE(has(js, "\"bf16_compute\": false")) << js;
-  EXPECT_TRUE(has(js, "\"products\": \"f32 between conversions (no bf16 compute on this CPU)\"")) << js;
+  EXPECT_EQ(json_string_field(js, "cpu/onednn_isa"), "avx2") << js;
+  EXPECT_EQ(json_at(js, "cpu/bf16_compute"), false) << js;
+  EXPECT_EQ(json_string_field(js, "cpu/products"), "f32 between conversions (no bf16 compute on this CPU)") << js;
 }
 
 TEST(PlanMachine, Fp16RunsBetweenConversions) {

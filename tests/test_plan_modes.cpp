@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "json_out.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "train/step_graph.hpp"
@@ -141,11 +142,11 @@ TEST(PlanModes, TrainCommandFlagsGiveTheSameLoss) {
     while (f && std::fgets(buf, sizeof buf, f)) out += buf;
     const int rc = f ? pclose(f) : -1;
     EXPECT_EQ(rc, 0) << out;
-    const size_t k = out.rfind("\"final_train_loss\": ");
-    EXPECT_NE(k, std::string::npos) << out;
-    return k == std::string::npos ? std::string() : out.substr(k, out.find(',', k) - k);
+    const double loss = memfit::testing::json_field(out, "final_train_loss");
+    EXPECT_TRUE(std::isfinite(loss)) << out;
+    return loss;
   };
-  const std::string planned = final_loss("");
+  const double planned = final_loss("");
   EXPECT_EQ(final_loss("--no-plan"), planned);
   EXPECT_EQ(final_loss("--guard-bytes 64"), planned);
 }

@@ -14,13 +14,6 @@
 
 using namespace memfit::testing;
 
-namespace {
-double plan_field(const std::string& json, const std::string& key) {
-  size_t k = json.find("\"" + key + "\": ");
-  return k == std::string::npos ? std::nan("") : std::strtod(json.c_str() + k + key.size() + 4, nullptr);
-}
-}  // namespace
-
 TEST(Transfer, FrozenBackboneNewHeadLearnsInLessMemory) {
   const std::string base = temp_dir("transfer-base"), tuned = temp_dir("transfer-tuned");
   RunResult pre = run_memfit("train --subset 2000 --test-subset 1000 --epochs 2 --batch 32 --out " + base);
@@ -32,10 +25,10 @@ TEST(Transfer, FrozenBackboneNewHeadLearnsInLessMemory) {
   ASSERT_EQ(full.code, 0) << full.out;
   ASSERT_EQ(frozen.code, 0) << frozen.out;
   // Only fc2 (1024*10 + 10 floats) keeps a gradient and a momentum buffer.
-  EXPECT_NEAR(plan_field(frozen.out, "gradients"), 10250 * 4, 128);  // two tensors, 64-byte aligned
-  EXPECT_NEAR(plan_field(frozen.out, "optimizer_state"), 10250 * 4, 128);
-  EXPECT_LT(plan_field(frozen.out, "saved_activations"), 0.2 * plan_field(full.out, "saved_activations"));
-  EXPECT_LT(plan_field(frozen.out, "total_bytes"), plan_field(full.out, "total_bytes") - 2 * 3.2e6 * 4);
+  EXPECT_NEAR(json_number(frozen.out, "by_class/gradients"), 10250 * 4, 128);  // two tensors, 64-byte aligned
+  EXPECT_NEAR(json_number(frozen.out, "by_class/optimizer_state"), 10250 * 4, 128);
+  EXPECT_LT(json_number(frozen.out, "by_class/saved_activations"), 0.2 * json_number(full.out, "by_class/saved_activations"));
+  EXPECT_LT(json_number(frozen.out, "total_bytes"), json_number(full.out, "total_bytes") - 2 * 3.2e6 * 4);
 
   RunResult ft = run_memfit("train --subset 2000 --test-subset 1000 --epochs 1 --batch 32 --json --init-from " + base +
                             "/model.safetensors --reinit fc2" + freeze + " --out " + tuned);

@@ -15,6 +15,7 @@
 #include "memfit/recompute.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
+#include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/trainer.hpp"
 
@@ -168,24 +169,6 @@ std::string num(double v) {
   return s.str();
 }
 
-// s as a JSON string (quotes, backslashes and control characters escaped).
-std::string json_quote(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char u[8];
-      std::snprintf(u, sizeof u, "\\u%04x", c);
-      o += u;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
-
 int cmd_train(const std::vector<std::string>& argv) {
   train::TrainOptions o;
   std::string memory, sched = o.schedule;
@@ -286,11 +269,16 @@ int cmd_train(const std::vector<std::string>& argv) {
               << "; resume with: " << again << std::endl;
     if (o.json) {
       // A tool driving memfit reads the same facts from stdout.
-      std::cout << "{\"steps\": " << r.steps << ", \"interrupted\": true, \"signal\": " << r.interrupted
-                << ", \"checkpoint\": " << json_quote(o.out + "/checkpoint.safetensors")
-                << ", \"resume\": " << json_quote(again) << ", \"seconds\": " << num(r.seconds)
-                << ", \"peak_rss_bytes\": " << r.peak_rss_bytes << ", \"planned_peak_bytes\": " << r.planned_peak_bytes
-                << ", \"budget_bytes\": " << r.budget_bytes << "}" << std::endl;
+      const train::Json j = {{"steps", r.steps},
+                             {"interrupted", true},
+                             {"signal", r.interrupted},
+                             {"checkpoint", o.out + "/checkpoint.safetensors"},
+                             {"resume", again},
+                             {"seconds", r.seconds},
+                             {"peak_rss_bytes", r.peak_rss_bytes},
+                             {"planned_peak_bytes", r.planned_peak_bytes},
+                             {"budget_bytes", r.budget_bytes}};
+      std::cout << train::json_line(j) << std::endl;
     }
     return 128 + r.interrupted;
   }
@@ -302,14 +290,21 @@ int cmd_train(const std::vector<std::string>& argv) {
   log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
       << train::format_bytes(r.planned_peak_bytes) << ")\n";
   if (o.json) {
-    std::cout << "{\"steps\": " << r.steps << ", \"final_train_loss\": " << num(r.final_train_loss);
-    if (r.evaluated) std::cout << ", \"test_loss\": " << num(r.test_loss) << ", \"test_accuracy\": " << num(r.test_accuracy);
-    std::cout << ", \"images_per_second\": " << num(r.images_per_second) << ", \"seconds\": " << num(r.seconds)
-              << ", \"peak_rss_bytes\": " << r.peak_rss_bytes << ", \"planned_peak_bytes\": " << r.planned_peak_bytes
-              << ", \"budget_bytes\": " << r.budget_bytes;
-    if (o.precision == DType::f16)
-      std::cout << ", \"loss_scale\": " << num(r.loss_scale) << ", \"skipped_steps\": " << r.skipped_steps;
-    std::cout << "}\n";
+    train::Json j = {{"steps", r.steps}, {"final_train_loss", r.final_train_loss}};
+    if (r.evaluated) {
+      j["test_loss"] = r.test_loss;
+      j["test_accuracy"] = r.test_accuracy;
+    }
+    j["images_per_second"] = r.images_per_second;
+    j["seconds"] = r.seconds;
+    j["peak_rss_bytes"] = r.peak_rss_bytes;
+    j["planned_peak_bytes"] = r.planned_peak_bytes;
+    j["budget_bytes"] = r.budget_bytes;
+    if (o.precision == DType::f16) {
+      j["loss_scale"] = r.loss_scale;
+      j["skipped_steps"] = r.skipped_steps;
+    }
+    std::cout << train::json_line(j) << "\n";
   }
   return 0;
 }

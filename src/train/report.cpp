@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/conv.hpp"
 #include "kernels/cpu/engine.hpp"
+#include "train/json.hpp"
 
 namespace memfit::train {
 
@@ -97,23 +98,6 @@ void row(std::ostringstream& o, const char* name, size_t bytes, const char* note
   std::snprintf(buf, sizeof buf, "  %-22s %12s  ", name, format_bytes(bytes).c_str());
   o << buf << note << "\n";  // the note may be long (a cache path)
 }
-
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char u[8];
-      std::snprintf(u, sizeof u, "\\u%04x", c);
-      o += u;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
 }  // namespace
 
 std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
@@ -173,38 +157,52 @@ std::string over_budget_message(const MemoryReport& r, const Budget& b) {
 }
 
 std::string report_json(const MemoryReport& r, const Budget& b) {
-  std::ostringstream o;
-  char rf[32];
-  std::snprintf(rf, sizeof rf, "%.4f", reuse_factor(r));
-  o << "{\"total_bytes\": " << r.total << ", \"naive_bytes\": " << r.naive << ", \"reuse_factor\": " << rf
-    << ", \"budget_bytes\": " << b.bytes << ", \"budget_source\": " << json_string(b.describe())
-    << ", \"budget_limit_bytes\": " << b.limit << ", \"budget_margin_bytes\": " << b.margin
-    << ", \"budget_others_bytes\": " << b.others
-    << ", \"by_class\": {\"baseline\": " << r.baseline << ", \"parameters\": " << r.params << ", \"gradients\": " << r.grads
-    << ", \"optimizer_state\": " << r.optstate << ", \"activations_arena\": " << r.arena << ", \"saved_activations\": "
-    << r.saved << ", \"transient_activations\": " << r.transient << ", \"kernel_scratch\": " << r.scratch
-    << ", \"fragmentation\": " << r.fragmentation << ", \"library_heap\": " << r.library_heap << ", \"inputs\": " << r.inputs << ", \"data_pipeline\": " << r.data
-    << ", \"evaluation\": " << r.eval << "}";
-  if (!r.precision.empty()) o << ", \"precision\": " << json_string(r.precision);
-  if (!r.saved_activations.empty()) o << ", \"saved_precision\": " << json_string(r.saved_activations);
-  if (r.micro_batch)
-    o << ", \"micro_batch\": " << r.micro_batch << ", \"accumulate\": " << r.accumulate
-      << ", \"recompute\": " << json_string(r.recompute) << ", \"fitted\": " << (r.fitted ? "true" : "false");
-  if (!r.cpu_model.empty()) {
-    o << ", \"cpu\": {\"model\": " << json_string(r.cpu_model) << ", \"onednn\": " << json_string(r.onednn)
-      << ", \"onednn_isa\": " << json_string(r.onednn_isa) << ", \"bf16_compute\": " << (r.bf16_compute ? "true" : "false")
-      << ", \"vector_isa\": " << json_string(r.vector_isa);
-    if (!r.products.empty()) o << ", \"products\": " << json_string(r.products);
-    o << "}";
+  Json o;
+  o["total_bytes"] = r.total;
+  o["naive_bytes"] = r.naive;
+  o["reuse_factor"] = reuse_factor(r);
+  o["budget_bytes"] = b.bytes;
+  o["budget_source"] = b.describe();
+  o["budget_limit_bytes"] = b.limit;
+  o["budget_margin_bytes"] = b.margin;
+  o["budget_others_bytes"] = b.others;
+  o["by_class"] = {{"baseline", r.baseline},
+                   {"parameters", r.params},
+                   {"gradients", r.grads},
+                   {"optimizer_state", r.optstate},
+                   {"activations_arena", r.arena},
+                   {"saved_activations", r.saved},
+                   {"transient_activations", r.transient},
+                   {"kernel_scratch", r.scratch},
+                   {"fragmentation", r.fragmentation},
+                   {"library_heap", r.library_heap},
+                   {"inputs", r.inputs},
+                   {"data_pipeline", r.data},
+                   {"evaluation", r.eval}};
+  if (!r.precision.empty()) o["precision"] = r.precision;
+  if (!r.saved_activations.empty()) o["saved_precision"] = r.saved_activations;
+  if (r.micro_batch) {
+    o["micro_batch"] = r.micro_batch;
+    o["accumulate"] = r.accumulate;
+    o["recompute"] = r.recompute;
+    o["fitted"] = r.fitted;
   }
-  o << ", \"data_in\": " << json_string(r.data_in.empty() ? "image-folder" : r.data_in);
-  if (!r.data_cache.empty()) o << ", \"data_cache\": " << json_string(r.data_cache);
-  o << ", \"largest\": [";
-  for (size_t i = 0; i < r.largest.size(); ++i)
-    o << (i ? ", " : "") << "{\"name\": \"" << r.largest[i].name << "\", \"layer\": \"" << r.largest[i].layer
-      << "\", \"bytes\": " << r.largest[i].bytes << ", \"kind\": \"" << r.largest[i].kind << "\"}";
-  o << "]}";
-  return o.str();
+  if (!r.cpu_model.empty()) {
+    Json cpu = {{"model", r.cpu_model},
+                {"onednn", r.onednn},
+                {"onednn_isa", r.onednn_isa},
+                {"bf16_compute", r.bf16_compute},
+                {"vector_isa", r.vector_isa}};
+    if (!r.products.empty()) cpu["products"] = r.products;
+    o["cpu"] = cpu;
+  }
+  o["data_in"] = r.data_in.empty() ? "image-folder" : r.data_in;
+  if (!r.data_cache.empty()) o["data_cache"] = r.data_cache;
+  Json largest = Json::array();
+  for (const BufferInfo& buf : r.largest)
+    largest.push_back({{"name", buf.name}, {"layer", buf.layer}, {"bytes", buf.bytes}, {"kind", buf.kind}});
+  o["largest"] = largest;
+  return json_line(o);
 }
 
 }  // namespace memfit::train

@@ -31,6 +31,7 @@
 #include "kernels/kernel.hpp"
 #include "train/checkpoint.hpp"
 #include "train/fit.hpp"
+#include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/progress.hpp"
 #include "train/report.hpp"
@@ -240,7 +241,9 @@ EvalResult evaluate(Executor& ex, const StepGraph& sg, data::Loader& loader, int
   return r;
 }
 
-std::string json_num(double v) {
+// v to 8 significant digits ("null" when not finite), for messages and the
+// checkpoint's loss scale.
+std::string short_num(double v) {
   if (!std::isfinite(v)) return "null";
   std::ostringstream o;
   o << std::setprecision(8) << v;
@@ -611,12 +614,17 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     res.test_accuracy = e.accuracy;
     const double ips = train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0;
     const double tl = loss_n ? loss_sum / static_cast<double>(loss_n) : last_loss;
-    prog.message("eval step " + std::to_string(st.step) + ": test_loss " + json_num(e.loss) + " test_accuracy " +
-                 json_num(e.accuracy) + " (" + std::to_string(e.count) + " images)");
-    metrics << "{\"epoch\": " << epoch << ", \"step\": " << st.step << ", \"train_loss\": " << json_num(tl)
-            << ", \"test_loss\": " << json_num(e.loss) << ", \"test_accuracy\": " << json_num(e.accuracy)
-            << ", \"images_per_second\": " << json_num(ips) << ", \"peak_rss_bytes\": " << peak_rss()
-            << ", \"planned_peak_bytes\": " << rep.total << "}\n";
+    prog.message("eval step " + std::to_string(st.step) + ": test_loss " + short_num(e.loss) + " test_accuracy " +
+                 short_num(e.accuracy) + " (" + std::to_string(e.count) + " images)");
+    const Json line = {{"epoch", epoch},
+                       {"step", st.step},
+                       {"train_loss", tl},
+                       {"test_loss", e.loss},
+                       {"test_accuracy", e.accuracy},
+                       {"images_per_second", ips},
+                       {"peak_rss_bytes", peak_rss()},
+                       {"planned_peak_bytes", rep.total}};
+    metrics << json_line(line) << "\n";
     metrics.flush();
     loss_sum = 0.0;
     loss_n = 0;
@@ -637,7 +645,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     st.epoch = p.epoch;
     st.sample = p.sample;
     if (scaling) {
-      st.extra["loss_scale"] = json_num(scale);
+      st.extra["loss_scale"] = short_num(scale);
       st.extra["loss_scale_good"] = std::to_string(good_steps);
     }
     save_checkpoint(o.out, ex, st);
@@ -709,7 +717,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
         ++skipped_steps;
         good_steps = 0;
         prog.message("fp16: gradients overflowed at step " + std::to_string(st.step) + " with loss scale " +
-                     json_num(scale) + "; step skipped, loss scale -> " + json_num(std::max(1.0, scale / 2)));
+                     short_num(scale) + "; step skipped, loss scale -> " + short_num(std::max(1.0, scale / 2)));
         scale = std::max(1.0, scale / 2);
       } else if (++good_steps == kGrowth) {
         good_steps = 0;
@@ -724,7 +732,7 @@ TrainResult run_once(const TrainOptions& o, std::ostream& log) {
     group = 0;
     group_loss = 0.0;
     if (!std::isfinite(last_loss))
-      throw std::runtime_error("training diverged at step " + std::to_string(st.step) + " (loss " + json_num(last_loss) +
+      throw std::runtime_error("training diverged at step " + std::to_string(st.step) + " (loss " + short_num(last_loss) +
                                "); lower --lr or use --clip-grad-norm");
     loss_sum += last_loss;
     ++loss_n;
