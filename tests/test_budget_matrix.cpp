@@ -28,8 +28,9 @@ void expect_within(const std::string& opt, int mib) {
   EXPECT_LE(json_field(r.out, "peak_rss_bytes"), budget) << r.out;
   EXPECT_GT(json_field(r.out, "images_per_second"), 0.0) << r.out;
   // Fitted runs say what they chose; the effective batch never changes.
-  if (r.out.find("fitting it") != std::string::npos)
+  if (r.out.find("fitting it") != std::string::npos) {
     EXPECT_NE(r.out.find("(effective batch 256 unchanged)"), std::string::npos) << r.out;
+  }
 }
 
 TEST(BudgetMatrix, Adam256MiB) { expect_within("adam", 256); }
