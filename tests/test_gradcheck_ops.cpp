@@ -274,9 +274,9 @@ TEST(GradCheckMatmul, AllTransposesBatched) {
 }
 
 TEST(GradCheckMatmul, BroadcastSecondOperand) {
-  // b has no batch axes and is shared by every batch; its gradient is not
-  // supported by the op (it would need a sum over the batch), so b is a
-  // constant here and only a's gradient is checked.
+  // b has no batch axes and is shared by every batch; b is a constant here,
+  // so only a's gradient flows (a shared operand's own gradient, a sum over
+  // the batch, is checked in test_ops_embed.cpp).
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       SCOPED_TRACE("trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb));
@@ -288,7 +288,7 @@ TEST(GradCheckMatmul, BroadcastSecondOperand) {
 }
 
 TEST(GradCheckMatmul, BroadcastFirstOperand) {
-  // a has no batch axes; only b's gradient is checked.
+  // a has no batch axes and is a constant; only b's gradient flows.
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       SCOPED_TRACE("trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb));

@@ -85,4 +85,21 @@ ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool tran
 // Mean softmax cross-entropy; labels are i32 [N].
 ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);
 
+// embedding: rows of a table [vocab, dim] (parameter "<name>.weight") gathered
+// by i32 ids [...] -> [..., dim]. The output is stored as `dtype` (f32 or
+// bf16). Initialised U(-sqrt(3) std, sqrt(3) std): the variance of PyTorch's
+// N(0, std^2) (std 1 is nn.Embedding's default; GPT-2 uses 0.02). Ids must lie
+// in [0, vocab): an out-of-range id's row is NaN (kernels/params_embed.hpp).
+struct EmbeddingOpts {
+  std::string name = "embed";
+  DType dtype = DType::f32;
+  double init_std = 1.0;
+};
+ValueId embedding(Builder& b, ValueId ids, int64_t vocab, int64_t dim, EmbeddingOpts o = {});
+// x's axes reordered: the result's axis k is x's axis perm[k] (negative
+// entries count from the end).
+ValueId permute(Builder& b, ValueId x, std::vector<int64_t> perm);
+// x with axes a0 and a1 swapped (a permute).
+ValueId transpose(Builder& b, ValueId x, int64_t a0, int64_t a1);
+
 }  // namespace memfit

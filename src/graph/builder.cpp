@@ -142,4 +142,36 @@ ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double s) {
   return b.g.add_node("softmax_xent", {logits, labels}, {{"smoothing", s}}, "loss")[0];
 }
 
+ValueId embedding(Builder& b, ValueId ids, int64_t vocab, int64_t dim, EmbeddingOpts o) {
+  if (vocab < 1 || dim < 1 || !(o.init_std >= 0))
+    throw GraphError("layer '" + b.full(o.name) + "' (embedding): needs vocab >= 1, dim >= 1 and init_std >= 0 (got vocab " +
+                     std::to_string(vocab) + ", dim " + std::to_string(dim) + ", init_std " + std::to_string(o.init_std) + ")");
+  auto sc = b.scope(o.name);
+  const ValueId table = make_param(b, "weight", {vocab, dim}, {InitSpec::Uniform, std::sqrt(3.0) * o.init_std});
+  std::string layer = b.full("");
+  layer.pop_back();
+  return b.g.add1("embedding", {ids, table}, {{"dtype", int64_t(o.dtype)}}, layer);
+}
+
+ValueId permute(Builder& b, ValueId x, std::vector<int64_t> perm) {
+  const auto r = static_cast<int64_t>(b.g.value(x).shape.size());
+  for (int64_t& p : perm)
+    if (p < 0) p += r;  // out of range either way: shape inference names it
+  return b.g.add1("permute", {x}, {{"perm", std::move(perm)}}, b.auto_name("permute"));
+}
+
+ValueId transpose(Builder& b, ValueId x, int64_t a0, int64_t a1) {
+  const auto r = static_cast<int64_t>(b.g.value(x).shape.size());
+  const std::string layer = b.auto_name("transpose");
+  if (a0 < 0) a0 += r;
+  if (a1 < 0) a1 += r;
+  if (a0 < 0 || a0 >= r || a1 < 0 || a1 >= r)
+    throw GraphError("layer '" + layer + "' (permute): cannot swap axes " + std::to_string(a0) + " and " +
+                     std::to_string(a1) + " of " + shape_str(b.g.value(x).shape));
+  std::vector<int64_t> perm(static_cast<size_t>(r));
+  for (int64_t k = 0; k < r; ++k) perm[static_cast<size_t>(k)] = k;
+  std::swap(perm[static_cast<size_t>(a0)], perm[static_cast<size_t>(a1)]);
+  return b.g.add1("permute", {x}, {{"perm", std::move(perm)}}, layer);
+}
+
 }  // namespace memfit

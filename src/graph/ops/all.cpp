@@ -9,6 +9,8 @@ void register_dropout_ops();
 void register_shape_ops();
 void register_loss_ops();
 void register_optim_ops();
+void register_embedding_ops();
+void register_permute_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -20,6 +22,8 @@ void register_builtin_ops() {
   register_shape_ops();
   register_loss_ops();
   register_optim_ops();
+  register_embedding_ops();
+  register_permute_ops();
 }
 
 }  // namespace memfit

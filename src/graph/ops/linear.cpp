@@ -60,6 +60,46 @@ std::vector<ValueMeta> infer_matmul(const Graph& g, const Node& n) {
   return {{y, in_dtype(g, n, 0)}};
 }
 
+// The gradient of a broadcast operand (no batch axes, while the other has
+// them) is a sum over the batch, computed as one 2-D matmul with the batch
+// folded into the contracted axis: C_b = op(A_b) op(B) gives
+// dop(B) = sum_b op(A_b)^T dC_b = A2^T dC2, with A2 = A viewed as
+// [batch*M, K] and dC2 = dC as [batch*M, N] (free views). Where the layout
+// does not put the batch next to the contracted axis (a transposed A for dB;
+// dC, whose rows are M, for dA) the operand is first permuted, a copy:
+// [..., X, Y] -> [X, ..., Y], viewed as [X, batch*Y].
+
+// v[..., X, Y] viewed as [batch*X, Y].
+ValueId batch_rows(GradContext& c, ValueId v) {
+  const Shape s = c.g.value(v).shape;
+  return c.emit1("reshape", {v}, {{"shape", Shape{numel(s) / s.back(), s.back()}}});
+}
+
+// v[..., X, Y] as [X, batch*Y] (the batch axes moved after X).
+ValueId batch_cols(GradContext& c, ValueId v) {
+  const Shape s = c.g.value(v).shape;
+  const int64_t r = static_cast<int64_t>(s.size());
+  std::vector<int64_t> perm{r - 2};
+  for (int64_t d = 0; d < r - 2; ++d) perm.push_back(d);
+  perm.push_back(r - 1);
+  const ValueId p = c.emit1("permute", {v}, {{"perm", perm}});
+  const int64_t x = s[static_cast<size_t>(r - 2)];
+  return c.emit1("reshape", {p}, {{"shape", Shape{x, numel(s) / x}}});
+}
+
+ValueId mm(GradContext& c, ValueId a, ValueId b, bool ta, bool tb) {
+  return c.emit1("matmul", {a, b}, {{"trans_a", int64_t(ta)}, {"trans_b", int64_t(tb)}});
+}
+
+// d, cast to the type of the operand it is the gradient of where the two
+// differ (a matmul's output takes its first operand's type: an f32 weight
+// times bf16 activations gets its gradient in f32, like linear's weight).
+ValueId typed_like(GradContext& c, ValueId d, ValueId operand) {
+  const DType want = c.g.value(operand).dtype;
+  if (c.g.value(d).dtype == want) return d;
+  return c.emit1("cast", {d}, {{"dtype", int64_t(want)}});
+}
+
 std::vector<ValueId> grad_matmul(GradContext& c) {
   std::vector<ValueId> r(2, kNone);
   ValueId dc = c.out_grads[0];
@@ -72,14 +112,40 @@ std::vector<ValueId> grad_matmul(GradContext& c) {
   // With ta and a broadcast b, dA = op(B) dC^T has b as a broadcast *first*
   // operand, which is why either operand may be the broadcast one.
   if (c.need[0]) {
-    if (a_broadcast) shape_fail(c.g, c.fwd(), "gradient of a broadcast matmul operand is not supported");
-    if (!ta) r[0] = c.emit1("matmul", {dc, b}, {{"trans_a", int64_t(0)}, {"trans_b", int64_t(!tb)}});
-    else r[0] = c.emit1("matmul", {b, dc}, {{"trans_a", int64_t(tb)}, {"trans_b", int64_t(1)}});
+    if (a_broadcast) {
+      // dop(A) = sum_b dC_b op(B_b)^T: contracted over (batch, N).
+      const ValueId dc2 = batch_cols(c, dc);  // [M, batch*N]
+      if (tb) {
+        const ValueId b2 = batch_rows(c, b);  // [batch*N, K]
+        r[0] = ta ? mm(c, b2, dc2, true, true) : mm(c, dc2, b2, false, false);
+      } else {
+        const ValueId b2 = batch_cols(c, b);  // [K, batch*N]
+        r[0] = ta ? mm(c, b2, dc2, false, true) : mm(c, dc2, b2, false, true);
+      }
+    } else if (!ta) {
+      r[0] = mm(c, dc, b, false, !tb);
+    } else {
+      r[0] = mm(c, b, dc, tb, true);
+    }
+    r[0] = typed_like(c, r[0], a);
   }
   if (c.need[1]) {
-    if (b_broadcast) shape_fail(c.g, c.fwd(), "gradient of a broadcast matmul operand is not supported");
-    if (!tb) r[1] = c.emit1("matmul", {a, dc}, {{"trans_a", int64_t(!ta)}, {"trans_b", int64_t(0)}});
-    else r[1] = c.emit1("matmul", {dc, a}, {{"trans_a", int64_t(1)}, {"trans_b", int64_t(ta)}});
+    if (b_broadcast) {
+      // dop(B) = sum_b op(A_b)^T dC_b: contracted over (batch, M).
+      const ValueId dc2 = batch_rows(c, dc);  // [batch*M, N]
+      if (!ta) {
+        const ValueId a2 = batch_rows(c, a);  // [batch*M, K]
+        r[1] = tb ? mm(c, dc2, a2, true, false) : mm(c, a2, dc2, true, false);
+      } else {
+        const ValueId a2 = batch_cols(c, a);  // [K, batch*M]
+        r[1] = tb ? mm(c, dc2, a2, true, true) : mm(c, a2, dc2, false, false);
+      }
+    } else if (!tb) {
+      r[1] = mm(c, a, dc, !ta, false);
+    } else {
+      r[1] = mm(c, dc, a, true, ta);
+    }
+    r[1] = typed_like(c, r[1], b);
   }
   return r;
 }
