@@ -85,4 +85,19 @@ ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool tran
 // Mean softmax cross-entropy; labels are i32 [N].
 ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);
 
+// Transformer layers, over the last axis of an N-d input.
+struct LayerNormOpts {
+  double eps = 1e-5;
+  std::string name = "ln";
+};
+// Layer normalisation over the last axis D, with parameters "<name>.weight"
+// (gamma, ones) and "<name>.bias" (beta, zeros), both [D], as PyTorch's
+// nn.LayerNorm(D) names them.
+ValueId layer_norm(Builder& b, ValueId x, LayerNormOpts o = {});
+// GELU: tanh = true is GPT-2's tanh approximation, false the exact erf form
+// (BERT), as F.gelu(approximate='tanh' / 'none').
+ValueId gelu(Builder& b, ValueId x, bool tanh = false);
+// Softmax over the last axis.
+ValueId softmax(Builder& b, ValueId x);
+
 }  // namespace memfit

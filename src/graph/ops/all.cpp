@@ -9,6 +9,9 @@ void register_dropout_ops();
 void register_shape_ops();
 void register_loss_ops();
 void register_optim_ops();
+void register_layernorm_ops();
+void register_gelu_ops();
+void register_softmax_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -20,6 +23,9 @@ void register_builtin_ops() {
   register_shape_ops();
   register_loss_ops();
   register_optim_ops();
+  register_layernorm_ops();
+  register_gelu_ops();
+  register_softmax_ops();
 }
 
 }  // namespace memfit

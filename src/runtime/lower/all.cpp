@@ -12,6 +12,7 @@ void register_batchnorm_kernels();
 void register_dropout_kernels();
 void register_shape_kernels();
 void register_loss_kernels();
+void register_last_axis_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -24,6 +25,7 @@ void register_builtin_kernels() {
   register_dropout_kernels();
   register_shape_kernels();
   register_loss_kernels();
+  register_last_axis_kernels();
 }
 
 }  // namespace memfit

@@ -10,6 +10,7 @@ void register_cpu_batchnorm_kernels();
 void register_cpu_dropout_kernels();
 void register_cpu_loss_kernels();
 void register_cpu_optim_kernels();
+void register_cpu_last_axis_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -20,6 +21,7 @@ void register_cpu_kernels() {
   register_cpu_dropout_kernels();
   register_cpu_loss_kernels();
   register_cpu_optim_kernels();
+  register_cpu_last_axis_kernels();
 }
 
 }  // namespace memfit
