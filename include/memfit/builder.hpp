@@ -101,5 +101,19 @@ ValueId embedding(Builder& b, ValueId ids, int64_t vocab, int64_t dim, Embedding
 ValueId permute(Builder& b, ValueId x, std::vector<int64_t> perm);
 // x with axes a0 and a1 swapped (a permute).
 ValueId transpose(Builder& b, ValueId x, int64_t a0, int64_t a1);
+// Transformer layers, over the last axis of an N-d input.
+struct LayerNormOpts {
+  double eps = 1e-5;
+  std::string name = "ln";
+};
+// Layer normalisation over the last axis D, with parameters "<name>.weight"
+// (gamma, ones) and "<name>.bias" (beta, zeros), both [D], as PyTorch's
+// nn.LayerNorm(D) names them.
+ValueId layer_norm(Builder& b, ValueId x, LayerNormOpts o = {});
+// GELU: tanh = true is GPT-2's tanh approximation, false the exact erf form
+// (BERT), as F.gelu(approximate='tanh' / 'none').
+ValueId gelu(Builder& b, ValueId x, bool tanh = false);
+// Softmax over the last axis.
+ValueId softmax(Builder& b, ValueId x);
 
 }  // namespace memfit

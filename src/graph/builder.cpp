@@ -173,5 +173,22 @@ ValueId transpose(Builder& b, ValueId x, int64_t a0, int64_t a1) {
   std::swap(perm[static_cast<size_t>(a0)], perm[static_cast<size_t>(a1)]);
   return b.g.add1("permute", {x}, {{"perm", std::move(perm)}}, layer);
 }
+ValueId layer_norm(Builder& b, ValueId x, LayerNormOpts o) {
+  const Shape& xs = b.g.value(x).shape;
+  if (xs.empty()) throw GraphError("layer '" + b.full(o.name) + "' (layer_norm): input needs a last axis, got a scalar");
+  const int64_t d = xs.back();
+  auto sc = b.scope(o.name);
+  ValueId gamma = make_param(b, "weight", {d}, {InitSpec::Ones, 0});
+  ValueId beta = make_param(b, "bias", {d}, {InitSpec::Zeros, 0});
+  std::string layer = b.full("");
+  layer.pop_back();
+  return b.g.add_node("layer_norm", {x, gamma, beta}, {{"eps", o.eps}}, layer)[0];
+}
+
+ValueId gelu(Builder& b, ValueId x, bool tanh) {
+  return b.g.add1("gelu", {x}, {{"approximate", std::string(tanh ? "tanh" : "none")}}, b.auto_name("gelu"));
+}
+
+ValueId softmax(Builder& b, ValueId x) { return b.g.add1("softmax", {x}, {}, b.auto_name("softmax")); }
 
 }  // namespace memfit

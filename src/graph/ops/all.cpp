@@ -11,6 +11,9 @@ void register_loss_ops();
 void register_optim_ops();
 void register_embedding_ops();
 void register_permute_ops();
+void register_layernorm_ops();
+void register_gelu_ops();
+void register_softmax_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -24,6 +27,9 @@ void register_builtin_ops() {
   register_optim_ops();
   register_embedding_ops();
   register_permute_ops();
+  register_layernorm_ops();
+  register_gelu_ops();
+  register_softmax_ops();
 }
 
 }  // namespace memfit

@@ -13,6 +13,7 @@ void register_dropout_kernels();
 void register_shape_kernels();
 void register_loss_kernels();
 void register_embedding_kernels();
+void register_last_axis_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -26,6 +27,7 @@ void register_builtin_kernels() {
   register_shape_kernels();
   register_loss_kernels();
   register_embedding_kernels();
+  register_last_axis_kernels();
 }
 
 }  // namespace memfit

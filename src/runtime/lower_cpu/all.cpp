@@ -11,6 +11,7 @@ void register_cpu_dropout_kernels();
 void register_cpu_loss_kernels();
 void register_cpu_optim_kernels();
 void register_cpu_embedding_kernels();
+void register_cpu_last_axis_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -22,6 +23,7 @@ void register_cpu_kernels() {
   register_cpu_loss_kernels();
   register_cpu_optim_kernels();
   register_cpu_embedding_kernels();
+  register_cpu_last_axis_kernels();
 }
 
 }  // namespace memfit
