@@ -63,6 +63,16 @@ class Executor {
   void* data(ValueId v);
   template <class T> T* ptr(ValueId v) { return static_cast<T*>(data(v)); }
 
+  // Bytes value v occupies as stored (numel * elem_size).
+  size_t value_bytes(ValueId v) const;
+  // Host <-> device copies of a whole value as stored: step inputs in,
+  // loss and metrics out. `bytes` must be value_bytes(v) (std::invalid_argument
+  // otherwise, naming the value); the executor must be allocated.
+  void feed(ValueId v, const void* src, size_t bytes);
+  void fetch(ValueId v, void* dst, size_t bytes);
+  // One scalar output (a loss, a metric) as a double.
+  double fetch_scalar(ValueId v);
+
   // Fills parameters and buffers from their InitSpec with the counter-based
   // generator (seed, parameter name); zeroes gradients and optimizer state.
   void init_params(uint64_t seed);

@@ -210,6 +210,40 @@ void* Executor::data(ValueId v) {
   return base ? base + p.offset : nullptr;
 }
 
+size_t Executor::value_bytes(ValueId v) const {
+  return static_cast<size_t>(numel(g_.value(v).shape)) * elem_size(v);
+}
+
+namespace {
+void* checked_buffer(Executor& ex, ValueId v, size_t bytes, const char* what) {
+  if (!ex.allocated()) throw std::logic_error(std::string(what) + " before allocate()");
+  if (bytes != ex.value_bytes(v))
+    throw std::invalid_argument(std::string(what) + " of '" + ex.graph().value(v).name + "': " + std::to_string(bytes) +
+                                " bytes given, the value holds " + std::to_string(ex.value_bytes(v)));
+  return ex.data(v);
+}
+}  // namespace
+
+void Executor::feed(ValueId v, const void* src, size_t bytes) {
+  std::memcpy(checked_buffer(*this, v, bytes, "feed"), src, bytes);
+}
+
+void Executor::fetch(ValueId v, void* dst, size_t bytes) {
+  std::memcpy(dst, checked_buffer(*this, v, bytes, "fetch"), bytes);
+}
+
+double Executor::fetch_scalar(ValueId v) {
+  const Value& val = g_.value(v);
+  if (numel(val.shape) != 1) throw std::invalid_argument("fetch_scalar of '" + val.name + "', which is not a scalar");
+  const void* p = checked_buffer(*this, v, value_bytes(v), "fetch_scalar");
+  switch (val.dtype) {
+    case DType::f32:
+      return elem_size(v) == 8 ? *static_cast<const double*>(p) : *static_cast<const float*>(p);
+    case DType::i32: return *static_cast<const int32_t*>(p);
+    default: throw std::invalid_argument("fetch_scalar of '" + val.name + "': not an f32 or i32 value");
+  }
+}
+
 size_t Executor::arena_bytes() const {
   size_t t = 0;
   for (size_t a = 0; a < kNumArenas; ++a)
