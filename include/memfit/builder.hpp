@@ -84,6 +84,12 @@ ValueId slice(Builder& b, ValueId x, int64_t axis, int64_t start, int64_t len);
 ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool trans_b = false);
 // Mean softmax cross-entropy; labels are i32 [N].
 ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);
+// Evaluation metrics of logits [..., C] against labels [...] (negative:
+// padding, not counted): f32 [1] sums over the counted rows.
+struct XentMetrics {
+  ValueId loss_sum, correct, count;
+};
+XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels);
 
 // embedding: rows of a table [vocab, dim] (parameter "<name>.weight") gathered
 // by i32 ids [...] -> [..., dim]. The output is stored as `dtype` (f32 or

@@ -142,6 +142,11 @@ ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double s) {
   return b.g.add_node("softmax_xent", {logits, labels}, {{"smoothing", s}}, "loss")[0];
 }
 
+XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels) {
+  const auto o = b.g.add_node("xent_metrics", {logits, labels}, {}, "metrics");
+  return {o[0], o[1], o[2]};
+}
+
 ValueId embedding(Builder& b, ValueId ids, int64_t vocab, int64_t dim, EmbeddingOpts o) {
   if (vocab < 1 || dim < 1 || !(o.init_std >= 0))
     throw GraphError("layer '" + b.full(o.name) + "' (embedding): needs vocab >= 1, dim >= 1 and init_std >= 0 (got vocab " +

@@ -14,6 +14,7 @@ void register_permute_ops();
 void register_layernorm_ops();
 void register_gelu_ops();
 void register_softmax_ops();
+void register_metrics_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -30,6 +31,7 @@ void register_builtin_ops() {
   register_layernorm_ops();
   register_gelu_ops();
   register_softmax_ops();
+  register_metrics_ops();
 }
 
 }  // namespace memfit

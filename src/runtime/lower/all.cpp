@@ -14,6 +14,7 @@ void register_shape_kernels();
 void register_loss_kernels();
 void register_embedding_kernels();
 void register_last_axis_kernels();
+void register_metrics_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -28,6 +29,7 @@ void register_builtin_kernels() {
   register_loss_kernels();
   register_embedding_kernels();
   register_last_axis_kernels();
+  register_metrics_kernels();
 }
 
 }  // namespace memfit

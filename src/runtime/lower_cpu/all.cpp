@@ -12,6 +12,7 @@ void register_cpu_loss_kernels();
 void register_cpu_optim_kernels();
 void register_cpu_embedding_kernels();
 void register_cpu_last_axis_kernels();
+void register_cpu_metrics_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -24,6 +25,7 @@ void register_cpu_kernels() {
   register_cpu_optim_kernels();
   register_cpu_embedding_kernels();
   register_cpu_last_axis_kernels();
+  register_cpu_metrics_kernels();
 }
 
 }  // namespace memfit

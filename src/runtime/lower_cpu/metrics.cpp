@@ -1,0 +1,15 @@
+// Fast CPU lowering of the evaluation metrics (kernels/cpu/metrics.hpp).
+#include "kernels/cpu/metrics.hpp"
+#include "runtime/lower/params_of_metrics.hpp"
+#include "runtime/lower_cpu/cpu_util.hpp"
+
+namespace memfit {
+
+void register_cpu_metrics_kernels() {
+  register_cpu_kernel("xent_metrics", [](const Graph& g, const Node& n, Backend) -> std::unique_ptr<kernels::Kernel> {
+    if (!all_f32(g, n)) return nullptr;
+    return kernels::cpu::make_xent_metrics(metrics_params(g, n));
+  });
+}
+
+}  // namespace memfit
