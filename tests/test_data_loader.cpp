@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <numeric>
 #include <set>
@@ -46,6 +47,8 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace memfit::data;
+using memfit::DType;
+using memfit::TensorSpec;
 
 namespace {
 
@@ -398,4 +401,117 @@ TEST(Loader, FashionMnistEpochIsBalanced) {
   EXPECT_EQ(total, 10000u);
   EXPECT_EQ(batches, 79u);
   for (int c : hist) EXPECT_EQ(c, 1000);
+}
+
+// ---- named tensors -------------------------------------------------------------
+
+namespace {
+
+// A text-like dataset of two i32 tensors per sample, tokens [T] and targets
+// [T] (targets pad with -1): sample i holds tokens 100 i + j, targets i.
+class SequenceDataset final : public Dataset {
+ public:
+  SequenceDataset(size_t n, int64_t t) : n_(n), t_(t) {}
+  size_t size() const override { return n_; }
+  int num_classes() const override { return 1000; }
+  std::vector<TensorSpec> tensors() const override {
+    return {{"tokens", DType::i32, {t_}, 0.0}, {"targets", DType::i32, {t_}, -1.0}};
+  }
+  void get_tensors(size_t i, void* const* out) const override {
+    if (i >= n_) throw std::out_of_range("SequenceDataset: index");
+    auto* tok = static_cast<int32_t*>(out[0]);
+    auto* tgt = static_cast<int32_t*>(out[1]);
+    for (int64_t j = 0; j < t_; ++j) {
+      tok[j] = static_cast<int32_t>(100 * i + static_cast<size_t>(j));
+      tgt[j] = static_cast<int32_t>(i);
+    }
+  }
+  size_t resident_bytes() const override { return 0; }
+
+ private:
+  size_t n_;
+  int64_t t_;
+};
+
+}  // namespace
+
+TEST(LoaderTensors, BatchesOfNamedTensorsWithPaddedLastBatch) {
+  SequenceDataset ds(7, 3);
+  EXPECT_FALSE(ds.is_image());
+  EXPECT_THROW(ds.sample_shape(), std::logic_error);
+  LoaderOptions o = opts(4, 2);
+  o.shuffle = false;
+  Loader L(ds, o);
+  ASSERT_EQ(L.tensors().size(), 2u);
+  EXPECT_EQ(L.tensors()[0].name, "tokens");
+  EXPECT_THROW(L.sample_shape(), std::logic_error);
+  std::vector<int32_t> x(12), y(12);
+  EXPECT_THROW(L.next(reinterpret_cast<float*>(x.data()), y.data()), std::logic_error);  // not an image
+
+  const Loader::Batch& b1 = L.next_batch();
+  ASSERT_EQ(b1.n, 4u);
+  ASSERT_EQ(b1.data.size(), 2u);
+  const auto* tok = static_cast<const int32_t*>(b1.data[0]);
+  const auto* tgt = static_cast<const int32_t*>(b1.data[1]);
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(tok[r * 3 + j], static_cast<int32_t>(100 * r + j));
+      EXPECT_EQ(tgt[r * 3 + j], static_cast<int32_t>(r));
+    }
+  // The partial batch: rows 3 of 4 real; the fourth pads tokens 0, targets -1.
+  void* out[2] = {x.data(), y.data()};
+  ASSERT_EQ(L.next(out), 3u);
+  EXPECT_EQ(x[6], 600);
+  EXPECT_EQ(y[8], 6);
+  for (size_t j = 9; j < 12; ++j) {
+    EXPECT_EQ(x[j], 0);
+    EXPECT_EQ(y[j], -1);
+  }
+  const Loader::Batch& end = L.next_batch();
+  EXPECT_EQ(end.n, 0u);
+  EXPECT_TRUE(end.data.empty());
+  EXPECT_EQ(L.next_batch().n, 4u);  // the next epoch
+}
+
+TEST(LoaderTensors, ViewsAndCopiesGiveTheSameBatches) {
+  const MemoryDataset ds = make_ds(50, 4, 4);
+  LoaderOptions o = opts(8, 2, 5);
+  o.crop_padding = 1;
+  o.hflip = true;
+  Loader a(ds, o), b(ds, o);
+  const std::vector<Batch> copies = take(a, 10);
+  for (const Batch& c : copies) {
+    const Loader::Batch& v = b.next_batch();
+    ASSERT_EQ(v.n, c.n);
+    if (!v.n) continue;
+    EXPECT_EQ(std::memcmp(v.data[0], c.x.data(), c.x.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(v.data[1], c.y.data(), c.y.size() * sizeof(int32_t)), 0);
+  }
+  Loader sync(ds, opts(8, 0));
+  EXPECT_THROW(sync.next_batch(), std::logic_error);
+}
+
+TEST(LoaderTensors, AugmentationNeedsImages) {
+  SequenceDataset ds(8, 2);
+  LoaderOptions o = opts(4, 1);
+  o.hflip = true;
+  try {
+    Loader L(ds, o);
+    FAIL() << "a flip of token sequences was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tokens i32 [2]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LoaderTensors, PlannedMemoryIsWhatTheLoaderHolds) {
+  SequenceDataset ds(40, 5);
+  for (int prefetch : {0, 1, 3}) {
+    const LoaderOptions o = opts(6, prefetch);
+    Loader L(ds, o);
+    const LoaderMemory want = Loader::plan_memory(ds, o);
+    EXPECT_EQ(L.memory().ring, want.ring) << prefetch;
+    EXPECT_EQ(L.memory().scratch, want.scratch) << prefetch;
+    EXPECT_EQ(L.memory().order, want.order) << prefetch;
+    EXPECT_GE(L.memory().ring, size_t(prefetch) * 6 * 5 * 2 * sizeof(int32_t));
+  }
 }

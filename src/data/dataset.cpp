@@ -31,6 +31,31 @@ void Normalize::validate() const {
 
 // ---------------------------------------------------------------------------
 
+std::vector<TensorSpec> Dataset::tensors() const {
+  const SampleShape s = sample_shape();
+  return {{"image", DType::f32, {s[0], s[1], s[2]}, 0.0}, {"labels", DType::i32, {}, -1.0}};
+}
+
+void Dataset::get_tensors(size_t i, void* const* out) const {
+  get(i, static_cast<float*>(out[0]), static_cast<int32_t*>(out[1]));
+}
+
+SampleShape Dataset::sample_shape() const {
+  throw std::logic_error("this dataset holds " + describe(tensors()) + ", not images");
+}
+
+void Dataset::get(size_t, float*, int32_t*) const {
+  throw std::logic_error("this dataset holds " + describe(tensors()) + ", not images");
+}
+
+bool Dataset::is_image() const {
+  const std::vector<TensorSpec> t = tensors();
+  return t.size() == 2 && t[0].dtype == DType::f32 && t[0].shape.size() == 3 && t[1].dtype == DType::i32 &&
+         t[1].shape.empty();
+}
+
+// ---------------------------------------------------------------------------
+
 MemoryDataset::MemoryDataset(std::vector<float> data, std::vector<int32_t> labels,
                              SampleShape shape, int num_classes)
     : data_(std::move(data)), labels_(std::move(labels)), shape_(shape),
@@ -165,6 +190,12 @@ void Subset::get(size_t i, float* out_chw, int32_t* label) const {
     throw std::out_of_range("Subset: index " + std::to_string(i) + " >= size " +
                             std::to_string(indices_.size()));
   base_->get(indices_[i], out_chw, label);
+}
+
+void Subset::get_tensors(size_t i, void* const* out) const {
+  if (i >= indices_.size())
+    throw std::out_of_range("Subset: index " + std::to_string(i) + " >= size " + std::to_string(indices_.size()));
+  base_->get_tensors(indices_[i], out);
 }
 
 size_t Subset::resident_bytes() const {

@@ -1,12 +1,17 @@
 // memfit data layer: the Dataset interface, a small in-memory dataset and a
 // Subset view.
 //
-// A Dataset is a random-access list of labelled samples of one fixed shape
-// (C, H, W). get(i) writes sample i as normalised float32 in CHW order into a
-// caller buffer; the loader calls it straight into planned batch buffers, so
-// an implementation must not keep references to `out` and must be safe to
-// call concurrently from several threads (get is const and must not mutate
-// shared state).
+// A Dataset is a random-access list of samples, each a fixed list of named,
+// typed tensors of fixed shapes (tensors(): "image" f32 [C, H, W] and
+// "labels" i32 [] for images; "tokens" i32 [T] and a target for text).
+// get_tensors(i) writes sample i's tensors into caller buffers; the loader
+// calls it into its batch buffers, so an implementation must not keep
+// references to them and must be safe to call concurrently from several
+// threads (it is const and must not mutate shared state).
+//
+// Image datasets implement the image form instead: sample_shape() and
+// get(i, float*, int32_t*), a normalised float32 CHW image and its class;
+// the generic form defaults to it.
 //
 // Memory accounting (what the planner counts for "data pipeline"):
 //   resident_bytes()   bytes the dataset holds for its whole life (decoded
@@ -22,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "memfit/tensor_spec.hpp"
+
 namespace memfit::data {
 
 // C, H, W of one sample.
@@ -36,14 +43,32 @@ class Dataset {
   virtual ~Dataset() = default;
 
   virtual size_t size() const = 0;
+  // Classes of a classification target; the vocabulary of a language
+  // model's.
   virtual int num_classes() const = 0;
-  virtual SampleShape sample_shape() const = 0;
 
-  // Writes sample i (i < size()) as C*H*W floats into out_chw and its class
-  // index (0 <= label < num_classes()) into *label. Throws std::out_of_range
-  // for a bad index and std::runtime_error naming the file for unreadable
-  // data. Thread-safe.
-  virtual void get(size_t i, float* out_chw, int32_t* label) const = 0;
+  // The tensors of one sample, in the order get_tensors() writes them; the
+  // last is the target. Default: {"image", f32, sample_shape()},
+  // {"labels", i32, [], pad -1}.
+  virtual std::vector<TensorSpec> tensors() const;
+  // Writes sample i (i < size()): out[k] receives tensors()[k]
+  // (sample_bytes() bytes). Throws std::out_of_range for a bad index and
+  // std::runtime_error naming the file for unreadable data. Thread-safe.
+  // Default: get(i, out[0], out[1]).
+  virtual void get_tensors(size_t i, void* const* out) const;
+
+  // A dataset implements this generic form or the image form below (each
+  // defaults to the other).
+  //
+  // The image form. sample_shape(): C, H, W; get(): sample i as C*H*W
+  // floats into out_chw and its class index (0 <= label < num_classes())
+  // into *label, with the errors of get_tensors(). A dataset of other
+  // tensors leaves them: they throw std::logic_error.
+  virtual SampleShape sample_shape() const;
+  virtual void get(size_t i, float* out_chw, int32_t* label) const;
+  // True if tensors() is an image and a label (the loader's augmentations
+  // and the image models need one).
+  bool is_image() const;
 
   // Value of a black (all-zero) pixel of channel c after normalisation; used
   // as the fill of padded borders (random crop) so they look like black
@@ -136,6 +161,8 @@ class Subset final : public Dataset {
   int num_classes() const override { return base_->num_classes(); }
   SampleShape sample_shape() const override { return base_->sample_shape(); }
   void get(size_t i, float* out_chw, int32_t* label) const override;
+  std::vector<TensorSpec> tensors() const override { return base_->tensors(); }
+  void get_tensors(size_t i, void* const* out) const override;
   float fill_value(int c) const override { return base_->fill_value(c); }
   std::vector<std::string> class_names() const override { return base_->class_names(); }
   // The index table plus the base's resident bytes: a view keeps its base

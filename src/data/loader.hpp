@@ -1,5 +1,7 @@
-// memfit batch loader: turns a Dataset into float NCHW + int32 label batches
-// written into buffers the caller owns (the engine's planned input buffers).
+// memfit batch loader: turns a Dataset into batches of its named tensors
+// (dataset.hpp: an image [N, C, H, W] f32 and labels [N] i32, or tokens and
+// targets), delivered as views of its prefetch ring (next_batch(), which
+// the trainer feeds to the executor) or copied into buffers the caller owns.
 //
 // Determinism: the sample order of epoch e is a pure function of
 // (seed, e, dataset size): Fisher-Yates over 0..N-1 where step i swaps with
@@ -36,6 +38,7 @@ struct LoaderOptions {
   // true: every batch is full and the last partial one of an epoch is
   // skipped; false: the last batch has fewer rows (see next()).
   bool drop_last = false;
+  // Augmentations, for image datasets only (Dataset::is_image()):
   int crop_padding = 0;    // > 0: pad by this many fill pixels, crop back to H x W at random
   bool hflip = false;      // random horizontal flip with probability 1/2
   // Batches decoded ahead by a background thread into a ring of this many
@@ -78,12 +81,29 @@ class Loader {
   // What a loader with these options would hold, without building it.
   static LoaderMemory plan_memory(const Dataset& ds, const LoaderOptions& opt);
 
-  // Writes the next batch into x (batch_size*C*H*W floats) and y (batch_size
-  // labels) and returns its number of rows n. Rows n..batch_size-1 of a
-  // partial last batch get x = 0 and y = -1. Returns 0, touching nothing, at
-  // the end of an epoch; the call after that starts the next epoch. Errors
-  // from the dataset (a corrupt file) are rethrown at the batch they belong
-  // to, and again on every later call until seek(). Never allocates.
+  // Tensors per sample, at most.
+  static constexpr size_t kMaxTensors = 16;
+
+  // One batch: its rows and, per tensor of the dataset (tensors()), its
+  // batch_size * sample_bytes() bytes.
+  struct Batch {
+    size_t n = 0;
+    std::vector<const void*> data;
+  };
+
+  // The next batch as a view of the ring slot it was decoded into, valid
+  // until the next call of next_batch(), next() or seek(); returns its
+  // number of rows n. Rows n..batch_size-1 of a partial last batch hold
+  // each tensor's pad value (inputs 0, labels -1). Returns 0 with an empty
+  // view at the end of an epoch; the call after that starts the next epoch.
+  // Errors from the dataset (a corrupt file) are rethrown at the batch they
+  // belong to, and again on every later call until seek(). Never allocates.
+  // Needs prefetch >= 1 (std::logic_error otherwise).
+  const Batch& next_batch();
+  // The same batch copied into caller buffers, out[k] for tensors()[k]
+  // (with prefetch 0, decoded straight into them).
+  size_t next(void* const* out);
+  // Image datasets: x (batch_size*C*H*W floats) and y (batch_size labels).
   size_t next(float* x, int32_t* y);
 
   Position position() const { return pos_; }
@@ -94,7 +114,9 @@ class Loader {
   size_t epoch_size() const { return epoch_len_; }  // samples delivered per epoch
   size_t batches_per_epoch() const;
   size_t batch_size() const { return opt_.batch_size; }
-  SampleShape sample_shape() const { return shape_; }
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  // Image datasets: C, H, W (std::logic_error otherwise).
+  SampleShape sample_shape() const;
   const LoaderOptions& options() const { return opt_; }
 
   // Bytes the loader allocated itself (ring + order + scratch).
@@ -108,22 +130,25 @@ class Loader {
 
  private:
   struct Slot {
-    float* x = nullptr;
-    int32_t* y = nullptr;
+    std::byte* t[kMaxTensors] = {};  // per tensor, batch_size rows
     size_t n = 0;
     Position after;
     std::exception_ptr error;
   };
 
-  size_t produce(Position& p, float* x, int32_t* y);
-  void load_sample(uint32_t idx, uint64_t epoch, float* dst, int32_t* label, float* scratch);
+  size_t produce(Position& p, std::byte* const* out);
+  void load_sample(uint32_t idx, uint64_t epoch, std::byte* const* rows, float* scratch);
   void worker_loop(Position start);
   void start_worker(Position start);
   void stop_worker();
+  void release_held();
 
   const Dataset& ds_;
   LoaderOptions opt_;
-  SampleShape shape_;
+  std::vector<TensorSpec> tensors_;
+  std::vector<size_t> sample_bytes_;  // per tensor
+  bool image_ = false;
+  SampleShape shape_{};  // image datasets
   size_t sample_floats_ = 0;
   size_t epoch_len_ = 0;
   bool augment_ = false;
@@ -140,9 +165,10 @@ class Loader {
   Position pos_;
 
   // Prefetch ring.
-  std::vector<float> ring_x_;
-  std::vector<int32_t> ring_y_;
+  std::vector<std::byte> ring_;
   std::vector<Slot> slots_;
+  bool held_ = false;  // next_batch() lent the head slot out
+  Batch view_;
   std::mutex mu_;
   std::condition_variable not_full_, not_empty_;
   size_t head_ = 0, filled_ = 0;
