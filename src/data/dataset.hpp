@@ -47,6 +47,9 @@ class Dataset {
   // model's.
   virtual int num_classes() const = 0;
 
+  // A dataset implements either the generic form (tensors, get_tensors) or
+  // the image form (sample_shape, get); each defaults to the other.
+  //
   // The tensors of one sample, in the order get_tensors() writes them; the
   // last is the target. Default: {"image", f32, sample_shape()},
   // {"labels", i32, [], pad -1}.
@@ -57,9 +60,6 @@ class Dataset {
   // Default: get(i, out[0], out[1]).
   virtual void get_tensors(size_t i, void* const* out) const;
 
-  // A dataset implements this generic form or the image form below (each
-  // defaults to the other).
-  //
   // The image form. sample_shape(): C, H, W; get(): sample i as C*H*W
   // floats into out_chw and its class index (0 <= label < num_classes())
   // into *label, with the errors of get_tensors(). A dataset of other
