@@ -66,7 +66,8 @@ std::unique_ptr<RandomStep> random_step(std::mt19937_64& rng) {
     // Mostly continue the chain; sometimes branch from an earlier value
     // (fan-out: that value then lives on).
     if (pick(4) == 0) cur = pool[static_cast<size_t>(pick(static_cast<int64_t>(pool.size())))];
-    const std::string nm = "l" + std::to_string(l);
+    std::string nm = std::to_string(l);
+    nm.insert(0, 1, 'l');  // (not "l" + ...: GCC 12 warns falsely of an overlapping memcpy there)
     const Shape s = g.value(cur).shape;
     const int64_t f = s.size() == 2 ? s[1] : numel(s) / s[0];
     switch (pick(10)) {

@@ -24,26 +24,88 @@ size_t update_begin(const Graph& g) {
   return first;
 }
 
+std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width) {
+  return {{"image", DType::f32, {channels, height, width}, 0.0}, {"labels", DType::i32, {}, -1.0}};
+}
+
+namespace {
+
+std::string describe(const models::InputDecl& d) { return d.name + " " + dtype_name(d.dtype) + " " + d.axes; }
+
+// The data's tensor for a declared model input or target.
+const TensorSpec& match(const models::Model& m, const models::InputDecl& want, const std::vector<TensorSpec>& data) {
+  for (const TensorSpec& t : data)
+    if (t.name == want.name) {
+      if (t.dtype != want.dtype || t.shape.size() != want.rank)
+        throw GraphError("model '" + m.name + "' reads " + describe(want) + ", but the data's '" + t.name + "' is " +
+                         memfit::describe(t));
+      return t;
+    }
+  throw GraphError("model '" + m.name + "' reads " + describe(want) + ", which the data does not hold (it holds " +
+                   memfit::describe(data) + ")");
+}
+
+// A language model's logits [N, T, V] and targets [N, T] as rows [N T, V]
+// and [N T]. A classifier's stay as they are: softmax_xent reports logits of
+// the wrong rank, naming the layer that made them.
+std::pair<ValueId, ValueId> as_rows(Builder& b, models::Task task, ValueId logits, ValueId target) {
+  const Shape& z = b.g.value(logits).shape;
+  if (task != models::Task::LanguageModel || z.size() == 2) return {logits, target};
+  const int64_t C = z.back(), R = numel(z) / C;
+  return {reshape(b, logits, {R, C}), reshape(b, target, {R})};
+}
+
+}  // namespace
+
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   auto sg = std::make_unique<StepGraph>();
   Graph& g = sg->g;
   g.model_name = s.model;
-  models::ModelBuilder fn = models::resolve_model(s.model);
+  const models::Model model = s.model_def ? *s.model_def : models::resolve(s.model);
+  sg->task = model.task;
+  const std::vector<TensorSpec> data = s.data.empty() ? image_tensors(s.channels, s.height, s.width) : s.data;
   Builder b(g, s.training);
-  sg->x = g.input("input", {s.batch, s.channels, s.height, s.width});
-  sg->labels = g.input("labels", {s.batch}, DType::i32);
-  if (s.precision == DType::f32) {
-    sg->logits = fn(b, sg->x, s.classes);
-  } else {
-    // The input is cast once on entry and the logits back to f32 for the
-    // loss (softmax and its log-sum-exp need f32 range and precision).
-    const ValueId x = cast(b, sg->x, s.precision);
-    sg->logits = cast(b, fn(b, x, s.classes), DType::f32);
+  // The graph's inputs in the data's order, each [N, per-sample shape].
+  for (const TensorSpec& t : data) {
+    bool used = t.name == model.target.name;
+    for (const models::InputDecl& d : model.inputs) used = used || d.name == t.name;
+    if (!used) continue;
+    Shape shape{s.batch};
+    shape.insert(shape.end(), t.shape.begin(), t.shape.end());
+    sg->inputs.push_back({t, g.input(t.name, shape, t.dtype), t.name == model.target.name});
+  }
+  auto value_of = [&](const std::string& name) {
+    for (const StepInput& in : sg->inputs)
+      if (in.spec.name == name) return in.value;
+    return kNone;
+  };
+  models::Inputs ins;
+  for (const models::InputDecl& d : model.inputs) {
+    match(model, d, data);
+    ValueId v = value_of(d.name);
+    // Float inputs are cast once on entry to the activation type.
+    if (s.precision != DType::f32 && d.dtype == DType::f32) v = cast(b, v, s.precision);
+    ins[d.name] = v;
+  }
+  match(model, model.target, data);
+  sg->x = value_of(model.inputs.at(0).name);
+  sg->labels = value_of(model.target.name);
+  sg->logits = model.build(b, ins, s.classes);
+  if (s.precision != DType::f32) {
+    // The logits go back to f32 for the loss (softmax and its log-sum-exp
+    // need f32 range and precision).
+    sg->logits = cast(b, sg->logits, DType::f32);
     g.node(g.value(sg->logits).producer).attrs.set("grad_loss_scale", int64_t(1));
   }
-  g.value(sg->logits).is_output = true;
+  if (s.with_metrics) {
+    sg->metrics = xent_metrics(b, sg->logits, sg->labels);
+    for (ValueId v : {sg->metrics.loss_sum, sg->metrics.correct, sg->metrics.count}) g.value(v).is_output = true;
+  } else {
+    g.value(sg->logits).is_output = true;
+  }
   if (!s.with_loss) return sg;
-  sg->loss = softmax_xent(b, sg->logits, sg->labels, s.label_smoothing);
+  const auto [rows, targets] = as_rows(b, model.task, sg->logits, sg->labels);
+  sg->loss = softmax_xent(b, rows, targets, s.label_smoothing);
   g.value(sg->loss).is_output = true;
   g.value(sg->loss).is_loss = true;
   for (const auto& pat : s.freeze) {

@@ -10,12 +10,20 @@
 #include "memfit/graph.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/recompute.hpp"
+#include "memfit/tensor_spec.hpp"
+#include "models/model.hpp"
 
 namespace memfit::train {
 
 struct StepSpec {
   std::string model = "convnet";
+  // The model itself, when not found by name (programs and tests that
+  // build their own); `model` then only names it.
+  std::shared_ptr<const models::Model> model_def;
   int64_t batch = 64;
+  // The tensors one sample of the data holds (data::Dataset::tensors()).
+  // Empty: an image [channels, height, width] and a label.
+  std::vector<TensorSpec> data;
   int64_t channels = 1, height = 28, width = 28;
   int64_t classes = 10;
   bool training = true;
@@ -29,7 +37,10 @@ struct StepSpec {
   bool bias_only = false;
   std::string recompute = "none";  // none | cheap | segments (memfit/recompute.hpp)
   int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
-  bool with_loss = true;    // false: logits only (evaluation computes its metrics from them)
+  bool with_loss = true;    // false: no loss (evaluation)
+  // Evaluation: xent_metrics over the logits and the target as outputs
+  // (StepGraph::metrics), the logits then not kept as an output.
+  bool with_metrics = false;
   // Mixed precision: the type activations (and their gradients) are stored
   // in between the model's input and its logits. Parameters, their
   // gradients, optimizer state, batch-norm statistics and the loss stay f32.
@@ -39,9 +50,21 @@ struct StepSpec {
   DType saved = DType::f32;
 };
 
+// One named input of a step: a model input or the target.
+struct StepInput {
+  TensorSpec spec;  // per sample, as the data yields it
+  ValueId value = kNone;  // [N, spec.shape...]
+  bool target = false;
+};
+
 struct StepGraph {
   Graph g;
+  models::Task task = models::Task::Classification;
+  // In the data's tensor order (the target last).
+  std::vector<StepInput> inputs;
+  // x: the model's first input; labels: the target.
   ValueId x = kNone, labels = kNone, logits = kNone, loss = kNone;
+  XentMetrics metrics{kNone, kNone, kNone};  // with_metrics
   BackwardResult backward;
   RecomputeStats recompute;
   RecomputeStats compress;  // saved-activation compression
@@ -55,7 +78,11 @@ bool name_matches(const std::string& pattern, const std::string& name);
 // std::logic_error if update nodes are not all at the end.
 size_t update_begin(const Graph& g);
 
-// Throws GraphError for a bad model or an unknown model name.
+// The image form of StepSpec::data: image f32 [C,H,W] and labels i32 [].
+std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width);
+
+// Throws GraphError for a bad model, an unknown model name, or data that
+// does not hold the model's inputs and target (naming both).
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& spec);
 
 }  // namespace memfit::train

@@ -1,0 +1,19 @@
+#include "models/model.hpp"
+
+namespace memfit::models {
+
+const char* task_name(Task t) { return t == Task::Classification ? "classification" : "language model"; }
+
+Model image_classifier(const std::string& name, ModelBuilder fn) {
+  Model m;
+  m.name = name;
+  m.inputs = {{"image", DType::f32, 3, "[C,H,W]"}};
+  m.target = {"labels", DType::i32, 0, "[]"};
+  m.task = Task::Classification;
+  m.build = [fn = std::move(fn)](Builder& b, const Inputs& in, int64_t classes) { return fn(b, in.at("image"), classes); };
+  return m;
+}
+
+Model resolve(const std::string& name_or_path) { return image_classifier(name_or_path, resolve_model(name_or_path)); }
+
+}  // namespace memfit::models

@@ -1,0 +1,57 @@
+// What a model reads and predicts: its signature. A model declares its
+// inputs by name, type and rank (the data decides the sizes: channels and
+// image size, sequence length), its target, and its task, which decides the
+// loss and the evaluation metrics (train/step_graph.hpp). The step graph
+// matches them by name against the tensors the dataset yields.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "memfit/builder.hpp"
+#include "memfit/tensor_spec.hpp"
+#include "models/model_file.hpp"
+
+namespace memfit::models {
+
+// A tensor the model reads per sample: "image" f32 of rank 3 ([C, H, W]).
+struct InputDecl {
+  std::string name;
+  DType dtype = DType::f32;
+  size_t rank = 0;
+  std::string axes;  // the axes' letters for messages: "[C,H,W]", "[T]", "[]"
+};
+
+enum class Task : uint8_t {
+  // logits [N, classes] against labels [N]: cross-entropy; accuracy.
+  Classification,
+  // logits [N, T, vocab] against targets [N, T] (negative: padding):
+  // cross-entropy per token; perplexity.
+  LanguageModel,
+};
+const char* task_name(Task t);
+
+// Graph values of the model's inputs, by name.
+using Inputs = std::map<std::string, ValueId>;
+
+struct Model {
+  std::string name;
+  std::vector<InputDecl> inputs;
+  InputDecl target;
+  Task task = Task::Classification;
+  // Builds the model on its inputs and returns the logits. `classes`: the
+  // dataset's number of classes (a language model's vocabulary).
+  std::function<ValueId(Builder&, const Inputs&, int64_t classes)> build;
+};
+
+// An image classifier from a builder of the image form (the CNN zoo, model
+// files): reads "image" f32 [C,H,W], predicts "labels" i32 [].
+Model image_classifier(const std::string& name, ModelBuilder fn);
+
+// A zoo name or a model file (model_file.hpp's resolve_model), with its
+// signature. Throws as resolve_model does.
+Model resolve(const std::string& name_or_path);
+
+}  // namespace memfit::models
