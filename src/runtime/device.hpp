@@ -1,0 +1,84 @@
+// A device: where a graph's arenas live and how its nodes become kernels.
+//
+// The executor talks to its device only: arenas are allocated and freed by
+// it, values cross between host and device memory through copy_to_device /
+// copy_to_host, and every node is lowered by make_kernel from the graph's
+// lowering context (runtime/lowered.hpp). The planner, autodiff and the op
+// registry know nothing of devices.
+//
+// Devices today (device_for maps the user-facing Backend to one):
+//   CpuDevice (Backend::Cpu, runtime/lower_cpu/cpu_device.cpp): the fast CPU
+//     kernel where one is registered and takes the node, else the reference
+//     kernel, between conversions when the node stores bf16/fp16.
+//   ReferenceDevice (Backend::Reference / Reference64,
+//     runtime/lower/reference_device.cpp): the scalar oracle, storing floats
+//     as f32 or, for Reference64, every float value as double.
+// Both keep their arenas in host memory (HostDevice). docs/adding-an-op.md
+// says how to add one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/kernel.hpp"
+#include "memfit/graph.hpp"
+#include "memfit/runtime.hpp"
+#include "runtime/lowered.hpp"
+
+namespace memfit {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const char* name() const = 0;
+  virtual Backend backend() const = 0;
+
+  // Bytes per element of a value of type t as this device stores it.
+  virtual size_t elem_size(DType t) const { return dtype_size(t); }
+  // True if the device stores every float value in one wide type (double),
+  // so low-precision nodes need no conversions.
+  virtual bool wide_floats() const { return false; }
+
+  // Arena memory: `bytes` (a multiple of arena_alignment()) aligned to
+  // arena_alignment(); throws std::bad_alloc. free(nullptr) does nothing.
+  virtual size_t arena_alignment() const = 0;
+  virtual void* allocate(size_t bytes) const = 0;
+  virtual void free(void* p) const = 0;
+  // True if the host may read and write device memory through its pointers
+  // (guard-byte mode needs it).
+  virtual bool host_addressable() const = 0;
+  // dst is device memory and src host memory (copy_to_device), or the other
+  // way round (copy_to_host); fill sets device bytes.
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) const = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) const = 0;
+  virtual void fill(void* dst, uint8_t byte, size_t bytes) const = 0;
+
+  // Lowering: fill in the device's part of a new lowering context (layouts,
+  // product path); make node id's kernel (nullptr for nodes that need none:
+  // views). make_kernel throws std::runtime_error for an op without a
+  // lowering.
+  virtual void prepare(LoweredGraph& lg) const { (void)lg; }
+  virtual std::unique_ptr<kernels::Kernel> make_kernel(const LoweredGraph& lg, NodeId id) const = 0;
+};
+
+// Arenas in host memory (aligned_alloc), copies by memcpy.
+class HostDevice : public Device {
+ public:
+  static constexpr size_t kArenaAlign = 4096;
+  size_t arena_alignment() const override { return kArenaAlign; }
+  void* allocate(size_t bytes) const override;
+  void free(void* p) const override;
+  bool host_addressable() const override { return true; }
+  void copy_to_device(void* dst, const void* src, size_t bytes) const override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) const override;
+  void fill(void* dst, uint8_t byte, size_t bytes) const override;
+};
+
+const Device& cpu_device();                 // runtime/lower_cpu/cpu_device.cpp
+const Device& reference_device(bool wide);  // runtime/lower/reference_device.cpp
+// The device a backend names (one instance per process; devices hold no
+// per-graph state).
+const Device& device_for(Backend b);
+
+}  // namespace memfit
