@@ -39,7 +39,6 @@
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
-#include "runtime/lower_cpu/layout.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/step_graph.hpp"
@@ -124,7 +123,7 @@ int usage(const char* msg) {
 int main(int argc, char** argv) {
   train::StepSpec spec;
   int steps = 10, warmup = 2, threads = 0;
-  bool profile = false, do_peak = false, serve = false;
+  bool profile = false, do_peak = false, serve = false, plain = false;
   std::string precision = "fp32";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -132,7 +131,7 @@ int main(int argc, char** argv) {
     const char* v = nullptr;
     if (a == "--profile") profile = true;
     else if (a == "--peak") do_peak = true;
-    else if (a == "--plain") set_cpu_blocked_layouts(false);
+    else if (a == "--plain") plain = true;
     else if (a == "--serve") serve = true;
     else if (!(v = next())) return usage(("missing value after " + a).c_str());
     else if (a == "--model") spec.model = v;
@@ -155,6 +154,7 @@ int main(int argc, char** argv) {
   auto sg = train::build_step_graph(spec);
   ExecConfig cfg;
   cfg.backend = Backend::Cpu;
+  cfg.blocked_layouts = !plain;
   Executor ex(sg->g, cfg);
   ex.init_params(1);
   {

@@ -39,7 +39,9 @@
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
 #include "runtime/kernel_table.hpp"
+#include "runtime/device.hpp"
 #include "runtime/lower_cpu/layout.hpp"
+#include "runtime/lowered.hpp"
 #include "train/step_graph.hpp"
 #include "kernel_cases.hpp"
 
@@ -1101,9 +1103,19 @@ TEST(CpuKernels, BlockedLayoutChoice) {
   EXPECT_EQ(at(r2), Layout::Plain);
   EXPECT_EQ(at(c3), Layout::Plain);
   expect_kernel(g, "batch_norm", "cpu.batch_norm.blk16");
-  set_cpu_blocked_layouts(false);
-  EXPECT_EQ(cpu_layouts(g)[static_cast<size_t>(c1)], Layout::Plain);
-  set_cpu_blocked_layouts(true);
+  {
+    // The off switch is a config option: a lowering context with it makes
+    // every value plain, and an executor with it runs the plain kernels.
+    LowerOptions off;
+    off.blocked_layouts = false;
+    const LoweredGraph lg(g, device_for(Backend::Cpu), off);
+    EXPECT_EQ(lg.layout(c1), Layout::Plain);
+    ExecConfig cfg;
+    cfg.blocked_layouts = false;
+    Executor ex(g, cfg);
+    for (size_t k = 0; k < g.num_nodes(); ++k)
+      EXPECT_EQ(std::string(ex.kernel_name(k)).find("blk16"), std::string::npos) << ex.kernel_name(k);
+  }
   // The whole graph, blocked where chosen, against the reference.
   std::vector<ValueId> read{y};
   Feed f = random_feed(g, 93);

@@ -4,10 +4,12 @@
 // (Reference64: doubles), and the byte count is checked against that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
 #include "memfit/builder.hpp"
+#include "memfit/graph.hpp"
 #include "memfit/runtime.hpp"
 #include "kernels/kernel.hpp"
 
@@ -69,4 +71,68 @@ TEST(ExecutorIo, NothingMovesBeforeAllocation) {
   Executor ex(t.g, cfg);
   std::vector<float> in(6);
   EXPECT_THROW(ex.feed(t.x, in.data(), in.size() * sizeof(float)), std::logic_error);
+}
+
+// The reference device in double: whole values cross as doubles (feed /
+// fetch), f32 copies convert element by element through host chunks
+// (write_f32 / read_f32 over more than one chunk), and parameters are
+// initialised to the same values as in f32 storage.
+TEST(ExecutorIo, Reference64DeviceCopiesDoubles) {
+  Graph g;
+  Builder b(g, false);
+  const int64_t n = 2500;  // more than one 1024-element chunk
+  ValueId x = g.input("x", {1, n});
+  ValueId w = g.param("w", {1, n}, false);
+  g.value(w).init = InitSpec{InitSpec::Uniform, 0.5};
+  ValueId y = add(b, relu(b, x), w);
+  g.value(y).is_output = true;
+  ExecConfig cfg;
+  cfg.backend = Backend::Reference64;
+  Executor wide(g, cfg);
+  cfg.backend = Backend::Reference;
+  Executor narrow(g, cfg);
+  ASSERT_EQ(wide.value_bytes(x), static_cast<size_t>(n) * 8);
+  wide.init_params(7);
+  narrow.init_params(7);
+  std::vector<float> w32(n), w64(n);
+  narrow.read_f32(w, w32.data());
+  wide.read_f32(w, w64.data());
+  EXPECT_EQ(w32, w64);
+  std::vector<double> wd(static_cast<size_t>(n));
+  wide.fetch(w, wd.data(), wd.size() * 8);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(wd[static_cast<size_t>(i)], static_cast<double>(w32[static_cast<size_t>(i)])) << i;
+
+  std::vector<float> xf(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xf[static_cast<size_t>(i)] = static_cast<float>(i % 7) - 3.0f;
+  wide.write_f32(x, xf.data());
+  std::vector<double> xd(static_cast<size_t>(n));
+  wide.fetch(x, xd.data(), xd.size() * 8);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(xd[static_cast<size_t>(i)], xf[static_cast<size_t>(i)]) << i;
+  // A double that is not a float survives feed/fetch exactly.
+  xd[0] = 1.0 + 0x1p-40;
+  wide.feed(x, xd.data(), xd.size() * 8);
+  wide.run(kernels::StepContext{});
+  std::vector<double> yd(static_cast<size_t>(n));
+  wide.fetch(y, yd.data(), yd.size() * 8);
+  EXPECT_EQ(yd[0], 1.0 + 0x1p-40 + wd[0]);
+  for (int64_t i = 1; i < n; ++i)
+    ASSERT_EQ(yd[static_cast<size_t>(i)], std::max(0.0, xd[static_cast<size_t>(i)]) + wd[static_cast<size_t>(i)]) << i;
+  std::vector<float> yf(static_cast<size_t>(n));
+  wide.read_f32(y, yf.data());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(yf[static_cast<size_t>(i)], static_cast<float>(yd[static_cast<size_t>(i)])) << i;
+}
+
+TEST(ExecutorIo, FetchScalarReference64) {
+  Graph g;
+  Builder b(g, false);
+  ValueId x = g.input("x", {1});
+  ValueId y = relu(b, x);
+  g.value(y).is_output = true;
+  ExecConfig cfg;
+  cfg.backend = Backend::Reference64;
+  Executor ex(g, cfg);
+  const double v = 0.1;  // not a float
+  ex.feed(x, &v, 8);
+  ex.run(kernels::StepContext{});
+  EXPECT_EQ(ex.fetch_scalar(y), 0.1);
 }

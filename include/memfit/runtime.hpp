@@ -13,12 +13,16 @@
 
 namespace memfit {
 
+class Device;  // runtime/device.hpp
+
 namespace kernels {
 class Kernel;
 struct StepContext;
 }  // namespace kernels
 
-// Cpu: oneDNN and hand-written fast kernels (f32 storage).
+// The user-facing device selector (device_for in runtime/device.hpp maps it
+// to the Device the executor runs on).
+// Cpu: oneDNN and hand-written fast kernels (f32 and bf16 storage).
 // Reference: plain scalar kernels in f32. Reference64: the same in double
 // (gradient checks); every float value is stored as double.
 enum class Backend : uint8_t { Cpu, Reference, Reference64 };
@@ -39,6 +43,10 @@ struct ExecConfig {
   // true: the constructor makes kernels and the plan only; allocate() then
   // takes the memory (so a plan can be checked against a budget first).
   bool defer_allocation = false;
+  // Cpu: keep the activations the lowering chooses channel-blocked (nChw16c,
+  // runtime/lower_cpu/layout.hpp); false makes every value plain (benchmarks,
+  // A/B checks).
+  bool blocked_layouts = true;
 };
 
 class Executor {
@@ -58,6 +66,7 @@ class Executor {
   const Graph& graph() const { return g_; }
   const Plan& plan() const { return plan_; }
   const ExecConfig& config() const { return cfg_; }
+  const Device& device() const { return *dev_; }
   size_t elem_size(ValueId v) const;  // bytes per element as stored
 
   void* data(ValueId v);
@@ -111,6 +120,7 @@ class Executor {
  private:
   const Graph& g_;
   ExecConfig cfg_;
+  const Device* dev_;
   Plan plan_;
   std::vector<std::unique_ptr<kernels::Kernel>> kernels_;
   std::vector<std::byte*> arenas_;
@@ -128,6 +138,13 @@ class Executor {
   void fill_guards();
   bool guard_intact(size_t offset) const;
 };
+
+// The plan Executor(g, cfg) makes, byte for byte, without making the
+// executor: each node's scratch and library heap come from a kernel made
+// once per process per node signature (runtime/lowered.hpp: op, attributes,
+// operand shapes, types and layouts, device) and dropped, so plans sharing
+// layers (a fit's candidates) build each kernel's primitives once.
+Plan plan_for(const Graph& g, const ExecConfig& cfg);
 
 // Byte size of every value as `backend` stores it.
 std::vector<size_t> value_storage_bytes(const Graph& g, Backend b);

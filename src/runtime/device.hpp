@@ -13,7 +13,8 @@
 //   ReferenceDevice (Backend::Reference / Reference64,
 //     runtime/lower/reference_device.cpp): the scalar oracle, storing floats
 //     as f32 or, for Reference64, every float value as double.
-// Both keep their arenas in host memory (HostDevice).
+// Both keep their arenas in host memory (HostDevice). docs/adding-an-op.md
+// says how to add one.
 #pragma once
 
 #include <cstddef>
@@ -45,17 +46,18 @@ class Device {
   virtual void* allocate(size_t bytes) const = 0;
   virtual void free(void* p) const = 0;
   // True if the host may read and write device memory through its pointers
-  // (guard-byte checks need it).
+  // (guard-byte mode needs it).
   virtual bool host_addressable() const = 0;
-  // dst and src: a device pointer and a host pointer (copy_to_device) or
-  // the other way round (copy_to_host); fill sets device bytes.
+  // dst is device memory and src host memory (copy_to_device), or the other
+  // way round (copy_to_host); fill sets device bytes.
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) const = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) const = 0;
   virtual void fill(void* dst, uint8_t byte, size_t bytes) const = 0;
 
   // Lowering: fill in the device's part of a new lowering context (layouts,
-  // product path); then make node id's kernel (nullptr for nodes that need
-  // none: views). Throws std::runtime_error for an op without a lowering.
+  // product path); make node id's kernel (nullptr for nodes that need none:
+  // views). make_kernel throws std::runtime_error for an op without a
+  // lowering.
   virtual void prepare(LoweredGraph& lg) const { (void)lg; }
   virtual std::unique_ptr<kernels::Kernel> make_kernel(const LoweredGraph& lg, NodeId id) const = 0;
 };
@@ -73,8 +75,8 @@ class HostDevice : public Device {
   void fill(void* dst, uint8_t byte, size_t bytes) const override;
 };
 
-const Device& cpu_device();                  // runtime/lower_cpu/cpu_device.cpp
-const Device& reference_device(bool wide);   // runtime/lower/reference_device.cpp
+const Device& cpu_device();                 // runtime/lower_cpu/cpu_device.cpp
+const Device& reference_device(bool wide);  // runtime/lower/reference_device.cpp
 // The device a backend names (one instance per process; devices hold no
 // per-graph state).
 const Device& device_for(Backend b);

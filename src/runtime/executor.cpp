@@ -2,41 +2,24 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
-#include "runtime/kernel_table.hpp"
-#include "runtime/lower_cpu/layout.hpp"
-#include "runtime/mixed.hpp"
+#include "runtime/device.hpp"
+#include "runtime/lowered.hpp"
 
 namespace memfit {
 
-void register_builtin_kernels();  // runtime/lower/all.cpp
-void register_cpu_kernels();      // runtime/lower_cpu/all.cpp
-
 namespace {
-std::map<std::string, KernelFactory>& ktable() {
-  static std::map<std::string, KernelFactory> t;
-  return t;
-}
-std::map<std::string, KernelFactory>& cpu_table() {
-  static std::map<std::string, KernelFactory> t;
-  return t;
-}
-void ensure_kernels() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    register_builtin_kernels();
-    register_cpu_kernels();
-  });
-}
 constexpr uint8_t kGuard = 0xA5;
-constexpr size_t kArenaAlign = 4096;
+// Elements per chunk of a converting copy through a host buffer.
+constexpr size_t kCopyChunk = 1024;
 }  // namespace
 
 const char* backend_name(Backend b) {
@@ -48,88 +31,91 @@ const char* backend_name(Backend b) {
   return "?";
 }
 
-void register_kernel(const std::string& op, KernelFactory f) { ktable()[op] = std::move(f); }
-void register_cpu_kernel(const std::string& op, KernelFactory f) { cpu_table()[op] = std::move(f); }
-bool has_cpu_kernel(const std::string& op) {
-  ensure_kernels();
-  return cpu_table().count(op) != 0;
-}
-bool has_reference_kernel(const std::string& op) {
-  ensure_kernels();
-  return ktable().count(op) != 0;
-}
-
-namespace {
-
-std::unique_ptr<kernels::Kernel> make_kernel_with(const Graph& g, const Node& n, Backend b, const Graph* view) {
-  ensure_kernels();
-  auto cpu = b == Backend::Cpu ? cpu_table().find(n.op) : cpu_table().end();
-  if (cpu != cpu_table().end())
-    if (auto k = cpu->second(g, n, b)) return k;
-  auto it = ktable().find(n.op);
-  if (it == ktable().end()) throw std::runtime_error("no kernel for op '" + n.op + "'");
-  // Reference64 stores every float as double: no conversions there.
-  if (b == Backend::Reference64 || op_def(n.op).traits.converts_types || low_precision_type(g, n) == DType::f32)
-    return it->second(g, n, b);
-  // A low-precision node without a kernel of its own for its types: the f32
-  // kernel for the f32 view of the node, wrapped in conversions.
-  std::unique_ptr<Graph> own;
-  if (!view) {
-    own = f32_view(g);
-    view = own.get();
-  }
-  const Node& vn = view->node(static_cast<NodeId>(&n - g.nodes().data()));
-  std::unique_ptr<kernels::Kernel> inner;
-  if (cpu != cpu_table().end()) {
-    PlainLayoutScope plain;
-    inner = cpu->second(*view, vn, b);
-  }
-  if (!inner) inner = it->second(*view, vn, b);
-  return wrap_low_precision(g, n, std::move(inner));
-}
-
-bool any_low_precision(const Graph& g) {
-  for (const Value& v : g.values())
-    if (v.dtype == DType::bf16 || v.dtype == DType::f16) return true;
-  return false;
-}
-
-}  // namespace
-
-std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b) {
-  return make_kernel_with(g, n, b, nullptr);
-}
-
 std::vector<size_t> value_storage_bytes(const Graph& g, Backend b) {
+  const Device& d = device_for(b);
   std::vector<size_t> r(g.num_values());
   for (size_t v = 0; v < r.size(); ++v) {
     const Value& val = g.value(static_cast<ValueId>(v));
-    size_t es = dtype_size(val.dtype);
-    if (b == Backend::Reference64 && is_float(val.dtype)) es = 8;
-    r[v] = static_cast<size_t>(numel(val.shape)) * es;
+    r[v] = static_cast<size_t>(numel(val.shape)) * d.elem_size(val.dtype);
   }
   return r;
 }
 
-Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg) {
+namespace {
+
+LowerOptions lower_options(const ExecConfig& cfg) {
+  LowerOptions o;
+  o.blocked_layouts = cfg.blocked_layouts;
+  return o;
+}
+
+Plan plan_with(const Graph& g, const ExecConfig& cfg, const std::vector<size_t>& scratch, size_t heap_bytes) {
+  const std::vector<size_t> bytes = value_storage_bytes(g, cfg.backend);
+  Plan plan = make_plan(g, bytes, scratch, cfg.plan);
+  plan.library_heap_bytes = std::max(plan.library_heap_bytes, heap_bytes);
+  bool verify = cfg.verify;
+#ifndef NDEBUG
+  verify = true;
+#endif
+  if (verify) {
+    std::string err = verify_plan(g, plan, bytes, scratch);
+    if (!err.empty()) throw std::logic_error("memory plan failed verification: " + err);
+  }
+  return plan;
+}
+
+}  // namespace
+
+Plan plan_for(const Graph& g, const ExecConfig& cfg) {
+  // Scratch and library heap of every node signature lowered so far in this
+  // process: building a kernel (oneDNN primitive descriptors) is what
+  // planning costs, and the candidates of one fit share most of their layers.
+  struct Bytes {
+    size_t scratch, heap;
+  };
+  static std::mutex mu;
+  static std::unordered_map<std::string, Bytes> cache;
+  const Device& dev = device_for(cfg.backend);
+  const LoweredGraph lg(g, dev, lower_options(cfg));
+  std::vector<size_t> scratch(g.num_nodes(), 0);
+  size_t heap = 0;
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    const NodeId id = static_cast<NodeId>(k);
+    const std::string key = node_signature(lg, id);
+    Bytes b{};
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = cache.find(key);
+      if (it != cache.end()) b = it->second;
+      else {
+        const std::unique_ptr<kernels::Kernel> kern = dev.make_kernel(lg, id);
+        if (kern) b = {kern->scratch_bytes(), kern->heap_bytes()};
+        cache.emplace(key, b);
+      }
+    }
+    scratch[k] = b.scratch;
+    heap = std::max(heap, b.heap);
+  }
+  return plan_with(g, cfg, scratch, heap);
+}
+
+Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg), dev_(&device_for(cfg.backend)) {
   kernels_.resize(g.num_nodes());
   std::vector<size_t> scratch(g.num_nodes(), 0);
-  const std::unique_ptr<Graph> view = any_low_precision(g) ? f32_view(g) : nullptr;
-  for (size_t k = 0; k < g.num_nodes(); ++k) {
-    kernels_[k] = make_kernel_with(g, g.node(static_cast<NodeId>(k)), cfg.backend, view.get());
-    if (kernels_[k]) scratch[k] = kernels_[k]->scratch_bytes();
+  size_t heap = 0;
+  {
+    const LoweredGraph lg(g, *dev_, lower_options(cfg));
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+      kernels_[k] = dev_->make_kernel(lg, static_cast<NodeId>(k));
+      if (!kernels_[k]) continue;
+      scratch[k] = kernels_[k]->scratch_bytes();
+      heap = std::max(heap, kernels_[k]->heap_bytes());
+    }
   }
-  const std::vector<size_t> bytes = value_storage_bytes(g, cfg.backend);
-  plan_ = make_plan(g, bytes, scratch, cfg.plan);
-  for (const auto& k : kernels_)
-    if (k) plan_.library_heap_bytes = std::max(plan_.library_heap_bytes, k->heap_bytes());
 #ifndef NDEBUG
   cfg_.verify = true;
 #endif
-  if (cfg_.verify) {
-    std::string err = verify_plan(g, plan_, bytes, scratch);
-    if (!err.empty()) throw std::logic_error("memory plan failed verification: " + err);
-  }
+  plan_ = plan_with(g, cfg_, scratch, heap);
   arenas_.assign(kNumArenas, nullptr);
   owned_.assign(kNumArenas, false);
   if (!cfg_.defer_allocation) allocate();
@@ -145,8 +131,12 @@ void Executor::allocate() {
   allocated_ = true;
   const Graph& g = g_;
   const ExecConfig& cfg = cfg_;
+  if (cfg_.plan.guard_bytes && !dev_->host_addressable())
+    throw std::invalid_argument(std::string("guard-byte mode needs host-addressable memory; device '") + dev_->name() +
+                                "' has none");
+  const size_t align = dev_->arena_alignment();
   for (size_t a = 0; a < kNumArenas; ++a) {
-    size_t bytes = (plan_.arena_bytes[a] + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+    size_t bytes = (plan_.arena_bytes[a] + align - 1) / align * align;
     if (bytes == 0) continue;
     if (cfg.borrow[a].ptr) {
       if (cfg.borrow[a].bytes < plan_.arena_bytes[a])
@@ -155,9 +145,8 @@ void Executor::allocate() {
       continue;
     }
     owned_[a] = true;
-    arenas_[a] = static_cast<std::byte*>(std::aligned_alloc(kArenaAlign, bytes));
-    if (!arenas_[a]) throw std::bad_alloc();
-    if (a != static_cast<size_t>(Arena::Transient)) std::memset(arenas_[a], 0, bytes);
+    arenas_[a] = static_cast<std::byte*>(dev_->allocate(bytes));
+    if (a != static_cast<size_t>(Arena::Transient)) dev_->fill(arenas_[a], 0, bytes);
   }
   if (cfg_.plan.guard_bytes) {
     fill_guards();
@@ -191,18 +180,14 @@ void Executor::allocate() {
 Executor::~Executor() {
   kernels_.clear();
   for (size_t a = 0; a < arenas_.size(); ++a)
-    if (owned_[a]) std::free(arenas_[a]);
+    if (owned_[a]) dev_->free(arenas_[a]);
 }
 
 ExecConfig::Borrowed Executor::arena(Arena a) const {
   return {arenas_[static_cast<size_t>(a)], plan_.arena_bytes[static_cast<size_t>(a)]};
 }
 
-size_t Executor::elem_size(ValueId v) const {
-  const Value& val = g_.value(v);
-  if (cfg_.backend == Backend::Reference64 && is_float(val.dtype)) return 8;
-  return dtype_size(val.dtype);
-}
+size_t Executor::elem_size(ValueId v) const { return dev_->elem_size(g_.value(v).dtype); }
 
 void* Executor::data(ValueId v) {
   const Placement& p = plan_.values.at(static_cast<size_t>(v));
@@ -225,23 +210,35 @@ void* checked_buffer(Executor& ex, ValueId v, size_t bytes, const char* what) {
 }  // namespace
 
 void Executor::feed(ValueId v, const void* src, size_t bytes) {
-  std::memcpy(checked_buffer(*this, v, bytes, "feed"), src, bytes);
+  dev_->copy_to_device(checked_buffer(*this, v, bytes, "feed"), src, bytes);
 }
 
 void Executor::fetch(ValueId v, void* dst, size_t bytes) {
-  std::memcpy(dst, checked_buffer(*this, v, bytes, "fetch"), bytes);
+  dev_->copy_to_host(dst, checked_buffer(*this, v, bytes, "fetch"), bytes);
 }
 
 double Executor::fetch_scalar(ValueId v) {
   const Value& val = g_.value(v);
   if (numel(val.shape) != 1) throw std::invalid_argument("fetch_scalar of '" + val.name + "', which is not a scalar");
-  const void* p = checked_buffer(*this, v, value_bytes(v), "fetch_scalar");
-  switch (val.dtype) {
-    case DType::f32:
-      return elem_size(v) == 8 ? *static_cast<const double*>(p) : *static_cast<const float*>(p);
-    case DType::i32: return *static_cast<const int32_t*>(p);
-    default: throw std::invalid_argument("fetch_scalar of '" + val.name + "': not an f32 or i32 value");
+  const size_t n = value_bytes(v);
+  const void* p = checked_buffer(*this, v, n, "fetch_scalar");
+  if (val.dtype != DType::f32 && val.dtype != DType::i32)
+    throw std::invalid_argument("fetch_scalar of '" + val.name + "': not an f32 or i32 value");
+  alignas(8) unsigned char buf[8];
+  dev_->copy_to_host(buf, p, n);
+  if (val.dtype == DType::i32) {
+    int32_t i;
+    std::memcpy(&i, buf, 4);
+    return i;
   }
+  if (n == 8) {
+    double d;
+    std::memcpy(&d, buf, 8);
+    return d;
+  }
+  float f;
+  std::memcpy(&f, buf, 4);
+  return f;
 }
 
 size_t Executor::arena_bytes() const {
@@ -260,22 +257,30 @@ std::vector<size_t> Executor::node_scratch() const {
 void Executor::write_f32(ValueId v, const float* src) {
   const size_t n = static_cast<size_t>(numel(g_.value(v).shape));
   if (g_.value(v).dtype != DType::f32) throw std::runtime_error("write_f32 on a non-f32 value");
-  if (elem_size(v) == 8) {
-    double* d = ptr<double>(v);
-    for (size_t i = 0; i < n; ++i) d[i] = src[i];
-  } else {
-    std::memcpy(data(v), src, n * 4);
+  if (elem_size(v) != 8) {
+    dev_->copy_to_device(data(v), src, n * 4);
+    return;
+  }
+  double buf[kCopyChunk];
+  for (size_t i = 0; i < n; i += kCopyChunk) {
+    const size_t m = std::min(kCopyChunk, n - i);
+    for (size_t j = 0; j < m; ++j) buf[j] = src[i + j];
+    dev_->copy_to_device(ptr<double>(v) + i, buf, m * 8);
   }
 }
 
 void Executor::read_f32(ValueId v, float* dst) {
   const size_t n = static_cast<size_t>(numel(g_.value(v).shape));
   if (g_.value(v).dtype != DType::f32) throw std::runtime_error("read_f32 on a non-f32 value");
-  if (elem_size(v) == 8) {
-    const double* d = ptr<double>(v);
-    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(d[i]);
-  } else {
-    std::memcpy(dst, data(v), n * 4);
+  if (elem_size(v) != 8) {
+    dev_->copy_to_host(dst, data(v), n * 4);
+    return;
+  }
+  double buf[kCopyChunk];
+  for (size_t i = 0; i < n; i += kCopyChunk) {
+    const size_t m = std::min(kCopyChunk, n - i);
+    dev_->copy_to_host(buf, ptr<double>(v) + i, m * 8);
+    for (size_t j = 0; j < m; ++j) dst[i + j] = static_cast<float>(buf[j]);
   }
 }
 
@@ -283,28 +288,35 @@ void Executor::init_params(uint64_t seed) {
   for (size_t v = 0; v < g_.num_values(); ++v) {
     const Value& val = g_.value(static_cast<ValueId>(v));
     if (val.cls == VClass::ParamGrad || val.cls == VClass::OptState) {
-      std::memset(data(static_cast<ValueId>(v)), 0, plan_.values[v].bytes);
+      dev_->fill(data(static_cast<ValueId>(v)), 0, plan_.values[v].bytes);
       continue;
     }
     if (val.cls != VClass::Param && val.cls != VClass::Buffer) continue;
     if (val.dtype != DType::f32) throw std::runtime_error("init_params: '" + val.name + "' is not f32");
-    // Written in place: a temporary copy of the largest parameter would be
-    // memory outside the plan.
+    // Generated in chunks through a small host buffer: a temporary copy of
+    // the largest parameter would be memory outside the plan.
     const size_t n = static_cast<size_t>(numel(val.shape));
     const bool wide = elem_size(static_cast<ValueId>(v)) == 8;
-    float* f = wide ? nullptr : ptr<float>(static_cast<ValueId>(v));
-    double* d = wide ? ptr<double>(static_cast<ValueId>(v)) : nullptr;
+    std::byte* dst = static_cast<std::byte*>(data(static_cast<ValueId>(v)));
     const uint64_t key = rng::stream_key(seed, rng::name_hash(val.name), 0);
-    for (size_t i = 0; i < n; ++i) {
-      float x = 0.0f;
-      switch (val.init.kind) {
-        case InitSpec::None:
-        case InitSpec::Zeros: x = 0.0f; break;
-        case InitSpec::Ones: x = 1.0f; break;
-        case InitSpec::Uniform: x = rng::uniform_sym(key, i, static_cast<float>(val.init.bound)); break;
+    float f[kCopyChunk];
+    double d[kCopyChunk];
+    for (size_t i0 = 0; i0 < n; i0 += kCopyChunk) {
+      const size_t m = std::min(kCopyChunk, n - i0);
+      for (size_t j = 0; j < m; ++j) {
+        const size_t i = i0 + j;
+        float x = 0.0f;
+        switch (val.init.kind) {
+          case InitSpec::None:
+          case InitSpec::Zeros: x = 0.0f; break;
+          case InitSpec::Ones: x = 1.0f; break;
+          case InitSpec::Uniform: x = rng::uniform_sym(key, i, static_cast<float>(val.init.bound)); break;
+        }
+        if (wide) d[j] = x;
+        else f[j] = x;
       }
-      if (wide) d[i] = x;
-      else f[i] = x;
+      if (wide) dev_->copy_to_device(dst + i0 * 8, d, m * 8);
+      else dev_->copy_to_device(dst + i0 * 4, f, m * 4);
     }
   }
 }
@@ -357,7 +369,7 @@ void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& c
 void Executor::poison(uint8_t byte) {
   for (Arena a : {Arena::Transient, Arena::Grads})
     if (arenas_[static_cast<size_t>(a)])
-      std::memset(arenas_[static_cast<size_t>(a)], byte, plan_.arena_bytes[static_cast<size_t>(a)]);
+      dev_->fill(arenas_[static_cast<size_t>(a)], byte, plan_.arena_bytes[static_cast<size_t>(a)]);
   if (cfg_.plan.guard_bytes) fill_guards();
 }
 

@@ -1,5 +1,7 @@
-// Lowering: graph node -> kernel. One registration per op, covering every
-// backend; each op family lowers in its own file under runtime/lower/.
+// Lowering: graph node -> kernel. One registration per op and table; each op
+// family lowers in its own file under runtime/lower/ (reference) and
+// runtime/lower_cpu/ (fast CPU). A factory gets the graph's lowering context
+// (runtime/lowered.hpp: graph, backend, layouts, product path) and the node.
 #pragma once
 
 #include <functional>
@@ -9,15 +11,16 @@
 #include "kernels/kernel.hpp"
 #include "memfit/graph.hpp"
 #include "memfit/runtime.hpp"
+#include "runtime/lowered.hpp"
 
 namespace memfit {
 
-using KernelFactory = std::function<std::unique_ptr<kernels::Kernel>(const Graph&, const Node&, Backend)>;
+using KernelFactory = std::function<std::unique_ptr<kernels::Kernel>(const LoweredGraph&, NodeId)>;
 
-// Reference lowering: serves Reference and Reference64, and Cpu where no fast
-// kernel is registered (runtime/lower/).
+// Reference lowering: serves the reference devices, and the CPU device where
+// no fast kernel is registered or takes the node (runtime/lower/).
 void register_kernel(const std::string& op, KernelFactory f);
-// Fast CPU lowering (oneDNN or hand-written): serves Backend::Cpu
+// Fast CPU lowering (oneDNN or hand-written): serves the CPU device
 // (runtime/lower_cpu/). The factory may return nullptr to fall back to the
 // reference kernel for shapes it does not handle.
 void register_cpu_kernel(const std::string& op, KernelFactory f);
@@ -25,7 +28,20 @@ void register_cpu_kernel(const std::string& op, KernelFactory f);
 bool has_cpu_kernel(const std::string& op);
 // True if a reference lowering is registered for the op.
 bool has_reference_kernel(const std::string& op);
-// nullptr for ops that need no kernel (views). Throws if the op has no lowering.
+// The registered factories (nullptr if none).
+const KernelFactory* find_reference_kernel(const std::string& op);
+const KernelFactory* find_cpu_kernel(const std::string& op);
+
+// The reference kernel of node id; for a low-precision node whose device
+// does not store every float wide, and whose op does not convert types
+// itself, the f32 kernel of the f32 view wrapped in conversions
+// (runtime/mixed.hpp). `fast`, if given, is tried first on the view (a fast
+// f32 kernel with plain layouts). Throws if the op has no reference lowering.
+std::unique_ptr<kernels::Kernel> make_reference_kernel(const LoweredGraph& lg, NodeId id, const KernelFactory* fast);
+
+// One node's kernel on the device `b` names, from a lowering context of its
+// own (tests, benchmarks; an executor lowers a whole graph with one).
+// nullptr for ops that need no kernel (views).
 std::unique_ptr<kernels::Kernel> make_kernel(const Graph& g, const Node& n, Backend b);
 
 // Helpers for lowering files.

@@ -63,9 +63,9 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       s.precision = fp.precision;
       s.saved = fp.saved;
       auto sg = build_step_graph(s);
-      ExecConfig c = cfg;
-      c.defer_allocation = true;
-      Executor ex(sg->g, c);
+      // The plan alone: no executor, and each distinct layer's kernel is
+      // built once across all candidates (plan_for's cache).
+      const Plan plan = plan_for(sg->g, cfg);
       double flops = 0;
       for (const Node& n : sg->g.nodes())
         if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
@@ -78,7 +78,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
         cand.precision = fp.precision;
         cand.saved = fp.saved;
         cand.data_in = data.size() > 1 ? d.data_in : "";
-        cand.total_bytes = d.fixed_bytes + ex.plan().total_bytes();
+        cand.total_bytes = d.fixed_bytes + plan.total_bytes();
         cand.step_flops = flops * static_cast<double>(k);
         cand.predicted_seconds = seconds + d.seconds_per_sample * static_cast<double>(batch);
         if (cand.total_bytes < r.smallest.total_bytes) r.smallest = cand;

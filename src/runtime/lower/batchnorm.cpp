@@ -23,10 +23,16 @@ kernels::BatchNormParams checked_bn_params(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_batchnorm_kernels() {
-  register_kernel("batch_norm", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("batch_norm", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     return make_ref<kernels::ref::BatchNorm>(b, checked_bn_params(g, n));
   });
-  register_kernel("batch_norm_bwd", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("batch_norm_bwd", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     return make_ref<kernels::ref::BatchNormBwd>(b, checked_bn_params(g, n));
   });
 }

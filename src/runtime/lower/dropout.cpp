@@ -12,10 +12,16 @@ kernels::DropoutParams dropout_params(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_dropout_kernels() {
-  register_kernel("dropout", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("dropout", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     return make_ref<kernels::ref::Dropout>(b, dropout_params(g, n));
   });
-  register_kernel("dropout_bwd", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("dropout_bwd", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     return make_ref<kernels::ref::DropoutBwd>(b, dropout_params(g, n));
   });
 }

@@ -12,7 +12,9 @@ namespace {
 // op lowers to reference kernel K made from params(g, n).
 template <template <class> class K, class P>
 void lower_to(const std::string& op, P (*params)(const Graph&, const Node&)) {
-  register_kernel(op, [params](const Graph& g, const Node& n, Backend b) { return make_ref<K>(b, params(g, n)); });
+  register_kernel(op, [params](const LoweredGraph& lg, NodeId id) {
+    return make_ref<K>(lg.backend(), params(lg.graph(), lg.node(id)));
+  });
 }
 
 }  // namespace

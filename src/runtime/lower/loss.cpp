@@ -13,10 +13,16 @@ kernels::XentParams xent_params(const Graph& g, const Node& n) {
 }  // namespace
 
 void register_loss_kernels() {
-  register_kernel("softmax_xent", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("softmax_xent", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     return make_ref<kernels::ref::SoftmaxXent>(b, xent_params(g, n));
   });
-  register_kernel("softmax_xent_bwd", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("softmax_xent_bwd", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     return make_ref<kernels::ref::SoftmaxXentBwd>(b, xent_params(g, n));
   });
 }

@@ -5,7 +5,10 @@
 namespace memfit {
 
 void register_matmul_kernels() {
-  register_kernel("matmul", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("matmul", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     const kernels::MatmulParams p = matmul_params(g, n);
     return make_ref<kernels::ref::Matmul>(b, p);
   });

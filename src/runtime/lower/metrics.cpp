@@ -6,8 +6,8 @@
 namespace memfit {
 
 void register_metrics_kernels() {
-  register_kernel("xent_metrics", [](const Graph& g, const Node& n, Backend b) {
-    return make_ref<kernels::ref::XentMetrics>(b, metrics_params(g, n));
+  register_kernel("xent_metrics", [](const LoweredGraph& lg, NodeId id) {
+    return make_ref<kernels::ref::XentMetrics>(lg.backend(), metrics_params(lg.graph(), lg.node(id)));
   });
 }
 

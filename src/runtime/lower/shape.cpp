@@ -30,21 +30,30 @@ int64_t inner_of(const Shape& s, int64_t axis) {
 }  // namespace
 
 void register_shape_kernels() {
-  register_kernel("concat", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("concat", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     const Shape& y = shape_of(g, n.outputs[0]);
     const int64_t axis = norm_axis(n.attrs.i("axis"), y.size());
     kernels::ConcatParams p{outer_of(y, axis), inner_of(y, axis), {}};
     for (ValueId v : n.inputs) p.sizes.push_back(shape_of(g, v)[static_cast<size_t>(axis)]);
     return make_copy_kernel<kernels::ref::Concat>(g.value(n.outputs[0]).dtype, b, p);
   });
-  register_kernel("slice", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("slice", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     const Shape& x = shape_of(g, n.inputs[0]);
     const int64_t axis = norm_axis(n.attrs.i("axis"), x.size());
     kernels::SliceParams p{outer_of(x, axis), inner_of(x, axis), x[static_cast<size_t>(axis)], n.attrs.i("start"),
                            n.attrs.i("len")};
     return make_copy_kernel<kernels::ref::Slice>(g.value(n.outputs[0]).dtype, b, p);
   });
-  register_kernel("slice_bwd", [](const Graph& g, const Node& n, Backend b) {
+  register_kernel("slice_bwd", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
     const Shape& x = shape_of(g, n.outputs[0]);
     const int64_t axis = norm_axis(n.attrs.i("axis"), x.size());
     kernels::SliceParams p{outer_of(x, axis), inner_of(x, axis), x[static_cast<size_t>(axis)], n.attrs.i("start"),

@@ -14,18 +14,22 @@ bool handled(const kernels::BatchNormParams& p) { return !p.training || p.N * p.
 
 void register_cpu_batchnorm_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
-  register_cpu_kernel("batch_norm", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("batch_norm", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     auto p = bn_params(g, n);
     const auto act = cpu_act(g, n);
     if (!act || !handled(p)) return nullptr;
-    const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
+    const auto l = lg.layout(n.inputs[0]);
     return blocked_checked(kernels::cpu::make_batch_norm(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
   });
-  register_cpu_kernel("batch_norm_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("batch_norm_bwd", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     auto p = bn_params(g, n);
     const auto act = cpu_act(g, n);
     if (!act || !handled(p)) return nullptr;
-    const auto l = cpu_layouts(g)[static_cast<size_t>(n.inputs[0])];
+    const auto l = lg.layout(n.inputs[0]);
     return blocked_checked(kernels::cpu::make_batch_norm_bwd(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
   });
 }

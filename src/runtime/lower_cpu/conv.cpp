@@ -13,35 +13,41 @@ void register_cpu_conv_kernels() {
   auto checked = [](KPtr k, Layout a, Layout b, kernels::ElemType made_for, const Graph& g, const Node& n) {
     return converted(g, n, made_for, blocked_checked(std::move(k), a != Layout::Plain || b != Layout::Plain, g, n));
   };
-  register_cpu_kernel("conv2d", [=](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("conv2d", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
-    const auto L = cpu_layouts(g);
+    const auto& L = lg.layouts();
     const Layout x = L[static_cast<size_t>(n.inputs[0])], y = L[static_cast<size_t>(n.outputs[0])];
     return checked(kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
                                                          shape_of(g, n.outputs[0]), n.inputs.size() == 3),
-                                             x, y, product_type(*act)),
-                   x, y, product_type(*act), g, n);
+                                             x, y, product_type(lg, *act)),
+                   x, y, product_type(lg, *act), g, n);
   });
-  register_cpu_kernel("conv2d_bwd_data", [=](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("conv2d_bwd_data", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
-    const auto L = cpu_layouts(g);
+    const auto& L = lg.layouts();
     const Layout dy = L[static_cast<size_t>(n.inputs[0])], dx = L[static_cast<size_t>(n.outputs[0])];
     return checked(kernels::cpu::make_conv2d_bwd_data(
                        conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false),
-                       dy, dx, product_type(*act)),
-                   dy, dx, product_type(*act), g, n);
+                       dy, dx, product_type(lg, *act)),
+                   dy, dx, product_type(lg, *act), g, n);
   });
-  register_cpu_kernel("conv2d_bwd_weight", [=](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("conv2d_bwd_weight", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
-    const auto L = cpu_layouts(g);
+    const auto& L = lg.layouts();
     const Layout x = L[static_cast<size_t>(n.inputs[0])], dy = L[static_cast<size_t>(n.inputs[1])];
     return checked(kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
                                                                     shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0),
-                                                        x, dy, product_type(*act)),
-                   x, dy, product_type(*act), g, n);
+                                                        x, dy, product_type(lg, *act)),
+                   x, dy, product_type(lg, *act), g, n);
   });
 }
 

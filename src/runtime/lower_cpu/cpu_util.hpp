@@ -4,7 +4,6 @@
 #include <optional>
 #include <string>
 
-#include "kernels/cpu/conv.hpp"
 #include "kernels/cpu/engine.hpp"
 #include "runtime/kernel_table.hpp"
 #include "runtime/mixed.hpp"
@@ -36,10 +35,11 @@ inline std::optional<kernels::ElemType> cpu_act(const Graph& g, const Node& n) {
 inline bool all_f32(const Graph& g, const Node& n) { return cpu_act(g, n) == kernels::ElemType::F32; }
 
 // Convolutions and linear layers with bf16 activations compute in bf16, or
-// in f32 between conversions where this CPU runs f32 faster
-// (kernels::cpu::bf16_convs_native): the type to make their kernel for.
-inline kernels::ElemType product_type(kernels::ElemType act) {
-  return act == kernels::ElemType::BF16 && !kernels::cpu::bf16_convs_native() ? kernels::ElemType::F32 : act;
+// in f32 between conversions where this CPU runs f32 faster (the lowering
+// context's bf16 product path, read once per graph from
+// kernels::cpu::bf16_convs_native): the type to make their kernel for.
+inline kernels::ElemType product_type(const LoweredGraph& lg, kernels::ElemType act) {
+  return act == kernels::ElemType::BF16 && !lg.bf16_products_native() ? kernels::ElemType::F32 : act;
 }
 
 // k, made for storage type made_for (product_type()): wrapped in the

@@ -13,12 +13,16 @@ kernels::DropoutParams dropout_params(const Graph& g, const Node& n) {
 
 void register_cpu_dropout_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
-  register_cpu_kernel("dropout", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("dropout", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     return kernels::cpu::make_dropout(dropout_params(g, n), *act);
   });
-  register_cpu_kernel("dropout_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("dropout_bwd", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     return kernels::cpu::make_dropout_bwd(dropout_params(g, n), *act);

@@ -8,19 +8,25 @@ namespace memfit {
 void register_cpu_embedding_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   // act: the storage of y (forward) or dy (backward); the table and dtable are f32.
-  register_cpu_kernel("embedding", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("embedding", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act || g.value(n.inputs[1]).dtype != DType::f32) return nullptr;
     return kernels::cpu::make_embedding(embedding_params(g, n), *act);
   });
-  register_cpu_kernel("embedding_bwd", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("embedding_bwd", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     return kernels::cpu::make_embedding_bwd(embedding_params(g, n), *act);
   });
   // A copy: the Cpu backend stores every type at its own size, which is all
   // the kernel needs to know.
-  register_cpu_kernel("permute", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("permute", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     return kernels::cpu::make_permute(permute_params(g, n), dtype_size(g.value(n.outputs[0]).dtype));
   });
 }

@@ -17,7 +17,9 @@ using KPtr = std::unique_ptr<kernels::Kernel>;
 // op lowers to make(params(g, n), activation type).
 template <class P>
 void lower_to(const std::string& op, P (*params)(const Graph&, const Node&), KPtr (*make)(const P&, kernels::ElemType)) {
-  register_cpu_kernel(op, [params, make](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel(op, [params, make](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     return act ? make(params(g, n), *act) : nullptr;
   });

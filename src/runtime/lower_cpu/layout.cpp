@@ -1,7 +1,6 @@
 #include "runtime/lower_cpu/layout.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <numeric>
 #include <stdexcept>
@@ -15,8 +14,6 @@ namespace {
 
 using kernels::cpu::Layout;
 
-std::atomic<bool> g_blocked{true};
-thread_local int t_plain_scopes = 0;
 
 bool candidate(const Value& v) {
   return (v.dtype == DType::f32 || v.dtype == DType::bf16) && v.shape.size() == 4 && v.shape[1] % kernels::cpu::kChannelBlock == 0 &&
@@ -46,11 +43,6 @@ struct Sets {
 
 }  // namespace
 
-void set_cpu_blocked_layouts(bool on) { g_blocked = on; }
-
-PlainLayoutScope::PlainLayoutScope() { ++t_plain_scopes; }
-PlainLayoutScope::~PlainLayoutScope() { --t_plain_scopes; }
-
 std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel> k, bool any_blocked, const Graph& g,
                                                  const Node& n) {
   if (!k && any_blocked)
@@ -61,7 +53,6 @@ std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel
 std::vector<Layout> cpu_layouts(const Graph& g) {
   const size_t V = g.num_values();
   std::vector<Layout> out(V, Layout::Plain);
-  if (!g_blocked || t_plain_scopes > 0) return out;
   Sets sets(V);
   std::vector<bool> ok(V);
   for (size_t v = 0; v < V; ++v) ok[v] = candidate(g.value(static_cast<ValueId>(v)));

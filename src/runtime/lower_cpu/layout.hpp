@@ -10,10 +10,13 @@
 // values they connect. Anything else touching a value (a view, a linear
 // layer, a reference kernel, the caller reading an output) keeps it plain.
 //
-// The decision is a pure function of the graph, so every factory that asks
-// about a value gets the same answer. A blocked value is only meaningful to
-// the kernels that produce and consume it: Executor::read_f32 of one returns
-// nChw16c data (graph outputs are never blocked).
+// The decision is a pure function of the graph, computed once per graph by
+// the CPU device into the lowering context (LoweredGraph::layouts), which
+// every factory reads; ExecConfig::blocked_layouts = false makes every value
+// plain, and so does the f32 view converted low-precision nodes are made
+// from. A blocked value is only meaningful to the kernels that produce and
+// consume it: Executor::read_f32 of one returns nChw16c data (graph outputs
+// are never blocked).
 #pragma once
 
 #include <memory>
@@ -25,7 +28,8 @@
 
 namespace memfit {
 
-// The layout of every value (Plain for all but 4-D activations).
+// The layout of every value (Plain for all but 4-D activations), with
+// blocking on.
 std::vector<kernels::cpu::Layout> cpu_layouts(const Graph& g);
 
 // Returns k; throws std::logic_error if it is null although the node has a
@@ -33,19 +37,5 @@ std::vector<kernels::cpu::Layout> cpu_layouts(const Graph& g);
 // data only; cpu_layouts() counts on the fast kernel).
 std::unique_ptr<kernels::Kernel> blocked_checked(std::unique_ptr<kernels::Kernel> k, bool any_blocked, const Graph& g,
                                                  const Node& n);
-
-// Developer switch (benchmarks, A/B checks): false makes every value plain.
-// Takes effect for kernels made afterwards. Default true.
-void set_cpu_blocked_layouts(bool on);
-
-// While one exists, cpu_layouts() on this thread answers Plain for every
-// value: used when a fast f32 kernel is made for a converted copy of a
-// low-precision node (runtime/mixed.hpp), whose shadows are plain.
-struct PlainLayoutScope {
-  PlainLayoutScope();
-  ~PlainLayoutScope();
-  PlainLayoutScope(const PlainLayoutScope&) = delete;
-  PlainLayoutScope& operator=(const PlainLayoutScope&) = delete;
-};
 
 }  // namespace memfit

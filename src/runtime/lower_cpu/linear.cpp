@@ -7,30 +7,38 @@ namespace memfit {
 void register_cpu_linear_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   // x[..., K] is viewed as [M, K].
-  register_cpu_kernel("linear", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("linear", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const Shape& w = shape_of(g, n.inputs[1]);
-    return converted(g, n, product_type(*act), kernels::cpu::make_linear({numel(x) / x.back(), x.back(), w[0], n.inputs.size() == 3},
-                                                     product_type(*act)));
+    return converted(g, n, product_type(lg, *act), kernels::cpu::make_linear({numel(x) / x.back(), x.back(), w[0], n.inputs.size() == 3},
+                                                     product_type(lg, *act)));
   });
-  register_cpu_kernel("linear_bwd_data", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("linear_bwd_data", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     const Shape& dy = shape_of(g, n.inputs[0]);
     const Shape& w = shape_of(g, n.inputs[1]);
-    return converted(g, n, product_type(*act), kernels::cpu::make_linear_bwd_data({numel(dy) / dy.back(), w[1], w[0], false}, product_type(*act)));
+    return converted(g, n, product_type(lg, *act), kernels::cpu::make_linear_bwd_data({numel(dy) / dy.back(), w[1], w[0], false}, product_type(lg, *act)));
   });
-  register_cpu_kernel("linear_bwd_weight", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("linear_bwd_weight", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
     const Shape& dy = shape_of(g, n.inputs[1]);
-    return converted(g, n, product_type(*act), kernels::cpu::make_linear_bwd_weight(
-                               {numel(x) / x.back(), x.back(), dy.back(), n.attrs.i("bias", 0) != 0}, product_type(*act)));
+    return converted(g, n, product_type(lg, *act), kernels::cpu::make_linear_bwd_weight(
+                               {numel(x) / x.back(), x.back(), dy.back(), n.attrs.i("bias", 0) != 0}, product_type(lg, *act)));
   });
-  register_cpu_kernel("matmul", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("matmul", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     if (!all_f32(g, n)) return nullptr;
     const kernels::MatmulParams p = matmul_params(g, n);
     return kernels::cpu::make_matmul(p);

@@ -6,7 +6,9 @@
 namespace memfit {
 
 void register_cpu_metrics_kernels() {
-  register_cpu_kernel("xent_metrics", [](const Graph& g, const Node& n, Backend) -> std::unique_ptr<kernels::Kernel> {
+  register_cpu_kernel("xent_metrics", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     if (!all_f32(g, n)) return nullptr;
     return kernels::cpu::make_xent_metrics(metrics_params(g, n));
   });

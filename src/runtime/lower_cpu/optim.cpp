@@ -6,7 +6,9 @@ namespace memfit {
 
 void register_cpu_optim_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
-  register_cpu_kernel("sgd_update", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("sgd_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     if (!all_f32(g, n)) return nullptr;
     kernels::SgdParams p;
     fill_optimizer_params(g, n, p);
@@ -14,7 +16,9 @@ void register_cpu_optim_kernels() {
     p.nesterov = n.attrs.i("nesterov") != 0;
     return kernels::cpu::make_sgd_update(p);
   });
-  register_cpu_kernel("adam_update", [](const Graph& g, const Node& n, Backend) -> KPtr {
+  register_cpu_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
     if (!all_f32(g, n)) return nullptr;
     kernels::AdamParams p;
     fill_optimizer_params(g, n, p);

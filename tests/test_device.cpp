@@ -1,0 +1,223 @@
+// Devices and the lowering context (runtime/device.hpp, runtime/lowered.hpp):
+// the context's layouts are the CPU lowering's choice, computed once per
+// graph; the blocked-layout switch is a config option; the CPU device's
+// arenas are aligned; plan_for (no executor, cached kernels) gives the plan
+// an executor makes, byte for byte.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memfit/runtime.hpp"
+#include "runtime/device.hpp"
+#include "runtime/lower_cpu/layout.hpp"
+#include "runtime/lowered.hpp"
+#include "train/step_graph.hpp"
+
+using namespace memfit;
+using kernels::cpu::Layout;
+
+namespace {
+
+std::unique_ptr<train::StepGraph> step(const std::string& model, DType precision, const std::string& recompute = "none") {
+  train::StepSpec s;
+  s.model = model;
+  s.batch = 8;
+  if (model == "resnet18") {
+    s.channels = 3;
+    s.height = s.width = 32;
+  }
+  s.optimizer.kind = "adam";
+  s.precision = precision;
+  s.recompute = recompute;
+  return train::build_step_graph(s);
+}
+
+size_t count(const std::vector<Layout>& l, Layout x) {
+  size_t n = 0;
+  for (Layout e : l) n += e == x;
+  return n;
+}
+
+void expect_same_plan(const Plan& a, const Plan& b, const std::string& what) {
+  ASSERT_EQ(a.values.size(), b.values.size()) << what;
+  for (size_t v = 0; v < a.values.size(); ++v) {
+    const Placement &p = a.values[v], &q = b.values[v];
+    EXPECT_TRUE(p.arena == q.arena && p.offset == q.offset && p.bytes == q.bytes && p.root == q.root &&
+                p.first == q.first && p.last == q.last)
+        << what << ": value " << v;
+  }
+  ASSERT_EQ(a.scratch.size(), b.scratch.size()) << what;
+  for (size_t k = 0; k < a.scratch.size(); ++k) {
+    EXPECT_EQ(a.scratch[k].offset, b.scratch[k].offset) << what << ": node " << k;
+    EXPECT_EQ(a.scratch[k].bytes, b.scratch[k].bytes) << what << ": node " << k;
+  }
+  EXPECT_EQ(a.arena_bytes, b.arena_bytes) << what;
+  EXPECT_EQ(a.naive_transient_bytes, b.naive_transient_bytes) << what;
+  EXPECT_EQ(a.peak_live_bytes, b.peak_live_bytes) << what;
+  EXPECT_EQ(a.library_heap_bytes, b.library_heap_bytes) << what;
+  EXPECT_EQ(a.total_bytes(), b.total_bytes()) << what;
+}
+
+}  // namespace
+
+TEST(Device, BackendsMapToDevices) {
+  EXPECT_STREQ(device_for(Backend::Cpu).name(), "cpu");
+  EXPECT_STREQ(device_for(Backend::Reference).name(), "reference");
+  EXPECT_STREQ(device_for(Backend::Reference64).name(), "reference64");
+  for (Backend b : {Backend::Cpu, Backend::Reference, Backend::Reference64}) {
+    EXPECT_EQ(device_for(b).backend(), b);
+    EXPECT_TRUE(device_for(b).host_addressable());
+  }
+  EXPECT_EQ(device_for(Backend::Cpu).elem_size(DType::bf16), 2u);
+  EXPECT_EQ(device_for(Backend::Reference).elem_size(DType::f32), 4u);
+  EXPECT_EQ(device_for(Backend::Reference64).elem_size(DType::f32), 8u);
+  EXPECT_EQ(device_for(Backend::Reference64).elem_size(DType::bf16), 8u);
+  EXPECT_EQ(device_for(Backend::Reference64).elem_size(DType::i32), 4u);
+}
+
+TEST(Device, CpuArenasAreAligned) {
+  const Device& d = device_for(Backend::Cpu);
+  const size_t a = d.arena_alignment();
+  ASSERT_GE(a, 64u);
+  ASSERT_EQ(a & (a - 1), 0u) << "alignment is a power of two";
+  for (size_t pages : {1, 3, 17}) {
+    void* p = d.allocate(pages * a);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % a, 0u);
+    d.fill(p, 0x5A, pages * a);
+    EXPECT_EQ(static_cast<unsigned char*>(p)[pages * a - 1], 0x5A);
+    d.free(p);
+  }
+  d.free(nullptr);
+  // An executor's arenas come from its device, aligned the same way.
+  auto sg = step("convnet", DType::f32);
+  Executor ex(sg->g, ExecConfig{});
+  EXPECT_EQ(&ex.device(), &d);
+  for (size_t k = 0; k < kNumArenas; ++k) {
+    const auto mem = ex.arena(static_cast<Arena>(k));
+    if (mem.ptr) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(mem.ptr) % a, 0u) << arena_name(static_cast<Arena>(k));
+    }
+  }
+}
+
+TEST(Device, HostCopies) {
+  const Device& d = device_for(Backend::Cpu);
+  void* p = d.allocate(d.arena_alignment());
+  const std::vector<int32_t> in{1, -2, 3, 1 << 30};
+  d.copy_to_device(p, in.data(), in.size() * 4);
+  std::vector<int32_t> out(4, 0);
+  d.copy_to_host(out.data(), p, out.size() * 4);
+  EXPECT_EQ(out, in);
+  d.free(p);
+}
+
+// The context holds the CPU lowering's layouts for the whole graph, equal to
+// cpu_layouts(g); the reference devices, the f32 view and the off switch
+// keep everything plain.
+TEST(LoweredGraph, LayoutsAreTheCpuLoweringsChoice) {
+  for (DType prec : {DType::f32, DType::bf16}) {
+    auto sg = step("resnet18", prec);
+    const Graph& g = sg->g;
+    const std::vector<Layout> expected = cpu_layouts(g);
+    ASSERT_GT(count(expected, Layout::Blocked16), 0u) << "ResNet-18 has blocked activations";
+    const LoweredGraph lg(g, device_for(Backend::Cpu));
+    EXPECT_EQ(lg.layouts(), expected);
+    ASSERT_EQ(lg.layouts().size(), g.num_values());
+    for (size_t v = 0; v < g.num_values(); ++v) EXPECT_EQ(lg.layout(static_cast<ValueId>(v)), expected[v]);
+    if (prec == DType::bf16) {
+      ASSERT_NE(lg.f32_view(), nullptr);
+      const LoweredGraph& view = *lg.f32_view();
+      EXPECT_TRUE(view.options().plain);
+      EXPECT_EQ(count(view.layouts(), Layout::Plain), g.num_values());
+      for (const Value& v : view.graph().values()) EXPECT_NE(v.dtype, DType::bf16);
+      EXPECT_EQ(view.f32_view(), nullptr);
+    } else {
+      EXPECT_EQ(lg.f32_view(), nullptr);
+    }
+    LowerOptions off;
+    off.blocked_layouts = false;
+    const LoweredGraph plain(g, device_for(Backend::Cpu), off);
+    EXPECT_EQ(count(plain.layouts(), Layout::Plain), g.num_values());
+    for (Backend b : {Backend::Reference, Backend::Reference64}) {
+      const LoweredGraph ref(g, device_for(b));
+      EXPECT_EQ(count(ref.layouts(), Layout::Plain), g.num_values());
+    }
+    // Reference64 stores every float as double: no f32 view to convert through.
+    EXPECT_EQ(LoweredGraph(g, device_for(Backend::Reference64)).f32_view(), nullptr);
+  }
+}
+
+// Executors with the switch off make no blocked kernel, and their plan
+// differs from the blocked one only where kernels' scratch does.
+TEST(LoweredGraph, BlockedLayoutsOffViaConfig) {
+  auto sg = step("resnet18", DType::f32);
+  ExecConfig on, off;
+  on.defer_allocation = off.defer_allocation = true;
+  off.blocked_layouts = false;
+  Executor a(sg->g, on), b(sg->g, off);
+  size_t blocked = 0;
+  for (size_t k = 0; k < sg->g.num_nodes(); ++k) {
+    blocked += std::string(a.kernel_name(k)).find("blk16") != std::string::npos;
+    EXPECT_EQ(std::string(b.kernel_name(k)).find("blk16"), std::string::npos) << b.kernel_name(k);
+  }
+  EXPECT_GT(blocked, 0u);
+  expect_same_plan(plan_for(sg->g, off), b.plan(), "resnet18 plain");
+}
+
+// plan_for equals the executor's plan byte for byte, on a cold cache and a
+// warm one (a second graph sharing every layer), in f32 and bf16, with and
+// without recomputation, on every device.
+TEST(PlanFor, EqualsTheExecutorsPlan) {
+  for (const char* model : {"convnet", "resnet18"})
+    for (DType prec : {DType::f32, DType::bf16})
+      for (const char* rc : {"none", "cheap"}) {
+        auto sg = step(model, prec, rc);
+        const std::string what = std::string(model) + " " + dtype_name(prec) + " recompute " + rc;
+        ExecConfig cfg;
+        cfg.defer_allocation = true;
+        Executor ex(sg->g, cfg);
+        expect_same_plan(plan_for(sg->g, cfg), ex.plan(), what);
+        expect_same_plan(plan_for(sg->g, cfg), ex.plan(), what + " (cached)");
+        auto again = step(model, prec, rc);
+        expect_same_plan(plan_for(again->g, cfg), ex.plan(), what + " (another graph, cached)");
+        ExecConfig guard = cfg;
+        guard.plan.guard_bytes = 64;
+        expect_same_plan(plan_for(sg->g, guard), Executor(sg->g, guard).plan(), what + " guard bytes");
+      }
+  auto sg = step("convnet", DType::bf16);
+  for (Backend b : {Backend::Reference, Backend::Reference64}) {
+    ExecConfig cfg;
+    cfg.backend = b;
+    cfg.defer_allocation = true;
+    expect_same_plan(plan_for(sg->g, cfg), Executor(sg->g, cfg).plan(), std::string("convnet bf16 on ") + backend_name(b));
+  }
+}
+
+// Two nodes that differ only in what the signature must see get different
+// signatures: shapes, layouts, the lowering flags.
+TEST(PlanFor, SignatureSeesShapesLayoutsAndFlags) {
+  auto a = step("resnet18", DType::f32);
+  const LoweredGraph blocked(a->g, device_for(Backend::Cpu));
+  LowerOptions off;
+  off.blocked_layouts = false;
+  const LoweredGraph plain(a->g, device_for(Backend::Cpu), off);
+  const LoweredGraph ref(a->g, device_for(Backend::Reference));
+  size_t differ = 0;
+  for (size_t k = 0; k < a->g.num_nodes(); ++k) {
+    const NodeId id = static_cast<NodeId>(k);
+    EXPECT_NE(node_signature(blocked, id), node_signature(ref, id));
+    differ += node_signature(blocked, id) != node_signature(plain, id);
+  }
+  EXPECT_EQ(differ, a->g.num_nodes());  // the flag is part of every signature
+  // The same layer at another batch size.
+  train::StepSpec s;
+  s.batch = 16;
+  s.optimizer.kind = "adam";
+  auto b = train::build_step_graph(s);
+  auto c = step("convnet", DType::f32);
+  const LoweredGraph lb(b->g, device_for(Backend::Cpu)), lc(c->g, device_for(Backend::Cpu));
+  ASSERT_EQ(b->g.num_nodes(), c->g.num_nodes());
+  EXPECT_NE(node_signature(lb, 0), node_signature(lc, 0));
+}
