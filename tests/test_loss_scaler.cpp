@@ -17,6 +17,17 @@ void good_steps(LossScaler& s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) ASSERT_FALSE(s.record(true, i)) << "good step " << i << " was skipped";
 }
 
+// An overflow at `step`: skipped, with this line, and the scale after it.
+void expect_skip(LossScaler& s, int64_t step, const std::string& line, double scale_after) {
+  const int64_t skipped = s.skipped_steps();
+  auto m = s.record(false, step);
+  ASSERT_TRUE(m) << "an overflow at step " << step << " was not skipped";
+  EXPECT_EQ(*m, line);
+  EXPECT_EQ(s.scale(), scale_after);
+  EXPECT_EQ(s.skipped_steps(), skipped + 1);
+  EXPECT_EQ(s.good_steps(), 0) << "an overflow restarts the count of good steps";
+}
+
 }  // namespace
 
 TEST(LossScaler, OffKeepsScaleOneAndWritesNothing) {
@@ -35,25 +46,17 @@ TEST(LossScaler, OverflowHalvesAndSkipsWithAMessage) {
   LossScaler s(true, 65536);
   good_steps(s, 7);
   EXPECT_EQ(s.good_steps(), 7);
-  auto m = s.record(false, 7);
-  ASSERT_TRUE(m);
-  EXPECT_EQ(*m, "fp16: gradients overflowed at step 7 with loss scale 65536; step skipped, loss scale -> 32768");
-  EXPECT_EQ(s.scale(), 32768.0);
-  EXPECT_EQ(s.skipped_steps(), 1);
-  EXPECT_EQ(s.good_steps(), 0) << "an overflow restarts the count of good steps";
-  ASSERT_TRUE(s.record(false, 8));
-  EXPECT_EQ(s.scale(), 16384.0);
+  expect_skip(s, 7, "fp16: gradients overflowed at step 7 with loss scale 65536; step skipped, loss scale -> 32768",
+              32768);
+  expect_skip(s, 8, "fp16: gradients overflowed at step 8 with loss scale 32768; step skipped, loss scale -> 16384",
+              16384);
   EXPECT_EQ(s.skipped_steps(), 2);
 }
 
 TEST(LossScaler, ScaleNeverFallsBelowOne) {
   LossScaler s(true, 2);
-  ASSERT_TRUE(s.record(false, 0));
-  EXPECT_EQ(s.scale(), 1.0);
-  auto m = s.record(false, 1);
-  ASSERT_TRUE(m);
-  EXPECT_EQ(*m, "fp16: gradients overflowed at step 1 with loss scale 1; step skipped, loss scale -> 1");
-  EXPECT_EQ(s.scale(), 1.0);
+  expect_skip(s, 0, "fp16: gradients overflowed at step 0 with loss scale 2; step skipped, loss scale -> 1", 1);
+  expect_skip(s, 1, "fp16: gradients overflowed at step 1 with loss scale 1; step skipped, loss scale -> 1", 1);
   EXPECT_EQ(s.skipped_steps(), 2);
 }
 

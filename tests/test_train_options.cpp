@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli_util.hpp"
+#include "error_of.hpp"
 #include "train/options.hpp"
 
 using memfit::train::TrainOptions;
@@ -15,12 +16,7 @@ using memfit::train::TrainOptions;
 namespace {
 
 std::string refusal(const TrainOptions& o) {
-  try {
-    memfit::train::validate(o);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
+  return memfit::testing::error_of([&] { memfit::train::validate(o); });
 }
 
 }  // namespace
@@ -63,6 +59,7 @@ TEST(TrainOptions, EachBadOptionHasItsMessage) {
     TrainOptions o;
     c.set(o);
     EXPECT_EQ(refusal(o), c.message);
+    EXPECT_THROW(memfit::train::validate(o), std::invalid_argument) << c.message;
   }
 }
 

@@ -89,7 +89,8 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       },
       "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
-  a.add("recompute", &o.recompute, "none|cheap|segments", "recompute activations in backward instead of keeping them (default none)");
+  a.add("recompute", &o.recompute, "none|cheap|segments",
+        "recompute activations in backward instead of keeping them (default none)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
   a.add(
       "precision", [&o](const std::string& v) {

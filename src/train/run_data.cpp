@@ -20,8 +20,6 @@ bool has_idx(const std::string& dir) {
 
 }  // namespace
 
-// stream: IDX files open as StreamedIdxDatasets, reading only their labels
-// and headers until prepare_streams(); otherwise they are decoded into memory.
 Datasets open_data(const TrainOptions& o, bool stream) {
   Datasets d;
   if (!fs::exists(o.data))
@@ -70,7 +68,6 @@ Datasets open_data(const TrainOptions& o, bool stream) {
   return d;
 }
 
-// Builds or checks the disk caches of streamed datasets and opens them.
 void prepare_streams(Datasets& d, std::ostream& log) {
   for (data::StreamedIdxDataset* s : {d.train_stream, d.test_stream}) {
     if (!s) continue;
@@ -83,7 +80,6 @@ void prepare_streams(Datasets& d, std::ostream& log) {
   }
 }
 
-// Where the data lives, for the plan's "data pipeline" row and its JSON.
 void describe_data(const Datasets& d, MemoryInputs& mi) {
   mi.data_cache.clear();
   if (d.train_stream) {

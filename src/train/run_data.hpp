@@ -14,6 +14,8 @@
 
 namespace memfit::train {
 
+// train and test point at the subsets when given, else at the bases; test
+// is null when there is no test split. Moving it keeps them valid.
 struct Datasets {
   std::unique_ptr<data::Dataset> train_base, test_base;
   std::unique_ptr<data::Subset> train_sub, test_sub;
