@@ -3,16 +3,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <iomanip>
 #include <iostream>
-#include <sstream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/args.hpp"
 #include "data/dataset.hpp"
 #include "memfit/graph.hpp"
-#include "memfit/recompute.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
 #include "train/json.hpp"
@@ -55,26 +54,14 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   for (auto& m : models::model_names()) models += (models.empty() ? "" : "|") + m;
   a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
   a.add("data", &o.data, "DIR", "IDX directory or image folder (default Fashion-MNIST)");
-  a.add(
-      "data-in", [&o](const std::string& v) {
-        if (v != "memory" && v != "disk" && v != "auto") return "--data-in expects memory, disk or auto, got '" + v + "'";
-        o.data_in = v;
-        return std::string();
-      },
-      "memory|disk|auto",
+  a.add("data-in", &o.data_in, "memory|disk|auto",
       "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
       "makes the plan fit or lets the fit pick a faster plan");
   a.add("cache-dir", &o.cache_dir, "DIR",
         "where streamed IDX data is decompressed to (default $MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or "
         "~/.cache/memfit)");
   a.add("batch", &o.batch, "N", "batch size (default 64)");
-  a.add(
-      "optimizer", [&o](const std::string& v) {
-        if (v != "sgd" && v != "adam" && v != "adamw") return "--optimizer expects sgd, adam or adamw, got '" + v + "'";
-        o.optimizer.kind = v;
-        return std::string();
-      },
-      "sgd|adam|adamw", "optimizer (default sgd with momentum 0.9)");
+  a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw", "optimizer (default sgd with momentum 0.9)");
   a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
   a.add("threads", &o.threads, "N", "threads (default: all cores)");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
@@ -102,13 +89,8 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       },
       "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
-  a.add(
-      "recompute", [&o](const std::string& v) {
-        if (!valid_recompute_policy(v)) return "--recompute expects none, cheap or segments, got '" + v + "'";
-        o.recompute = v;
-        return std::string();
-      },
-      "none|cheap|segments", "recompute activations in backward instead of keeping them (default none)");
+  a.add("recompute", &o.recompute, "none|cheap|segments",
+        "recompute activations in backward instead of keeping them (default none)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
   a.add(
       "precision", [&o](const std::string& v) {
@@ -151,6 +133,16 @@ int usage_error(const cli::Args& a, const std::string& msg) {
   return 2;
 }
 
+// The options' own checks (train::validate) as a usage error's message.
+std::optional<std::string> invalid(const train::TrainOptions& o) {
+  try {
+    train::validate(o);
+  } catch (const std::invalid_argument& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
 bool parse_memory(const std::string& s, train::TrainOptions& o, std::string& err) {
   if (s.empty()) return true;
   auto b = train::parse_bytes(s);
@@ -162,16 +154,11 @@ bool parse_memory(const std::string& s, train::TrainOptions& o, std::string& err
   return true;
 }
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  std::ostringstream s;
-  s << std::setprecision(8) << v;
-  return s.str();
-}
+using train::short_num;
 
 int cmd_train(const std::vector<std::string>& argv) {
   train::TrainOptions o;
-  std::string memory, sched = o.schedule;
+  std::string memory;
   bool nesterov = false;
   cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 5 epochs.");
   add_common(a, o, memory);
@@ -191,7 +178,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   a.add("momentum", &o.optimizer.momentum, "M", "SGD momentum (default 0.9)");
   a.add_flag("nesterov", &nesterov, "Nesterov momentum");
   a.add("weight-decay", &o.optimizer.weight_decay, "WD", "weight decay (default 5e-4; decoupled for adamw)");
-  a.add("schedule", &sched, "constant|step|cosine", "learning-rate schedule (default cosine)");
+  a.add("schedule", &o.schedule, "constant|step|cosine", "learning-rate schedule (default cosine)");
   a.add("warmup", &o.warmup, "STEPS", "linear warm-up steps (default 0)");
   a.add("clip-grad-norm", &o.optimizer.clip_grad_norm, "N", "clip gradients to this global L2 norm");
   a.add("label-smoothing", &o.label_smoothing, "S", "label smoothing (default 0)");
@@ -221,20 +208,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
-  if (!Schedule::valid_kind(sched)) return usage_error(a, "--schedule expects constant, step or cosine, got '" + sched + "'");
-  if (o.batch <= 0) return usage_error(a, "--batch must be positive, got " + std::to_string(o.batch));
-  if (o.epochs <= 0) return usage_error(a, "--epochs must be positive, got " + std::to_string(o.epochs));
-  if (o.steps < 0) return usage_error(a, "--steps must not be negative, got " + std::to_string(o.steps));
-  if (!(o.lr > 0)) return usage_error(a, "--lr must be positive, got " + num(o.lr));
-  if (o.eval_every < -1 || (o.eval_every == -1 && a.given("eval-every")))
-    return usage_error(a, "--eval-every expects a number of steps, or 0 for no evaluation");
-  if (o.accumulate <= 0 || o.batch % o.accumulate)
-    return usage_error(a, "--accumulate must be positive and divide --batch");
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
-  if (o.profile < 0) return usage_error(a, "--profile must be positive");
+  for (const char* f : {"data", "subset", "test-subset", "image-size", "channels", "eval-every"})
+    if (a.given(f)) o.given.push_back(f);
+  if (auto why = invalid(o)) return usage_error(a, *why);
   if (o.profile > 0) o.steps = o.profile + 2;
   if (!o.resume.empty() && !a.given("out")) o.out = o.resume;
-  o.schedule = sched;
   o.optimizer.nesterov = nesterov;
   o.seed = static_cast<uint64_t>(seed);
   if (o.optimizer.kind != "sgd" && !a.given("lr")) o.lr = 1e-3;
@@ -245,9 +224,6 @@ int cmd_train(const std::vector<std::string>& argv) {
   } catch (const GraphError& e) {
     return usage_error(a, e.what());
   }
-
-  for (const char* f : {"data", "subset", "test-subset", "image-size", "channels"})
-    if (a.given(f)) o.given.push_back(f);
   o.handle_signals = true;
   // --json: stdout carries only the JSON object; every human line goes to stderr.
   std::ostream& log = o.json ? std::cerr : std::cout;
@@ -282,11 +258,11 @@ int cmd_train(const std::vector<std::string>& argv) {
     }
     return 128 + r.interrupted;
   }
-  log << "done: " << r.steps << " steps in " << num(r.seconds) << " s, " << num(r.images_per_second)
-            << " images/s, final train loss " << num(r.final_train_loss);
-  if (r.evaluated) log << ", test accuracy " << num(r.test_accuracy);
+  log << "done: " << r.steps << " steps in " << short_num(r.seconds) << " s, " << short_num(r.images_per_second)
+            << " images/s, final train loss " << short_num(r.final_train_loss);
+  if (r.evaluated) log << ", test accuracy " << short_num(r.test_accuracy);
   if (o.precision == DType::f16)
-    log << ", fp16 loss scale " << num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
+    log << ", fp16 loss scale " << short_num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
   log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
       << train::format_bytes(r.planned_peak_bytes) << ")\n";
   if (o.json) {
@@ -323,7 +299,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
-  if (o.batch <= 0) return usage_error(a, "--batch must be positive, got " + std::to_string(o.batch));
+  if (auto why = invalid(o)) return usage_error(a, *why);
   try {
     models::resolve_model(o.model);
   } catch (const GraphError& e) {

@@ -1,0 +1,70 @@
+#include "train/options.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+#include "memfit/recompute.hpp"
+#include "memfit/schedule.hpp"
+
+namespace memfit::train {
+namespace {
+
+bool given(const TrainOptions& o, const char* flag) {
+  return std::find(o.given.begin(), o.given.end(), flag) != o.given.end();
+}
+
+bool valid_optimizer(const OptimizerConfig& c) {
+  try {
+    optimizer_state_floats(c);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+void fail(const std::string& message) { throw std::invalid_argument(message); }
+
+}  // namespace
+
+std::string short_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream s;
+  s << std::setprecision(8) << v;
+  return s.str();
+}
+
+void validate(const TrainOptions& o) {
+  if (!Schedule::valid_kind(o.schedule)) fail("--schedule expects constant, step or cosine, got '" + o.schedule + "'");
+  if (o.batch <= 0) fail("--batch must be positive, got " + std::to_string(o.batch));
+  if (o.epochs <= 0) fail("--epochs must be positive, got " + std::to_string(o.epochs));
+  if (o.steps < 0) fail("--steps must not be negative, got " + std::to_string(o.steps));
+  if (!(o.lr > 0)) fail("--lr must be positive, got " + short_num(o.lr));
+  // -1 (after every epoch) is the default's meaning, not a value to give.
+  if (o.eval_every < -1 || (o.eval_every == -1 && given(o, "eval-every")))
+    fail("--eval-every expects a number of steps, or 0 for no evaluation");
+  if (o.accumulate <= 0 || o.batch % o.accumulate) fail("--accumulate must be positive and divide --batch");
+  if (o.profile < 0) fail("--profile must be positive");
+  if (!valid_optimizer(o.optimizer)) fail("--optimizer expects sgd, adam or adamw, got '" + o.optimizer.kind + "'");
+  if (!valid_recompute_policy(o.recompute))
+    fail("--recompute expects none, cheap or segments, got '" + o.recompute + "'");
+  if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")
+    fail("--data-in expects memory, disk or auto, got '" + o.data_in + "'");
+}
+
+std::optional<TrainOptions> halved(const TrainOptions& o) {
+  const int64_t micro = micro_batch(o);
+  if (micro < 2 || micro % 2) return std::nullopt;
+  TrainOptions r = o;
+  r.accumulate *= 2;
+  return r;
+}
+
+std::string halved_note(const TrainOptions& h) {
+  return "micro-batch " + std::to_string(micro_batch(h)) + " x " + std::to_string(h.accumulate) + " (effective batch " +
+         std::to_string(h.batch) + " unchanged)";
+}
+
+}  // namespace memfit::train

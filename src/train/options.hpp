@@ -1,0 +1,102 @@
+// The options of a training run, and the one place they are checked.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memfit/optim.hpp"
+#include "memfit/runtime.hpp"
+
+namespace memfit::train {
+
+// The --precision spelling of an activation type.
+inline const char* precision_name(DType t) { return t == DType::bf16 ? "bf16" : t == DType::f16 ? "fp16" : "fp32"; }
+
+struct TrainOptions {
+  std::string model = "convnet";
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  int64_t epochs = 5;
+  int64_t steps = 0;           // > 0: stop after this many optimizer steps
+  int64_t batch = 64;          // effective batch of one optimizer step
+  std::string init_from;       // weights to start from (safetensors)
+  std::vector<std::string> reinit;  // with init_from: layers that keep their fresh init
+  std::vector<std::string> freeze;  // parameter patterns that do not train
+  bool bias_only = false;      // train biases only
+  std::string recompute = "none";  // none | cheap | segments
+  int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
+  DType precision = DType::f32;  // activations: f32, bf16 or f16 (StepSpec::precision)
+  bool precision_set = false;    // given by --precision: the fit keeps it
+  double loss_scale = 65536.0;   // fp16: initial dynamic loss scale (a power of two)
+  DType saved_activations = DType::f32;  // bf16: compress what backward reads (StepSpec::saved)
+  int64_t eval_batch = 0;      // 0: same as batch
+  double lr = 0.05;
+  OptimizerConfig optimizer{.kind = "sgd", .momentum = 0.9, .weight_decay = 5e-4};
+  std::string schedule = "cosine";
+  int64_t warmup = 0;
+  uint64_t seed = 42;
+  std::string subset;          // "" all, "2000" count, "0.1" / "10%" fraction
+  std::string test_subset;     // same for the test split
+  // Where IDX datasets (train and test) live: "memory" (decoded, resident),
+  // "disk" (streamed from a raw cache file, see data/idx_stream.hpp) or
+  // "auto": memory when the plan fits with it, else disk when that makes it
+  // fit or lets the fit pick a faster plan. Image folders are always read
+  // from disk. With auto_fit off, auto means memory.
+  std::string data_in = "auto";
+  std::string cache_dir;       // disk: the cache directory ("" = data::default_cache_dir())
+  int64_t threads = 0;         // 0: all cores
+  std::optional<size_t> memory;
+  std::string out = "runs/latest";
+  std::string resume;          // run directory to continue from
+  int64_t eval_every = -1;     // > 0: every N steps (and at the end); 0: never; -1: after every epoch
+  int64_t checkpoint_every = 0;  // > 0: also every N steps
+  bool json = false;
+  int progress = -1;           // -1: bar on a terminal, log lines otherwise; 0 lines; 1 bar
+  int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
+  int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
+  bool augment = false;        // random crop (pad 4) and horizontal flip
+  double label_smoothing = 0.0;
+  Backend backend = Backend::Cpu;
+  PlanOptions plan;
+  bool plan_only = false;      // stop after printing the plan (memfit plan)
+  int64_t profile = 0;         // > 0: time the last `profile` steps kernel by kernel and print the
+                               // table (per op kind, per layer) instead of evaluating and saving
+  // When the plan exceeds the budget: search micro-batch x accumulation and
+  // recomputation for the fastest plan that fits (false: fail instead).
+  bool auto_fit = true;
+  // Testing: behave as if memory ran out before this step (-1: never). The
+  // run re-plans with half the micro-batch and continues from that step.
+  int64_t inject_oom_at_step = -1;
+  bool fitted = false;         // internal: this attempt runs the policy the fit chose
+  // SIGINT/SIGTERM finish the current step, write a checkpoint and return
+  // with TrainResult::interrupted set; a second signal exits at once (the
+  // process's handlers are replaced while run_training runs).
+  bool handle_signals = false;
+  // Flags the user gave (names without "--"): on --resume, the data options
+  // not given are taken from the checkpoint, and given ones must match it;
+  // validate() refuses a given --eval-every of -1 (the default's meaning).
+  std::vector<std::string> given;
+};
+
+// v to 8 significant digits ("null" when not finite), for messages and the
+// checkpoint's loss scale.
+std::string short_num(double v);
+
+// Checks the options that do not need the data or the model: throws
+// std::invalid_argument naming the flag and what it expects, the message the
+// command prints as a usage error. run_training checks them once, before the
+// first plan; the command checks them first, so a slip is a usage error.
+void validate(const TrainOptions& o);
+
+// The micro-batch of one forward and backward pass.
+inline int64_t micro_batch(const TrainOptions& o) { return o.batch / o.accumulate; }
+
+// Half the micro-batch, twice the accumulation: the effective batch, the
+// schedule and the step count stay as they were. nullopt when the
+// micro-batch is odd or 1.
+std::optional<TrainOptions> halved(const TrainOptions& o);
+// "micro-batch 32 x 2 (effective batch 64 unchanged)": the policy of h.
+std::string halved_note(const TrainOptions& h);
+
+}  // namespace memfit::train

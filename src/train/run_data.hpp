@@ -1,0 +1,42 @@
+// The datasets of a run and where they live (--data-in): IDX data decoded in
+// memory or streamed from a disk cache, image folders decoded from disk.
+#pragma once
+
+#include <cstddef>
+#include <iosfwd>
+#include <memory>
+
+#include "data/dataset.hpp"
+#include "data/idx_stream.hpp"
+#include "data/loader.hpp"
+#include "train/options.hpp"
+#include "train/report.hpp"
+
+namespace memfit::train {
+
+// train and test point at the subsets when given, else at the bases; test
+// is null when there is no test split. Moving it keeps them valid.
+struct Datasets {
+  std::unique_ptr<data::Dataset> train_base, test_base;
+  std::unique_ptr<data::Subset> train_sub, test_sub;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;
+  bool idx = false;                                  // IDX files: --data-in applies
+  data::StreamedIdxDataset* train_stream = nullptr;  // IDX streamed from disk (else in memory)
+  data::StreamedIdxDataset* test_stream = nullptr;
+};
+
+// The training and test sets of `o.data` (its subsets applied). stream: IDX
+// files open as StreamedIdxDatasets, reading only their labels and headers
+// until prepare_streams(); otherwise they are decoded into memory. Throws
+// std::runtime_error when there is no dataset there.
+Datasets open_data(const TrainOptions& o, bool stream);
+// Builds or checks the disk caches of streamed datasets and opens them.
+void prepare_streams(Datasets& d, std::ostream& log);
+// Where the data lives, for the plan's "data pipeline" row and its JSON.
+void describe_data(const Datasets& d, MemoryInputs& mi);
+// What the data pipeline holds: the training loader with its dataset, the
+// test loader with its dataset.
+size_t data_bytes_of(const data::LoaderMemory& train, const data::LoaderMemory& test);
+
+}  // namespace memfit::train

@@ -1,0 +1,333 @@
+#include "train/run_plan.hpp"
+
+#include <malloc.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <new>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/engine.hpp"
+#include "train/fit.hpp"
+#include "train/memory.hpp"
+
+namespace memfit::train {
+namespace {
+
+// The training step of these options over a dataset of this sample shape.
+StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
+  const data::SampleShape shape = train.sample_shape();
+  StepSpec spec;
+  spec.model = o.model;
+  spec.batch = micro_batch(o);
+  spec.accumulation = o.accumulate;
+  spec.freeze = o.freeze;
+  spec.bias_only = o.bias_only;
+  spec.recompute = o.recompute;
+  spec.precision = o.precision;
+  spec.saved = o.saved_activations;
+  spec.channels = shape[0];
+  spec.height = shape[1];
+  spec.width = shape[2];
+  spec.classes = train.num_classes();
+  spec.optimizer = o.optimizer;
+  spec.label_smoothing = o.label_smoothing;
+  return spec;
+}
+
+// The refusal when no policy fits.
+std::string nothing_fits_message(const MemoryReport& rep, const Budget& budget, const FitResult& fr,
+                                 bool searched_residency) {
+  std::ostringstream m;
+  m << "predicted peak " << format_bytes(rep.total) << " is over the budget of " << format_bytes(budget.bytes) << " ("
+    << budget.source << "), and no micro-batch, accumulation, precision or recomputation"
+    << (searched_residency ? " (with the dataset in memory or streamed from disk)" : "")
+    << " fits either; the smallest plan ("
+    << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
+    << ", so the smallest budget that would work is "
+    << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << " (--memory " << smallest_memory_flag(fr.smallest.total_bytes)
+    << ": 2% slack for the fit and 1 MiB for the baseline's variation between runs)"
+    << (budget.margin ? " plus the margin of a detected limit" : "") << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
+  return m.str();
+}
+
+// One attempt's plan, stage by stage, in the order the stages must run:
+// the baseline is measured after the executors' kernels exist and before
+// any arena does.
+class Planner {
+ public:
+  Planner(const TrainOptions& o, std::ostream& log) : o_(o), log_(log) { p_.options = o; }
+
+  std::variant<RunPlan, Replan> run() {
+    if (o_.threads > 0) omp_set_num_threads(static_cast<int>(o_.threads));
+    configure_allocator();
+    rss_start_ = current_rss();
+    open();
+    build();
+    measure();
+    if (auto_data_ && p_.data.train_stream) choose_residency();
+    print();
+    if (p_.report.total <= p_.budget.bytes || (o_.plan_only && !o_.auto_fit)) return std::move(p_);
+    if (!o_.auto_fit) throw BudgetError(over_budget());
+    return fit();
+  }
+
+ private:
+  const TrainOptions& o_;
+  std::ostream& log_;
+  RunPlan p_;
+  // --data-in auto with the fit on: the data opens streamed but unprepared
+  // (labels and headers only), is planned both ways, then loaded into
+  // memory if that fits, or left for the fit to choose. auto with --no-fit
+  // keeps it in memory, as before the flag.
+  bool auto_data_ = false;
+  size_t rss_start_ = 0;
+  StepSpec spec_;
+  ExecConfig cfg_;
+  data::LoaderMemory train_mem_, test_mem_;
+  MemoryInputs mi_;
+  std::vector<FitData> fit_data_;  // the ways to hold the data the fit may choose from (empty: as opened)
+
+  Executor& ex() { return *p_.train_ex; }
+
+  void open() {
+    auto_data_ = o_.data_in == "auto" && o_.auto_fit;
+    p_.data = open_data(o_, o_.data_in == "disk" || auto_data_);
+    if (o_.data_in == "disk" && !o_.plan_only) prepare_streams(p_.data, log_);
+    p_.classes = p_.data.train->num_classes();
+  }
+
+  void plan_loaders() {
+    train_mem_ = data::Loader::plan_memory(*p_.data.train, p_.train_loader);
+    test_mem_ = p_.data.test ? data::Loader::plan_memory(*p_.data.test, p_.test_loader) : data::LoaderMemory{};
+  }
+
+  void build() {
+    spec_ = step_spec(o_, *p_.data.train);
+    p_.train_g = build_step_graph(spec_);
+    StepSpec espec = spec_;
+    espec.training = false;
+    espec.with_loss = false;
+    espec.accumulation = 1;
+    espec.batch = o_.eval_batch > 0 ? o_.eval_batch : spec_.batch;
+    p_.eval_g = build_step_graph(espec);
+
+    cfg_.backend = o_.backend;
+    cfg_.plan = o_.plan;
+    cfg_.defer_allocation = true;
+    p_.train_ex = std::make_unique<Executor>(p_.train_g->g, cfg_);
+
+    data::LoaderOptions& lo = p_.train_loader;
+    lo.batch_size = static_cast<size_t>(spec_.batch);
+    lo.seed = o_.seed;
+    lo.drop_last = true;
+    lo.shuffle = true;
+    if (o_.augment) {
+      lo.crop_padding = 4;
+      lo.hflip = true;
+    }
+    data::LoaderOptions& teo = p_.test_loader;
+    teo.batch_size = static_cast<size_t>(espec.batch);
+    teo.shuffle = false;
+    teo.drop_last = false;
+    plan_loaders();
+
+    p_.eval_ex = std::make_unique<Executor>(p_.eval_g->g, cfg_);
+    // (Not with guard bytes: evaluation would overwrite training's guards.)
+    p_.eval_shares = !o_.plan.guard_bytes && p_.eval_ex->plan().arena_bytes[0] <= ex().plan().arena_bytes[0];
+  }
+
+  void measure() {
+    start_threads();
+    // Hand back what an earlier attempt (a fit search, a re-plan) freed, so the
+    // baseline measures this plan's process and not the previous one's heap.
+    kernels::cpu::warm_gemm_code();
+    kernels::cpu::drop_primitive_cache();
+    ::malloc_trim(0);
+    const size_t rss_kernels = current_rss();
+
+    const Datasets& ds = p_.data;
+    const Plan& eval_plan = p_.eval_ex->plan();
+    mi_.baseline = rss_kernels > ds.train->resident_bytes() ? rss_kernels - ds.train->resident_bytes() -
+                                                                   (ds.test ? ds.test->resident_bytes() : 0)
+                                                             : rss_kernels;
+    mi_.rss_at_start = rss_start_;
+    mi_.data_bytes = data_bytes_of(train_mem_, test_mem_);
+    mi_.eval_bytes = (p_.eval_shares ? 0 : eval_plan.arena_bytes[0]) +
+                     eval_plan.arena_bytes[static_cast<size_t>(Arena::Inputs)];
+    mi_.eval_library_heap = eval_plan.library_heap_bytes;
+    describe_data(ds, mi_);
+    p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
+    p_.budget = detect_budget(o_.memory);
+  }
+
+  // The same plan with the dataset resident: load it when that fits, else
+  // let the fit search both.
+  void choose_residency() {
+    Datasets& ds = p_.data;
+    // What IdxDataset would hold in place of the streamed datasets' labels.
+    auto in_memory = [](data::LoaderMemory m, const data::StreamedIdxDataset* s) {
+      if (s) {
+        m.dataset_resident = m.dataset_resident - s->resident_bytes() + s->in_memory_resident_bytes();
+        m.dataset_transient = 0;
+      }
+      return m;
+    };
+    MemoryInputs mm = mi_;
+    mm.data_bytes = data_bytes_of(in_memory(train_mem_, ds.train_stream),
+                                  ds.test ? in_memory(test_mem_, ds.test_stream) : test_mem_);
+    mm.data_in = "memory";
+    mm.data_note = "dataset in memory + loader buffers";
+    mm.data_cache.clear();
+    MemoryReport rep_mem = make_report(p_.train_g->g, ex().plan(), mm);
+    if (rep_mem.total <= p_.budget.bytes) {
+      // It fits with the dataset resident: load it.
+      ds.train_sub.reset();
+      ds.test_sub.reset();
+      ds = Datasets{};
+      ds = open_data(o_, false);
+      plan_loaders();
+      mi_.data_bytes = data_bytes_of(train_mem_, test_mem_);
+      describe_data(ds, mi_);
+      p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
+    } else {
+      // Over budget in memory: the fit searches both, memory first (it wins
+      // ties); the plan shown is the one asked for, in memory.
+      const size_t plan_bytes = ex().plan().total_bytes();
+      fit_data_ = {{"memory", rep_mem.total - plan_bytes, 0.0},
+                   {"disk", p_.report.total - plan_bytes, kStreamSecondsPerSample}};
+      p_.report = rep_mem;
+    }
+  }
+
+  void print() {
+    const StepGraph& tg = *p_.train_g;
+    MemoryReport& rep = p_.report;
+    if (o_.recompute != "none") {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "  recompute %s: saved activations %s -> %s, +%.2f GFLOP per micro-batch (%d nodes)\n",
+                    o_.recompute.c_str(), format_bytes(tg.recompute.saved_bytes_before).c_str(),
+                    format_bytes(tg.recompute.saved_bytes_after).c_str(), tg.recompute.extra_flops / 1e9,
+                    tg.recompute.cloned_nodes);
+      log_ << buf;
+    }
+    rep.precision = precision_name(o_.precision);
+    rep.saved_activations = precision_name(o_.saved_activations);
+    rep.micro_batch = spec_.batch;
+    rep.accumulate = o_.accumulate;
+    rep.recompute = o_.recompute;
+    rep.fitted = o_.fitted;
+    describe_machine(rep, o_.precision);
+    if (tg.compress.cloned_nodes) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
+                    format_bytes(tg.compress.saved_bytes_before).c_str(),
+                    format_bytes(tg.compress.saved_bytes_after).c_str(), tg.compress.cloned_nodes);
+      log_ << buf;
+    }
+    log_ << format_report(rep, p_.budget, o_.model, o_.batch, o_.optimizer.kind,
+                          std::string(backend_name(o_.backend)) + " " + precision_name(o_.precision));
+    // The plan reaches the terminal or the file before anything can kill the
+    // process for its memory (a redirected stdout is block-buffered).
+    log_.flush();
+    std::fflush(nullptr);
+  }
+
+  // Over budget with the fit off.
+  std::string over_budget() const {
+    std::string m = over_budget_message(p_.report, p_.budget);
+    if (p_.report.data_in == "memory")
+      m += " Or stream the dataset from disk (--data-in disk): " +
+           format_bytes(train_mem_.dataset_resident + test_mem_.dataset_resident) + " of it is in memory now.";
+    return m;
+  }
+
+  // Over budget with the fit on: the fastest policy that fits, to plan again
+  // with (the fit then off), or BudgetError when none does.
+  Replan fit() {
+    const MemoryReport& rep = p_.report;
+    const Budget& budget = p_.budget;
+    // What does not depend on the plan: baseline, data pipeline, evaluation.
+    const size_t fixed = rep.total - ex().plan().total_bytes();
+    StepSpec base = spec_;
+    base.batch = o_.batch;
+    ExecConfig fcfg = cfg_;
+    if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
+    const std::vector<FitPrecision> precisions =
+        o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions();
+    FitResult fr = search_fit(base, o_.batch, fit_data_, budget.bytes - budget.bytes / 50, fcfg, precisions);
+    if (fr.fitting.empty()) throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1));
+    log_ << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
+         << "; fitting it (effective batch " << o_.batch << " unchanged):\n  chosen:    " << fr.fitting[0].describe() << "\n";
+    if (fr.fitting.size() > 1) log_ << "  runner-up: " << fr.fitting[1].describe() << "\n";
+    TrainOptions next = o_;
+    next.accumulate = fr.fitting[0].accumulate;
+    next.recompute = fr.fitting[0].recompute;
+    next.precision = fr.fitting[0].precision;
+    next.saved_activations = fr.fitting[0].saved;
+    if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
+    next.auto_fit = false;
+    next.fitted = true;
+    return Replan{next};
+  }
+};
+
+}  // namespace
+
+std::variant<RunPlan, Replan> plan_run(const TrainOptions& o, std::ostream& log) { return Planner(o, log).run(); }
+
+std::optional<Replan> allocate_plan(RunPlan& p, std::ostream& log) {
+  const TrainOptions& o = p.options;
+  Executor& ex = *p.train_ex;
+  Executor& eval_ex = *p.eval_ex;
+  try {
+    if (o.inject_oom_at_step == 0) throw std::bad_alloc();
+    ex.allocate();
+    eval_ex.borrow(Arena::Params, ex.arena(Arena::Params));
+    if (p.eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));
+    eval_ex.allocate();
+  } catch (const std::bad_alloc&) {
+    auto h = halved(o);
+    if (!h) throw std::runtime_error("out of memory allocating the plan (" + format_bytes(p.report.total) +
+                                     ") and the micro-batch cannot be halved further");
+    h->inject_oom_at_step = -1;
+    log << "memfit: out of memory allocating the plan; re-planning with " << halved_note(*h) << "\n";
+    return Replan{*h};
+  }
+  // The evaluation graph has the same parameters in the same order, so the
+  // same offsets; check rather than trust.
+  const Graph& tg = p.train_g->g;
+  const Graph& eg = p.eval_g->g;
+  for (ValueId v : eg.params()) {
+    ValueId q = tg.find(eg.value(v).name);
+    if (q == kNone || ex.data(q) != eval_ex.data(v))
+      throw std::logic_error("evaluation graph parameter layout differs from training: " + eg.value(v).name);
+  }
+  return std::nullopt;
+}
+
+TrainResult planned_result(const RunPlan& p) {
+  TrainResult r;
+  r.report = p.report;
+  r.budget = p.budget;
+  r.planned_peak_bytes = p.report.total;
+  r.budget_bytes = p.budget.bytes;
+  return r;
+}
+
+// The fit keeps 2% of the budget as slack, and 1 MiB is left for the
+// measured baseline's variation between runs (tens of KiB).
+std::string smallest_memory_flag(size_t need) {
+  const size_t want = need + (size_t(1) << 20);
+  for (long tenths = static_cast<long>(static_cast<double>(want) / 104857.6);; ++tenths) {
+    char v[32];
+    std::snprintf(v, sizeof v, "%.1fMiB", static_cast<double>(tenths) / 10);
+    const size_t b = parse_bytes(v).value_or(0);
+    if (b - b / 50 >= want) return v;
+  }
+}
+
+}  // namespace memfit::train

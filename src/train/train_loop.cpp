@@ -1,0 +1,322 @@
+#include "train/train_loop.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+
+#include "train/json.hpp"
+#include "train/memory.hpp"
+
+namespace memfit::train {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal) ::_exit(128 + sig);
+  g_signal = sig;
+}
+
+// Optimizer steps per epoch; a last group of fewer than `accumulate`
+// micro-batches is dropped, as drop_last drops a partial batch.
+int64_t steps_per_epoch(const data::Loader& loader, const TrainOptions& o, const data::Dataset& train) {
+  const int64_t per_epoch = static_cast<int64_t>(loader.batches_per_epoch()) / o.accumulate;
+  if (per_epoch == 0)
+    throw std::invalid_argument("the training set (" + std::to_string(train.size()) + " samples) is smaller than one batch of " +
+                                std::to_string(o.batch));
+  return per_epoch;
+}
+
+std::unique_ptr<data::Loader> test_loader_of(const RunPlan& p) {
+  return p.data.test ? std::make_unique<data::Loader>(*p.data.test, p.test_loader) : nullptr;
+}
+
+}  // namespace
+
+SignalScope::SignalScope(bool enable) : on_(enable) {
+  if (!on_) return;
+  g_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int_);
+  ::sigaction(SIGTERM, &sa, &old_term_);
+}
+
+SignalScope::~SignalScope() {
+  if (!on_) return;
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+int stop_signal() { return g_signal; }
+
+TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
+    : p_(p),
+      o_(p.options),
+      log_(log),
+      ex_(*p.train_ex),
+      loader_(*p.data.train, p.train_loader),
+      test_loader_(test_loader_of(p)),
+      scaler_(o_.precision == DType::f16, o_.loss_scale),
+      inputs_(ex_, *p.train_g),
+      eval_inputs_(*p.eval_ex, *p.eval_g),
+      eval_out_(*p.eval_ex, *p.eval_g) {
+  const int64_t per_epoch = steps_per_epoch(loader_, o_, *p.data.train);
+  const Graph& g = p.train_g->g;
+  update_node_ = o_.accumulate > 1 || scaler_.enabled() ? update_begin(g) : g.num_nodes();
+  total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * per_epoch;
+  sched_.kind = o_.schedule;
+  sched_.base_lr = o_.lr;
+  sched_.warmup = o_.warmup;
+  sched_.total = total_steps_;
+  sched_.step_every = std::max<int64_t>(1, total_steps_ / 3);
+
+  st_.model = o_.model;
+  st_.seed = o_.seed;
+  st_.extra["batch"] = std::to_string(o_.batch);
+  st_.extra["accumulate"] = std::to_string(o_.accumulate);
+  st_.extra["optimizer"] = o_.optimizer.kind;
+  st_.extra["dataset_size"] = std::to_string(p.data.train->size());
+  // The data options, so that --resume can take them when not given.
+  st_.extra["data"] = o_.data;
+  st_.extra["subset"] = o_.subset;
+  st_.extra["test_subset"] = o_.test_subset;
+  st_.extra["image_size"] = std::to_string(o_.image_size);
+  st_.extra["channels"] = std::to_string(o_.channels);
+  if (!o_.resume.empty()) resume();
+
+  prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes);
+  metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
+  res_ = planned_result(p);
+  ctx_.seed = o_.seed;
+  scaler_.restore(st_.extra);
+  if (scaler_.enabled()) grads_ = std::make_unique<GradientCheck>(ex_, update_node_);
+}
+
+void TrainLoop::resume() {
+  TrainState r = load_checkpoint(o_.resume, ex_);
+  for (const char* k : {"batch", "optimizer", "dataset_size"})
+    if (r.extra[k] != st_.extra[k]) {
+      const std::string flag = std::string(k) == "dataset_size" ? "subset" : k;
+      throw std::runtime_error("cannot resume from " + o_.resume + ": it was trained with " + k + " " + r.extra[k] +
+                               ", this run has " + st_.extra[k] + "; pass --" + flag + " " + r.extra[k] +
+                               (flag == "subset" ? " (the number of samples it trained on)" : ""));
+    }
+  if (r.seed != o_.seed) throw std::runtime_error("cannot resume from " + o_.resume + ": it used --seed " + std::to_string(r.seed));
+  st_.step = r.step;
+  if (r.extra.count("loss_scale")) {
+    st_.extra["loss_scale"] = r.extra["loss_scale"];
+    st_.extra["loss_scale_good"] = r.extra["loss_scale_good"];
+  }
+  st_.epoch = r.epoch;
+  st_.sample = r.sample;
+  data::Position p{r.epoch, r.sample};
+  if (p.sample >= loader_.epoch_size()) p = {p.epoch + 1, 0};
+  loader_.seek(p);
+  log_ << "resumed from " << o_.resume << " at step " << st_.step << " (epoch " << p.epoch + 1 << ")\n";
+}
+
+std::variant<TrainResult, Replan> TrainLoop::run() {
+  const auto t_start = Clock::now();
+  while (st_.step < total_steps_) {
+    if (stop_signal() && group_ == 0) {
+      res_.interrupted = stop_signal();
+      break;
+    }
+    const auto t0 = Clock::now();
+    const size_t n = inputs_.next(loader_);
+    if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
+      group_ = 0;
+      group_loss_ = 0.0;
+      // The loader has moved to the next epoch: its index is the number of
+      // epochs finished, the 1-based number of the one that just ended.
+      const uint64_t finished = loader_.position().epoch;
+      if (o_.eval_every < 0) eval_and_record(finished);
+      checkpoint();
+      continue;
+    }
+    if (group_ == 0 && st_.step == o_.inject_oom_at_step && st_.step > 0) return injected_oom(n);
+    run_micro_batch(n, t0);
+  }
+  finish(t_start);
+  return std::move(res_);
+}
+
+void TrainLoop::run_micro_batch(size_t n, Clock::time_point t0) {
+  ctx_.step = st_.step;
+  ctx_.lr = sched_.lr(st_.step);
+  ctx_.micro = group_;
+  ctx_.grad_scale = 1.0 / scaler_.scale();  // for an update that runs within this call (accumulate 1, no scaling)
+  ctx_.loss_scale = scaler_.scale();
+  if (o_.profile > 0 && group_ == 0 && st_.step == total_steps_ - o_.profile) ex_.set_profiling(true);
+  ex_.run_nodes(0, update_node_, ctx_);
+  group_loss_ += ex_.fetch_scalar(p_.train_g->loss);
+  images_ += static_cast<int64_t>(n);
+  if (++group_ < o_.accumulate) {
+    train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    return;
+  }
+  end_group(t0);
+}
+
+void TrainLoop::end_group(Clock::time_point t0) {
+  ctx_.grad_scale = 1.0 / (static_cast<double>(o_.accumulate) * scaler_.scale());
+  bool skip = false;
+  if (scaler_.enabled())
+    if (auto skipped = scaler_.record(grads_->all_finite(), st_.step)) {
+      skip = true;
+      prog_->message(*skipped);
+    }
+  if (!skip) ex_.run_nodes(update_node_, p_.train_g->g.num_nodes(), ctx_);
+  if (o_.plan.guard_bytes && !ex_.guards_intact())
+    throw std::logic_error("guard bytes after " + ex_.broken_guard() + " overwritten in step " +
+                           std::to_string(st_.step) + ": a kernel wrote outside its planned buffer");
+  last_loss_ = group_loss_ / static_cast<double>(o_.accumulate);
+  group_ = 0;
+  group_loss_ = 0.0;
+  if (!std::isfinite(last_loss_))
+    throw std::runtime_error("training diverged at step " + std::to_string(st_.step) + " (loss " + short_num(last_loss_) +
+                             "); lower --lr or use --clip-grad-norm");
+  loss_sum_ += last_loss_;
+  ++loss_n_;
+  ++st_.step;
+  train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  prog_->step(st_.step, last_loss_, images_per_second(), current_rss());
+  if (o_.eval_every > 0 && st_.step % o_.eval_every == 0) eval_and_record(loader_.position().epoch + 1);
+  if (o_.checkpoint_every > 0 && st_.step % o_.checkpoint_every == 0) checkpoint();
+}
+
+// As if memory ran out before this step: keep the last completed step,
+// re-plan with half the micro-batch, continue from it.
+Replan TrainLoop::injected_oom(size_t n) {
+  auto h = halved(o_);
+  if (!h) throw std::runtime_error("out of memory at step " + std::to_string(st_.step) +
+                                   " and the micro-batch cannot be halved further");
+  loader_.seek(data::Position{loader_.position().epoch, loader_.position().sample - n});
+  checkpoint();
+  h->inject_oom_at_step = -1;
+  h->resume = o_.out;
+  h->init_from.clear();
+  prog_->finish();
+  log_ << "memfit: out of memory at step " << st_.step << "; saved the state after step " << st_.step
+       << ", re-planning with " << halved_note(*h) << " and continuing\n";
+  return Replan{*h};
+}
+
+TrainLoop::EvalResult TrainLoop::evaluate() {
+  EvalResult r;
+  data::Loader& loader = *test_loader_;
+  loader.seek({0, 0});
+  kernels::StepContext ctx;
+  double loss_sum = 0.0;
+  size_t correct = 0;
+  const int64_t classes = p_.classes;
+  while (size_t n = stop_signal() ? 0 : eval_inputs_.next(loader)) {
+    p_.eval_ex->run(ctx);
+    eval_out_.fetch();
+    const float* logits = eval_out_.logits();
+    const int32_t* y = eval_out_.labels();
+    for (size_t i = 0; i < n; ++i) {
+      const float* l = logits + i * static_cast<size_t>(classes);
+      int best = 0;
+      double mx = l[0];
+      for (int c = 1; c < classes; ++c)
+        if (l[c] > mx) {
+          mx = l[c];
+          best = c;
+        }
+      double se = 0.0;
+      for (int c = 0; c < classes; ++c) se += std::exp(static_cast<double>(l[c]) - mx);
+      loss_sum += std::log(se) + mx - static_cast<double>(l[y[i]]);
+      correct += best == y[i];
+    }
+    r.count += n;
+  }
+  if (r.count) {
+    r.loss = loss_sum / static_cast<double>(r.count);
+    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
+  }
+  return r;
+}
+
+void TrainLoop::eval_and_record(uint64_t epoch) {
+  if (!test_loader_) return;
+  EvalResult e = evaluate();
+  if (stop_signal()) return;  // cut short: nothing to record
+  res_.evaluated = true;
+  res_.test_loss = e.loss;
+  res_.test_accuracy = e.accuracy;
+  const double tl = loss_n_ ? loss_sum_ / static_cast<double>(loss_n_) : last_loss_;
+  prog_->message("eval step " + std::to_string(st_.step) + ": test_loss " + short_num(e.loss) + " test_accuracy " +
+                 short_num(e.accuracy) + " (" + std::to_string(e.count) + " images)");
+  const Json line = {{"epoch", epoch},
+                     {"step", st_.step},
+                     {"train_loss", tl},
+                     {"test_loss", e.loss},
+                     {"test_accuracy", e.accuracy},
+                     {"images_per_second", images_per_second()},
+                     {"peak_rss_bytes", peak_rss()},
+                     {"planned_peak_bytes", p_.report.total}};
+  metrics_ << json_line(line) << "\n";
+  metrics_.flush();
+  loss_sum_ = 0.0;
+  loss_n_ = 0;
+}
+
+void TrainLoop::checkpoint() {
+  data::Position p = loader_.position();
+  st_.epoch = p.epoch;
+  st_.sample = p.sample;
+  scaler_.save(st_.extra);
+  save_checkpoint(o_.out, ex_, st_);
+}
+
+double TrainLoop::images_per_second() const {
+  return train_seconds_ > 0 ? static_cast<double>(images_) / train_seconds_ : 0.0;
+}
+
+void TrainLoop::finish(Clock::time_point t_start) {
+  if (res_.interrupted) {  // a signal: save the last finished step, nothing else
+    checkpoint();
+    prog_->finish();
+  } else if (o_.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
+    prog_->finish();
+    log_ << profile_report(ex_, ex_.node_seconds(), std::min(o_.profile, st_.step));
+  } else {
+    // The last step may end mid-epoch (--steps): evaluate and save once more.
+    // --eval-every 0: no evaluation at all.
+    if (o_.eval_every != 0 && (!res_.evaluated || loss_n_ > 0)) eval_and_record(loader_.position().epoch + 1);
+    checkpoint();
+    prog_->finish();
+  }
+
+  res_.steps = st_.step;
+  res_.skipped_steps = scaler_.skipped_steps();
+  res_.loss_scale = scaler_.scale();
+  res_.final_train_loss = last_loss_;
+  res_.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  res_.images_per_second = images_per_second();
+  res_.peak_rss_bytes = peak_rss();
+  // The plan is a promise: say so when the process went past it.
+  const size_t planned = p_.report.total, peak = res_.peak_rss_bytes;
+  if (peak > planned + planned / 33) {
+    const size_t over = peak - planned;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "memfit: warning: the measured peak RSS %s is %s (%.1f%%) over the plan's %s%s; please report it "
+                  "with the plan above\n",
+                  format_bytes(peak).c_str(), format_bytes(over).c_str(),
+                  100.0 * static_cast<double>(over) / static_cast<double>(planned), format_bytes(planned).c_str(),
+                  peak > p_.budget.bytes ? (", and over the budget of " + format_bytes(p_.budget.bytes)).c_str() : "");
+    log_ << buf;
+  }
+}
+
+}  // namespace memfit::train
