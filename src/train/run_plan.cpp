@@ -17,10 +17,10 @@
 namespace memfit::train {
 namespace {
 
-// The training step of these options over a dataset of this sample shape.
+// The training step of these options over the dataset's tensors.
 StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
-  const data::SampleShape shape = train.sample_shape();
   StepSpec spec;
+  spec.data = train.tensors();
   spec.model = o.model;
   spec.batch = micro_batch(o);
   spec.accumulation = o.accumulate;
@@ -29,9 +29,6 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   spec.recompute = o.recompute;
   spec.precision = o.precision;
   spec.saved = o.saved_activations;
-  spec.channels = shape[0];
-  spec.height = shape[1];
-  spec.width = shape[2];
   spec.classes = train.num_classes();
   spec.optimizer = o.optimizer;
   spec.label_smoothing = o.label_smoothing;
@@ -111,6 +108,7 @@ class Planner {
     StepSpec espec = spec_;
     espec.training = false;
     espec.with_loss = false;
+    espec.with_metrics = true;
     espec.accumulation = 1;
     espec.batch = o_.eval_batch > 0 ? o_.eval_batch : spec_.batch;
     p_.eval_g = build_step_graph(espec);

@@ -1,22 +1,44 @@
 #include "train/step_io.hpp"
 
+#include <stdexcept>
+
 namespace memfit::train {
 
-StepInputs::StepInputs(Executor& ex, const StepGraph& sg)
-    : x_(ex.ptr<float>(sg.x)), y_(ex.ptr<int32_t>(sg.labels)) {}
+StepInputs::StepInputs(Executor& ex, const StepGraph& sg) : ex_(ex), sg_(sg) {}
 
-EvalOutputs::EvalOutputs(Executor& ex, const StepGraph& sg)
-    : ex_(ex),
-      logits_id_(sg.logits),
-      labels_id_(sg.labels),
-      logits_(static_cast<size_t>(numel(ex.graph().value(sg.logits).shape))),
-      labels_(static_cast<size_t>(numel(ex.graph().value(sg.labels).shape))) {}
+size_t StepInputs::next(data::Loader& loader) {
+  if (bound_ != &loader) {
+    // Which input each of this loader's tensors goes to (made once per
+    // loader; the step graph's inputs were taken from the same tensors).
+    ids_.assign(loader.tensors().size(), kNone);
+    bytes_.assign(loader.tensors().size(), 0);
+    for (size_t k = 0; k < ids_.size(); ++k) {
+      bytes_[k] = loader.batch_size() * loader.tensors()[k].sample_bytes();
+      for (const StepInput& in : sg_.inputs)
+        if (in.spec.name == loader.tensors()[k].name) ids_[k] = in.value;
+    }
+    for (const StepInput& in : sg_.inputs) {
+      bool fed = false;
+      for (ValueId v : ids_) fed = fed || v == in.value;
+      if (!fed) throw std::invalid_argument("the data yields no tensor '" + in.spec.name + "' for the step's input");
+    }
+    bound_ = &loader;
+  }
+  const data::Loader::Batch& b = loader.next_batch();
+  if (b.n == 0) return 0;
+  for (size_t k = 0; k < ids_.size(); ++k)
+    if (ids_[k] != kNone) ex_.feed(ids_[k], b.data[k], bytes_[k]);
+  return b.n;
+}
 
-// Sized by element count: logits stored in another type than f32 make fetch
-// throw (naming the value) rather than be read wrongly.
-void EvalOutputs::fetch() {
-  ex_.fetch(logits_id_, logits_.data(), logits_.size() * sizeof(float));
-  ex_.fetch(labels_id_, labels_.data(), labels_.size() * sizeof(int32_t));
+EvalMetrics::EvalMetrics(Executor& ex, const StepGraph& sg) : ex_(ex), ids_(sg.metrics) {
+  if (ids_.loss_sum == kNone) throw std::logic_error("the evaluation graph has no metrics (StepSpec::with_metrics)");
+}
+
+void EvalMetrics::add() {
+  loss_sum_ += ex_.fetch_scalar(ids_.loss_sum);
+  correct_ += ex_.fetch_scalar(ids_.correct);
+  count_ += ex_.fetch_scalar(ids_.count);
 }
 
 }  // namespace memfit::train

@@ -1,5 +1,7 @@
-// Where a step's data crosses between the host and an executor: the batch
-// going in, and (evaluation) the logits and labels coming out.
+// Where a step's data crosses between the host and an executor: the batch's
+// named tensors going in (Executor::feed), the loss and the evaluation
+// metrics coming out (Executor::fetch_scalar). Nothing else in train/ moves
+// step data.
 #pragma once
 
 #include <cstddef>
@@ -12,37 +14,40 @@
 
 namespace memfit::train {
 
-// The batch in. The loader decodes straight into the executor's input and
-// label buffers (host-addressable on the CPU); this is the one place that
-// does, so that a data layer yielding named tensors can feed them instead.
+// The batch in: each tensor the loader yields is fed to the step input of
+// the same name (StepGraph::inputs); a tensor no input takes is skipped.
 class StepInputs {
  public:
   // ex must be allocated.
   StepInputs(Executor& ex, const StepGraph& sg);
   // The next batch of `loader` into the inputs; its row count, 0 at the end
-  // of an epoch (Loader::next).
-  size_t next(data::Loader& loader) { return loader.next(x_, y_); }
-
- private:
-  float* x_;
-  int32_t* y_;
-};
-
-// Evaluation's outputs: the logits and the labels of the batch just run,
-// copied into host buffers made once (batch x classes floats, batch labels).
-class EvalOutputs {
- public:
-  EvalOutputs(Executor& ex, const StepGraph& sg);
-  // Copies the whole batch's logits and labels out of the executor.
-  void fetch();
-  const float* logits() const { return logits_.data(); }
-  const int32_t* labels() const { return labels_.data(); }
+  // of an epoch (Loader::next_batch). Throws std::invalid_argument if a
+  // tensor's batch does not have its input's size.
+  size_t next(data::Loader& loader);
 
  private:
   Executor& ex_;
-  ValueId logits_id_, labels_id_;
-  std::vector<float> logits_;
-  std::vector<int32_t> labels_;
+  const StepGraph& sg_;
+  const data::Loader* bound_ = nullptr;
+  std::vector<ValueId> ids_;  // per loader tensor; kNone: not an input
+  std::vector<size_t> bytes_;
+};
+
+// Evaluation's outputs: the xent_metrics sums of the batch just run
+// (StepSpec::with_metrics), added up over batches in double.
+class EvalMetrics {
+ public:
+  EvalMetrics(Executor& ex, const StepGraph& sg);
+  void reset() { loss_sum_ = correct_ = count_ = 0.0; }
+  void add();  // after a run
+  double count() const { return count_; }
+  double loss() const { return count_ > 0 ? loss_sum_ / count_ : 0.0; }
+  double accuracy() const { return count_ > 0 ? correct_ / count_ : 0.0; }
+
+ private:
+  Executor& ex_;
+  XentMetrics ids_;
+  double loss_sum_ = 0.0, correct_ = 0.0, count_ = 0.0;
 };
 
 }  // namespace memfit::train

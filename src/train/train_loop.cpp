@@ -67,7 +67,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
       scaler_(o_.precision == DType::f16, o_.loss_scale),
       inputs_(ex_, *p.train_g),
       eval_inputs_(*p.eval_ex, *p.eval_g),
-      eval_out_(*p.eval_ex, *p.eval_g) {
+      eval_metrics_(*p.eval_ex, *p.eval_g) {
   const int64_t per_epoch = steps_per_epoch(loader_, o_, *p.data.train);
   const Graph& g = p.train_g->g;
   update_node_ = o_.accumulate > 1 || scaler_.enabled() ? update_begin(g) : g.num_nodes();
@@ -211,38 +211,18 @@ Replan TrainLoop::injected_oom(size_t n) {
 }
 
 TrainLoop::EvalResult TrainLoop::evaluate() {
-  EvalResult r;
   data::Loader& loader = *test_loader_;
   loader.seek({0, 0});
   kernels::StepContext ctx;
-  double loss_sum = 0.0;
-  size_t correct = 0;
-  const int64_t classes = p_.classes;
-  while (size_t n = stop_signal() ? 0 : eval_inputs_.next(loader)) {
+  eval_metrics_.reset();
+  while (!stop_signal() && eval_inputs_.next(loader)) {
     p_.eval_ex->run(ctx);
-    eval_out_.fetch();
-    const float* logits = eval_out_.logits();
-    const int32_t* y = eval_out_.labels();
-    for (size_t i = 0; i < n; ++i) {
-      const float* l = logits + i * static_cast<size_t>(classes);
-      int best = 0;
-      double mx = l[0];
-      for (int c = 1; c < classes; ++c)
-        if (l[c] > mx) {
-          mx = l[c];
-          best = c;
-        }
-      double se = 0.0;
-      for (int c = 0; c < classes; ++c) se += std::exp(static_cast<double>(l[c]) - mx);
-      loss_sum += std::log(se) + mx - static_cast<double>(l[y[i]]);
-      correct += best == y[i];
-    }
-    r.count += n;
+    eval_metrics_.add();
   }
-  if (r.count) {
-    r.loss = loss_sum / static_cast<double>(r.count);
-    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.count);
-  }
+  EvalResult r;
+  r.count = static_cast<size_t>(eval_metrics_.count());
+  r.loss = eval_metrics_.loss();
+  r.accuracy = eval_metrics_.accuracy();
   return r;
 }
 

@@ -80,7 +80,7 @@ class TrainLoop {
   std::unique_ptr<GradientCheck> grads_;  // fp16 only
   StepInputs inputs_;
   StepInputs eval_inputs_;
-  EvalOutputs eval_out_;
+  EvalMetrics eval_metrics_;
   std::optional<Progress> prog_;  // made after the checkpoint is loaded, as the run starts
   std::ofstream metrics_;
   TrainResult res_;
