@@ -2,6 +2,18 @@
 
 namespace memfit::models {
 
+ValueId Inputs::at(const std::string& name) const {
+  auto it = values.find(name);
+  if (it == values.end()) throw GraphError("the model reads an input '" + name + "' it did not declare");
+  return it->second;
+}
+
+const TensorSpec& Inputs::spec(const std::string& name) const {
+  auto it = specs.find(name);
+  if (it == specs.end()) throw GraphError("the model reads an input '" + name + "' it did not declare");
+  return it->second;
+}
+
 const char* task_name(Task t) { return t == Task::Classification ? "classification" : "language model"; }
 
 Model image_classifier(const std::string& name, ModelBuilder fn) {

@@ -33,8 +33,15 @@ enum class Task : uint8_t {
 };
 const char* task_name(Task t);
 
-// Graph values of the model's inputs, by name.
-using Inputs = std::map<std::string, ValueId>;
+// The model's inputs: their graph values ([N, ...]) and the data's
+// description of each (a token input's range is its vocabulary), by name.
+struct Inputs {
+  std::map<std::string, ValueId> values;
+  std::map<std::string, TensorSpec> specs;
+  // Throw GraphError naming the input if the model declared no such input.
+  ValueId at(const std::string& name) const;
+  const TensorSpec& spec(const std::string& name) const;
+};
 
 struct Model {
   std::string name;

@@ -17,6 +17,9 @@ struct TensorSpec {
   // The value of the rows that pad a partial last batch: 0 for inputs, -1
   // for targets (losses and metrics skip a negative label).
   double pad = 0.0;
+  // i32 tensors: the values lie in [0, range) (a vocabulary, the classes);
+  // 0 where the data does not say.
+  int64_t range = 0;
 
   size_t sample_bytes() const { return static_cast<size_t>(numel(shape)) * dtype_size(dtype); }
   bool operator==(const TensorSpec&) const = default;

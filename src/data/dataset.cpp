@@ -33,7 +33,7 @@ void Normalize::validate() const {
 
 std::vector<TensorSpec> Dataset::tensors() const {
   const SampleShape s = sample_shape();
-  return {{"image", DType::f32, {s[0], s[1], s[2]}, 0.0}, {"labels", DType::i32, {}, -1.0}};
+  return {{"image", DType::f32, {s[0], s[1], s[2]}, 0.0, 0}, {"labels", DType::i32, {}, -1.0, num_classes()}};
 }
 
 void Dataset::get_tensors(size_t i, void* const* out) const {

@@ -24,8 +24,8 @@ size_t update_begin(const Graph& g) {
   return first;
 }
 
-std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width) {
-  return {{"image", DType::f32, {channels, height, width}, 0.0}, {"labels", DType::i32, {}, -1.0}};
+std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width, int64_t classes) {
+  return {{"image", DType::f32, {channels, height, width}, 0.0, 0}, {"labels", DType::i32, {}, -1.0, classes}};
 }
 
 namespace {
@@ -63,7 +63,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   g.model_name = s.model;
   const models::Model model = s.model_def ? *s.model_def : models::resolve(s.model);
   sg->task = model.task;
-  const std::vector<TensorSpec> data = s.data.empty() ? image_tensors(s.channels, s.height, s.width) : s.data;
+  const std::vector<TensorSpec> data = s.data.empty() ? image_tensors(s.channels, s.height, s.width, s.classes) : s.data;
   Builder b(g, s.training);
   // The graph's inputs in the data's order, each [N, per-sample shape].
   for (const TensorSpec& t : data) {
@@ -81,11 +81,11 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   };
   models::Inputs ins;
   for (const models::InputDecl& d : model.inputs) {
-    match(model, d, data);
+    ins.specs[d.name] = match(model, d, data);
     ValueId v = value_of(d.name);
     // Float inputs are cast once on entry to the activation type.
     if (s.precision != DType::f32 && d.dtype == DType::f32) v = cast(b, v, s.precision);
-    ins[d.name] = v;
+    ins.values[d.name] = v;
   }
   match(model, model.target, data);
   sg->x = value_of(model.inputs.at(0).name);

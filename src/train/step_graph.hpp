@@ -22,7 +22,7 @@ struct StepSpec {
   std::shared_ptr<const models::Model> model_def;
   int64_t batch = 64;
   // The tensors one sample of the data holds (data::Dataset::tensors()).
-  // Empty: an image [channels, height, width] and a label.
+  // Empty: an image [channels, height, width] and a label of `classes`.
   std::vector<TensorSpec> data;
   int64_t channels = 1, height = 28, width = 28;
   int64_t classes = 10;
@@ -78,8 +78,9 @@ bool name_matches(const std::string& pattern, const std::string& name);
 // std::logic_error if update nodes are not all at the end.
 size_t update_begin(const Graph& g);
 
-// The image form of StepSpec::data: image f32 [C,H,W] and labels i32 [].
-std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width);
+// The image form of StepSpec::data: image f32 [C,H,W] and labels i32 [] of
+// `classes` values.
+std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width, int64_t classes);
 
 // Throws GraphError for a bad model, an unknown model name, or data that
 // does not hold the model's inputs and target (naming both).
