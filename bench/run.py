@@ -125,6 +125,9 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md")
+    ap.add_argument("--baseline-build", default=None,
+                    help="a second memfit build (an earlier commit): its step_bench joins the interleaved steps and "
+                         "the table gives its img/s and the ratio to this build (regression check in the same run)")
     ap.add_argument("--torch-python", default=TORCH_PY,
                     help="the Python whose PyTorch is measured (default bench/.venv/bin/python, from make bench-venv)")
     a = ap.parse_args()
@@ -134,6 +137,9 @@ def main():
     memfit = os.path.join(a.build, "bench", "step_bench")
     if not os.path.exists(memfit):
         raise SystemExit(f"{memfit} not found: build first (make build, or pass --build DIR)")
+    baseline = os.path.join(a.baseline_build, "bench", "step_bench") if a.baseline_build else None
+    if baseline and not os.path.exists(baseline):
+        raise SystemExit(f"{baseline} not found: build the baseline's step_bench first")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     t = str(a.threads)
     load = os.getloadavg()[0]
@@ -164,15 +170,20 @@ def main():
                       "--threads", t, "--precision", prec]
             mf_cmd = [memfit] + common
             pt_cmd = [a.torch_python, os.path.join(HERE, "torch_step.py")] + common
-            mf, pt = [], []
+            cmds = [mf_cmd, pt_cmd] + ([[baseline] + common] if baseline else [])
+            mf, pt, base = [], [], []
             for r in range(a.reps):
-                first_mf = r % 2 == 0
-                res = interleaved([mf_cmd, pt_cmd] if first_mf else [pt_cmd, mf_cmd], steps, env)
-                m, p = (res[0], res[1]) if first_mf else (res[1], res[0])
-                mf.append(m)
-                pt.append(p)
-                raw.append(m | {"framework": "memfit", "rep": r})
-                raw.append(p | {"framework": "pytorch", "rep": r})
+                # Rotate which side starts each repetition.
+                order = [(r + i) % len(cmds) for i in range(len(cmds))]
+                res = interleaved([cmds[i] for i in order], steps, env)
+                got = {i: res[k] for k, i in enumerate(order)}
+                mf.append(got[0])
+                pt.append(got[1])
+                raw.append(got[0] | {"framework": "memfit", "rep": r})
+                raw.append(got[1] | {"framework": "pytorch", "rep": r})
+                if baseline:
+                    base.append(got[2])
+                    raw.append(got[2] | {"framework": "memfit-baseline", "rep": r})
             torch_info = {"torch": pt[0]["torch"], "onednn": pt[0]["onednn"], "blas": pt[0].get("blas", "unknown")}
             if mf[0].get("supported"):
                 flops_of[(model, batch)] = mf[0]["step_flops"]
@@ -183,10 +194,13 @@ def main():
             row = {"model": model, "batch": batch, "precision": prec,
                    "mf_ips": med(mf, "images_per_s"), "pt_ips": med(pt, "images_per_s"),
                    "mf_step": med(mf, "median_step_s"), "pt_step": med(pt, "median_step_s"),
-                   "mf_rss": med(mf, "peak_rss_bytes"), "pt_rss": med(pt, "peak_rss_bytes")}
+                   "mf_rss": med(mf, "peak_rss_bytes"), "pt_rss": med(pt, "peak_rss_bytes"),
+                   "base_ips": med(base, "images_per_s")}
             rows.append(row)
             mf_txt = f"{row['mf_ips']:8.1f} img/s" if row["mf_ips"] else "not supported"
-            print(f"{model:9s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} img/s", flush=True)
+            base_txt = f", baseline {row['base_ips']:8.1f} img/s" if row["base_ips"] else ""
+            print(f"{model:9s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} img/s{base_txt}",
+                  flush=True)
 
     peak = measure_peak(peak)
     load_end = os.getloadavg()[0]
@@ -232,6 +246,13 @@ def main():
             f"| {r['mf_step'] * 1e3:.0f} ms | {r['pt_step'] * 1e3:.0f} ms | {fmt_bytes(r['mf_rss'])} "
             f"| {fmt_bytes(r['pt_rss'])} | {r['mf_rss'] / r['pt_rss']:.2f} "
             f"| {pct(r['mf_frac'])} | {pct(r['pt_frac'])} |")
+    if baseline:
+        lines += ["", f"Against the baseline build {a.baseline_build}, in the same interleaved steps:", "",
+                  "| case | memfit img/s | baseline img/s | this / baseline |", "|---|---:|---:|---:|"]
+        for r in rows:
+            if r["mf_ips"] and r["base_ips"]:
+                lines.append(f"| {r['model']} b{r['batch']} {r['precision']} | {r['mf_ips']:.1f} | "
+                             f"{r['base_ips']:.1f} | {r['mf_ips'] / r['base_ips']:.3f} |")
     table = "\n".join(lines) + "\n"
     with open(a.out, "w") as f:
         f.write("# memfit vs PyTorch, training speed and memory\n\n"

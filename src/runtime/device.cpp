@@ -1,9 +1,14 @@
 #include "runtime/device.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+
+#include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 namespace memfit {
 
@@ -20,6 +25,32 @@ void HostDevice::copy_to_device(void* dst, const void* src, size_t bytes) const 
 void HostDevice::copy_to_host(void* dst, const void* src, size_t bytes) const { std::memcpy(dst, src, bytes); }
 
 void HostDevice::fill(void* dst, uint8_t byte, size_t bytes) const { std::memset(dst, byte, bytes); }
+
+DeviceInfo HostDevice::info() const {
+  const kernels::cpu::MachineInfo& m = kernels::cpu::machine_info();
+  return {m.cpu_model, m.onednn_version, m.onednn_isa, m.vector_isa, m.onednn_bf16};
+}
+
+std::string HostDevice::product_path(DType precision) const {
+  if (precision == DType::bf16) return kernels::cpu::bf16_product_path();
+  if (precision == DType::f16) return "f32 between conversions (no f16 arithmetic on the CPU)";
+  return "";
+}
+
+bool HostDevice::all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) const {
+  for (const auto& [p, n] : bufs) {
+    const int64_t m = static_cast<int64_t>(n);
+    const float* q = p;
+    const bool bad = kernels::cpu::parallel_sum(m, [&] {
+      int part = 0;
+#pragma omp for schedule(static) nowait
+      for (int64_t i = 0; i < m; ++i) part |= !std::isfinite(q[i]);
+      return static_cast<double>(part);
+    }) != 0.0;
+    if (bad) return false;
+  }
+  return true;
+}
 
 const Device& device_for(Backend b) {
   switch (b) {

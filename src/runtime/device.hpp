@@ -20,6 +20,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/kernel.hpp"
 #include "memfit/graph.hpp"
@@ -27,6 +30,15 @@
 #include "runtime/lowered.hpp"
 
 namespace memfit {
+
+// What a plan's report says about the machine a device computes on.
+struct DeviceInfo {
+  std::string model;            // the processor ("AMD EPYC (family 26, model 2)")
+  std::string library;          // the kernel library's version (oneDNN's)
+  std::string library_isa;      // the instruction set the library runs
+  std::string vector_isa;       // the target memfit's own loops were built for
+  bool bf16_compute = false;    // the library computes in bf16
+};
 
 class Device {
  public:
@@ -60,6 +72,22 @@ class Device {
   // lowering.
   virtual void prepare(LoweredGraph& lg) const { (void)lg; }
   virtual std::unique_ptr<kernels::Kernel> make_kernel(const LoweredGraph& lg, NodeId id) const = 0;
+
+  // For the plan's report and the fit's speed model.
+  virtual DeviceInfo info() const = 0;
+  // How convolutions and linear layers run when activations are stored as
+  // `precision` ("" for f32).
+  virtual std::string product_path(DType precision) const = 0;
+  // Sustained FLOP/s of the products at a large batch, measured once per
+  // process (0: unknown).
+  virtual double product_flops_per_second() const { return 0.0; }
+  // A step's time with activations stored as `precision`, relative to f32.
+  virtual double storage_cost(DType precision) const { (void)precision; return 1.0; }
+  // Before a plan's baseline memory is measured: load the code the first
+  // step would load, and hand back caches an earlier plan left behind.
+  virtual void settle() const {}
+  // True if every element of the f32 buffers (device memory) is finite.
+  virtual bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) const = 0;
 };
 
 // Arenas in host memory (aligned_alloc), copies by memcpy.
@@ -73,6 +101,11 @@ class HostDevice : public Device {
   void copy_to_device(void* dst, const void* src, size_t bytes) const override;
   void copy_to_host(void* dst, const void* src, size_t bytes) const override;
   void fill(void* dst, uint8_t byte, size_t bytes) const override;
+  // The host CPU (kernels/cpu/engine.hpp's machine_info), for every device
+  // that computes on it.
+  DeviceInfo info() const override;
+  std::string product_path(DType precision) const override;
+  bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) const override;
 };
 
 const Device& cpu_device();                 // runtime/lower_cpu/cpu_device.cpp

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "kernels/cpu/conv.hpp"
-#include "kernels/cpu/engine.hpp"
+#include "runtime/device.hpp"
 #include "memfit/op_registry.hpp"
 
 namespace memfit::train {
@@ -22,27 +21,19 @@ std::string FitCandidate::describe() const {
   return buf;
 }
 
-double sustained_flops_per_second() {
-  // Measured once per process on a micro-batch of 16 (kernels/cpu/conv.hpp),
-  // which runs at 16 / 20 of the large-batch rate by the model below; 60
-  // GFLOP/s if the measurement could not run.
-  const double measured = kernels::cpu::conv_flops_per_second();
-  if (!(measured > 0)) return 60e9;
-  return std::clamp(measured * 20.0 / 16.0, 1e8, 1e14);
-}
-
-double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accumulate, size_t nodes) {
-  // The measured sustained rate for large batches; a micro-batch of m rows
-  // runs at m / (m + 4) of that (kernels amortise less), and every node run
-  // costs ~20 us of launch and bookkeeping.
-  const double rate = sustained_flops_per_second() * static_cast<double>(micro) / static_cast<double>(micro + 4);
+double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t micro, int64_t accumulate,
+                            size_t nodes) {
+  // The measured sustained rate for large batches (60 GFLOP/s where the
+  // device has no measurement); a micro-batch of m rows runs at m / (m + 4)
+  // of that (kernels amortise less), and every node run costs ~20 us of
+  // launch and bookkeeping.
+  const double sustained = dev.product_flops_per_second() > 0 ? dev.product_flops_per_second() : 60e9;
+  const double rate = sustained * static_cast<double>(micro) / static_cast<double>(micro + 4);
   return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
 }
 
-std::vector<FitPrecision> default_fit_precisions() {
-  // Without bf16 kernels in the build every bf16 node runs as an f32 kernel
-  // between conversions: far slower, a last resort for memory.
-  const double bf16 = !kernels::cpu::bf16_kernels_available() ? 2.0 : kernels::cpu::bf16_convs_native() ? 0.6 : 1.05;
+std::vector<FitPrecision> default_fit_precisions(const Device& dev) {
+  const double bf16 = dev.storage_cost(DType::bf16);
   return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, bf16}, {DType::f32, DType::bf16, 1.08}};
 }
 
@@ -69,7 +60,8 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       double flops = 0;
       for (const Node& n : sg->g.nodes())
         if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
-      const double seconds = fp.time_factor * predict_step_seconds(flops, s.batch, k, sg->g.num_nodes());
+      const double seconds =
+          fp.time_factor * predict_step_seconds(device_for(cfg.backend), flops, s.batch, k, sg->g.num_nodes());
       for (const FitData& d : data) {
         FitCandidate cand;
         cand.micro = s.batch;

@@ -29,12 +29,12 @@ struct FitResult {
   FitCandidate smallest;              // the least memory of all candidates tried
 };
 
-// FLOP/s this machine sustains on large batches (measured, cached per process).
-double sustained_flops_per_second();
-// Predicted time of one optimizer step: FLOPs at an efficiency that falls
-// for small micro-batches, plus a fixed cost per node run. A model for
-// ranking plans, not a promise.
-double predict_step_seconds(double flops_per_micro, int64_t micro, int64_t accumulate, size_t nodes);
+// Predicted time of one optimizer step on `dev`: FLOPs at its sustained
+// rate (Device::product_flops_per_second), at an efficiency that falls for
+// small micro-batches, plus a fixed cost per node run. A model for ranking
+// plans, not a promise.
+double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t micro, int64_t accumulate,
+                            size_t nodes);
 
 // One way to hold the dataset, a dimension of the search: what it adds to
 // every plan, and what it costs per training sample.
@@ -64,8 +64,9 @@ struct FitPrecision {
 // ~5% slower: conversions around f32 convolutions, measured on ResNet-18);
 // fp32 with bf16 saved activations (~8% for the casts, ResNet-18). fp16 is never chosen
 // on its own: this CPU has no faster fp16 arithmetic and it needs loss
-// scaling. Ties go to the earlier entry.
-std::vector<FitPrecision> default_fit_precisions();
+// scaling. Ties go to the earlier entry. The bf16 factor is the device's
+// (Device::storage_cost).
+std::vector<FitPrecision> default_fit_precisions(const Device& dev);
 
 // base: the run's step spec (its batch is the effective batch).
 // data: the ways to hold the data, in order of preference (first wins a tie).

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/parallel.hpp"
+#include "runtime/device.hpp"
 #include "train/options.hpp"
 
 namespace memfit::train {
@@ -40,7 +40,7 @@ void LossScaler::save(std::map<std::string, std::string>& extra) const {
   extra["loss_scale_good"] = std::to_string(good_);
 }
 
-GradientCheck::GradientCheck(Executor& ex, size_t update_node) {
+GradientCheck::GradientCheck(Executor& ex, size_t update_node) : dev_(ex.device()) {
   const Graph& g = ex.graph();
   for (size_t k = update_node; k < g.num_nodes(); ++k)
     for (ValueId v : g.node(static_cast<NodeId>(k)).inputs) {
@@ -50,19 +50,6 @@ GradientCheck::GradientCheck(Executor& ex, size_t update_node) {
     }
 }
 
-bool GradientCheck::all_finite() const {
-  for (const auto& [p, n] : bufs_) {
-    const int64_t m = static_cast<int64_t>(n);
-    const float* q = p;
-    const bool bad = kernels::cpu::parallel_sum(m, [&] {
-      int part = 0;
-#pragma omp for schedule(static) nowait
-      for (int64_t i = 0; i < m; ++i) part |= !std::isfinite(q[i]);
-      return static_cast<double>(part);
-    }) != 0.0;
-    if (bad) return false;
-  }
-  return true;
-}
+bool GradientCheck::all_finite() const { return dev_.all_finite(bufs_); }
 
 }  // namespace memfit::train

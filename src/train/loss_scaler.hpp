@@ -50,16 +50,16 @@ class LossScaler {
 
 // Whether the gradients the optimizer update reads are all finite: the
 // f32 inputs of the update nodes [update_node, end) that are neither
-// parameters nor optimizer state. It reads the gradient buffers in place,
-// through host pointers taken once; a device whose memory the host cannot
-// address would run this check on the device and fetch one flag.
+// parameters nor optimizer state. The executor's device checks them where
+// they lie (Device::all_finite), through pointers taken once.
 class GradientCheck {
  public:
   GradientCheck(Executor& ex, size_t update_node);
   bool all_finite() const;
 
  private:
-  std::vector<std::pair<const float*, size_t>> bufs_;
+  const Device& dev_;
+  std::vector<std::pair<const float*, size_t>> bufs_;  // device pointers of the update's gradients
 };
 
 }  // namespace memfit::train

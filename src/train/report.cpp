@@ -4,8 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "kernels/cpu/conv.hpp"
-#include "kernels/cpu/engine.hpp"
+#include "runtime/device.hpp"
 #include "train/json.hpp"
 
 namespace memfit::train {
@@ -75,16 +74,14 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   return r;
 }
 
-void describe_machine(MemoryReport& r, DType precision) {
-  const kernels::cpu::MachineInfo& m = kernels::cpu::machine_info();
-  r.cpu_model = m.cpu_model;
-  r.onednn = m.onednn_version;
-  r.onednn_isa = m.onednn_isa;
+void describe_machine(MemoryReport& r, const Device& dev, DType precision) {
+  const DeviceInfo m = dev.info();
+  r.cpu_model = m.model;
+  r.onednn = m.library;
+  r.onednn_isa = m.library_isa;
   r.vector_isa = m.vector_isa;
-  r.bf16_compute = m.onednn_bf16;
-  if (precision == DType::bf16) r.products = kernels::cpu::bf16_product_path();
-  else if (precision == DType::f16) r.products = "f32 between conversions (no f16 arithmetic on the CPU)";
-  else r.products.clear();
+  r.bf16_compute = m.bf16_compute;
+  r.products = dev.product_path(precision);
 }
 
 double reuse_factor(const MemoryReport& r) {

@@ -10,6 +10,10 @@
 #include "memfit/plan.hpp"
 #include "train/memory.hpp"
 
+namespace memfit {
+class Device;  // runtime/device.hpp
+}
+
 namespace memfit::train {
 
 struct MemoryInputs {
@@ -55,9 +59,10 @@ struct MemoryReport {
   std::vector<BufferInfo> largest;  // ten largest transient buffers
 };
 
-// Fills the report's machine fields (cpu_model ... products) for a run at
-// this activation precision; bf16 measures the convolution path once.
-void describe_machine(MemoryReport& r, DType precision);
+// Fills the report's machine fields (cpu_model ... products) from the
+// device a run at this activation precision computes on (Device::info,
+// product_path; bf16 on the CPU measures the convolution path once).
+void describe_machine(MemoryReport& r, const Device& dev, DType precision);
 MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in);
 // Transient bytes without reuse over the planned arena.
 double reuse_factor(const MemoryReport& r);

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cpu/engine.hpp"
+#include "runtime/device.hpp"
 #include "train/fit.hpp"
 #include "train/memory.hpp"
 
@@ -142,8 +142,7 @@ class Planner {
     start_threads();
     // Hand back what an earlier attempt (a fit search, a re-plan) freed, so the
     // baseline measures this plan's process and not the previous one's heap.
-    kernels::cpu::warm_gemm_code();
-    kernels::cpu::drop_primitive_cache();
+    device_for(o_.backend).settle();
     ::malloc_trim(0);
     const size_t rss_kernels = current_rss();
 
@@ -218,7 +217,7 @@ class Planner {
     rep.accumulate = o_.accumulate;
     rep.recompute = o_.recompute;
     rep.fitted = o_.fitted;
-    describe_machine(rep, o_.precision);
+    describe_machine(rep, device_for(o_.backend), o_.precision);
     if (tg.compress.cloned_nodes) {
       char buf[200];
       std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
@@ -255,7 +254,7 @@ class Planner {
     ExecConfig fcfg = cfg_;
     if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
     const std::vector<FitPrecision> precisions =
-        o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions();
+        o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
     FitResult fr = search_fit(base, o_.batch, fit_data_, budget.bytes - budget.bytes / 50, fcfg, precisions);
     if (fr.fitting.empty()) throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1));
     log_ << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)

@@ -1,7 +1,10 @@
 // The CPU device: host arenas; the fast CPU kernel (runtime/lower_cpu/)
 // where one is registered and takes the node, else the reference kernel,
 // between conversions when the node stores bf16/fp16.
+#include <algorithm>
+
 #include "kernels/cpu/conv.hpp"
+#include "kernels/cpu/engine.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
@@ -30,6 +33,27 @@ class CpuDevice final : public HostDevice {
     if (fast)
       if (auto k = (*fast)(lg, id)) return k;
     return make_reference_kernel(lg, id, fast);
+  }
+
+  double product_flops_per_second() const override {
+    // Measured once per process on a micro-batch of 16 (kernels/cpu/conv.hpp),
+    // which runs at 16 / 20 of the large-batch rate by the fit's model
+    // (train/fit.cpp); 60 GFLOP/s if the measurement could not run.
+    const double measured = kernels::cpu::conv_flops_per_second();
+    if (!(measured > 0)) return 60e9;
+    return std::clamp(measured * 20.0 / 16.0, 1e8, 1e14);
+  }
+
+  double storage_cost(DType precision) const override {
+    // Without bf16 kernels in the build every bf16 node runs as an f32
+    // kernel between conversions: far slower, a last resort for memory.
+    if (precision != DType::bf16) return 1.0;
+    return !kernels::cpu::bf16_kernels_available() ? 2.0 : kernels::cpu::bf16_convs_native() ? 0.6 : 1.05;
+  }
+
+  void settle() const override {
+    kernels::cpu::warm_gemm_code();
+    kernels::cpu::drop_primitive_cache();
   }
 };
 

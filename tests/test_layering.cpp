@@ -1,0 +1,89 @@
+// The tree's layering, checked on the sources: graph -> plan -> device and
+// runtime -> kernels, with data/io, models, train and cli around them. A file
+// may include only files of its own layer or of the layers it builds on, so
+// no lower layer reaches into a higher one (kernels know nothing of graphs;
+// the runtime nothing of training; the data layer nothing of kernels).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot = fs::path(MEMFIT_TEST_DATA).parent_path();
+
+// The layer of a path relative to the root ("" for files outside them).
+std::string layer_of(const std::string& p) {
+  if (p == "include/memfit/rng.hpp") return "base";  // the counter-based generator: everyone's
+  if (p == "include/memfit/runtime.hpp") return "runtime";
+  if (p == "include/memfit/plan.hpp") return "plan";
+  if (p.rfind("include/memfit/", 0) == 0) return "graph";
+  static const std::pair<const char*, const char*> dirs[] = {
+      {"src/graph/", "graph"},     {"src/autodiff/", "graph"}, {"src/optim/", "graph"}, {"src/plan/", "plan"},
+      {"src/kernels/", "kernels"}, {"src/runtime/", "runtime"}, {"src/io/", "io"},       {"src/data/", "io"},
+      {"models/", "models"},       {"src/train/", "train"},    {"src/cli/", "cli"}};
+  for (const auto& [pre, l] : dirs)
+    if (p.rfind(pre, 0) == 0) return l;
+  return "";
+}
+
+// What an #include "..." names, as a path relative to the root.
+std::string included_path(const std::string& inc) {
+  if (inc.rfind("memfit/", 0) == 0) return "include/" + inc;
+  if (inc.rfind("models/", 0) == 0) return inc;
+  return "src/" + inc;
+}
+
+const std::map<std::string, std::set<std::string>> kAllowed = {
+    {"graph", {"base", "graph"}},
+    {"plan", {"base", "graph", "plan"}},
+    {"kernels", {"base", "kernels"}},
+    {"runtime", {"base", "graph", "plan", "kernels", "runtime"}},
+    {"io", {"base", "graph", "io"}},
+    {"models", {"base", "graph", "models"}},
+    {"train", {"base", "graph", "plan", "kernels", "runtime", "io", "models", "train"}},
+    {"cli", {"base", "graph", "plan", "kernels", "runtime", "io", "models", "train", "cli"}},
+};
+
+}  // namespace
+
+TEST(Layering, NoIncludeFromALowerLayerToAHigherOne) {
+  const std::regex inc_re("#include \"([^\"]+)\"");
+  size_t files = 0;
+  std::string bad;
+  for (const char* top : {"include", "src", "models"})
+    for (const auto& e : fs::recursive_directory_iterator(kRoot / top)) {
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      const std::string rel = fs::relative(e.path(), kRoot).string();
+      const std::string from = layer_of(rel);
+      if (from.empty()) continue;
+      ++files;
+      std::ifstream f(e.path());
+      std::stringstream text;
+      text << f.rdbuf();
+      const std::string s = text.str();
+      for (std::sregex_iterator it(s.begin(), s.end(), inc_re), end; it != end; ++it) {
+        const std::string to = layer_of(included_path((*it)[1]));
+        if (!to.empty() && !kAllowed.at(from).count(to))
+          bad += "\n  " + rel + " (" + from + ") includes " + (*it)[1].str() + " (" + to + ")";
+      }
+    }
+  EXPECT_GT(files, 100u) << "the sources were not found under " << kRoot;
+  EXPECT_TRUE(bad.empty()) << "includes against the layering:" << bad;
+}
+
+TEST(Layering, TheCheckSeesAViolation) {
+  // The classifier itself: a kernel including the runtime, or the data layer
+  // including training, is against the rule.
+  EXPECT_FALSE(kAllowed.at(layer_of("src/kernels/cpu/conv.cpp")).count(layer_of(included_path("runtime/device.hpp"))));
+  EXPECT_FALSE(kAllowed.at(layer_of("src/data/loader.cpp")).count(layer_of(included_path("train/step_io.hpp"))));
+  EXPECT_TRUE(kAllowed.at(layer_of("src/train/fit.cpp")).count(layer_of(included_path("runtime/device.hpp"))));
+}
