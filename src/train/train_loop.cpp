@@ -234,16 +234,21 @@ void TrainLoop::eval_and_record(uint64_t epoch) {
   res_.test_loss = e.loss;
   res_.test_accuracy = e.accuracy;
   const double tl = loss_n_ ? loss_sum_ / static_cast<double>(loss_n_) : last_loss_;
-  prog_->message("eval step " + std::to_string(st_.step) + ": test_loss " + short_num(e.loss) + " test_accuracy " +
-                 short_num(e.accuracy) + " (" + std::to_string(e.count) + " images)");
-  const Json line = {{"epoch", epoch},
-                     {"step", st_.step},
-                     {"train_loss", tl},
-                     {"test_loss", e.loss},
-                     {"test_accuracy", e.accuracy},
-                     {"images_per_second", images_per_second()},
-                     {"peak_rss_bytes", peak_rss()},
-                     {"planned_peak_bytes", p_.report.total}};
+  // A classifier reports accuracy; a language model the perplexity of its
+  // per-token loss (its rows are tokens).
+  const bool lm = p_.eval_g->task == models::Task::LanguageModel;
+  const std::string score = lm ? " test_perplexity " + short_num(std::exp(e.loss))
+                               : " test_accuracy " + short_num(e.accuracy);
+  prog_->message("eval step " + std::to_string(st_.step) + ": test_loss " + short_num(e.loss) + score + " (" +
+                 std::to_string(e.count) + (lm ? " tokens)" : " images)"));
+  Json line = {{"epoch", epoch}, {"step", st_.step}, {"train_loss", tl}, {"test_loss", e.loss}};
+  if (lm)
+    line["test_perplexity"] = std::exp(e.loss);
+  else
+    line["test_accuracy"] = e.accuracy;
+  line["images_per_second"] = images_per_second();
+  line["peak_rss_bytes"] = peak_rss();
+  line["planned_peak_bytes"] = p_.report.total;
   metrics_ << json_line(line) << "\n";
   metrics_.flush();
   loss_sum_ = 0.0;
