@@ -74,6 +74,8 @@ ValueId global_avg_pool(Builder& b, ValueId x);  // [N, C, H, W] -> [N, C]
 ValueId batch_norm(Builder& b, ValueId x, BatchNormOpts o = {});
 ValueId dropout(Builder& b, ValueId x, double p, const std::string& name = "dropout");
 ValueId add(Builder& b, ValueId a, ValueId c);
+// a + c with c broadcast over a's leading axes (c's shape: a's trailing axes).
+ValueId add_broadcast(Builder& b, ValueId a, ValueId c);
 // x converted to dtype (round to nearest even when narrowing).
 ValueId cast(Builder& b, ValueId x, DType dtype);
 ValueId flatten(Builder& b, ValueId x);  // [N, ...] -> [N, rest]

@@ -113,6 +113,10 @@ ValueId dropout(Builder& b, ValueId x, double p, const std::string& name) {
 
 ValueId add(Builder& b, ValueId a, ValueId c) { return b.g.add1("add", {a, c}, {}, b.auto_name("add")); }
 
+ValueId add_broadcast(Builder& b, ValueId a, ValueId c) {
+  return b.g.add1("add_broadcast", {a, c}, {}, b.auto_name("add_broadcast"));
+}
+
 ValueId cast(Builder& b, ValueId x, DType dtype) {
   return b.g.add1("cast", {x}, {{"dtype", int64_t(dtype)}}, b.auto_name("cast"));
 }
