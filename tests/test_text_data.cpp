@@ -1,0 +1,137 @@
+// Text data for language modelling: UTF-8 decoding and its errors, the char
+// tokenizer (round trip, unknown characters, its saved file), fortune
+// entries, the seeded held-out split, and TokenWindows through the loader
+// (next-token targets, exact resume).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "data/loader.hpp"
+#include "data/text.hpp"
+
+using namespace memfit;
+using namespace memfit::data;
+
+namespace {
+
+std::string error_of_decode(const std::string& s) {
+  try {
+    decode_utf8(s, "corpus.txt");
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("memfit-text-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+}  // namespace
+
+TEST(Utf8, DecodesAndReEncodesEveryLength) {
+  const std::string s = "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80z";  // a é € 😀 z
+  const auto cps = decode_utf8(s, "x");
+  EXPECT_EQ(cps, (std::vector<char32_t>{U'a', 0xE9, 0x20AC, 0x1F600, U'z'}));
+  EXPECT_EQ(encode_utf8(std::u32string(cps.begin(), cps.end())), s);
+}
+
+TEST(Utf8, InvalidSequencesNameTheLineAndByte) {
+  EXPECT_NE(error_of_decode("ok\nok\n\x80").find("corpus.txt:3 (byte 6)"), std::string::npos) << error_of_decode("ok\nok\n\x80");
+  EXPECT_NE(error_of_decode("\xC3").find("truncated"), std::string::npos);
+  EXPECT_NE(error_of_decode("\xC3(").find("cut short"), std::string::npos);
+  EXPECT_NE(error_of_decode("\xC0\xAF").find("overlong"), std::string::npos);
+  EXPECT_NE(error_of_decode("\xED\xA0\x80").find("not a Unicode scalar"), std::string::npos);  // a surrogate
+  EXPECT_NE(error_of_decode("\xF4\x90\x80\x80").find("not a Unicode scalar"), std::string::npos);  // > U+10FFFF
+}
+
+TEST(CharTokenizer, AlphabetRoundTripAndUnknownCharacters) {
+  const std::string text = "hello, world\nh\xC3\xA9llo\n";
+  const CharTokenizer t = CharTokenizer::from_text(text, "c.txt");
+  EXPECT_EQ(t.vocab_size(), 11u);  // \n space , d e h l o r w é
+  EXPECT_EQ(t.alphabet().front(), U'\n');
+  const auto ids = t.encode(text, "c.txt");
+  EXPECT_EQ(ids.size(), 19u);
+  EXPECT_EQ(t.decode(ids), text);
+  try {
+    t.encode("hello\nzebra", "other.txt");
+    FAIL() << "an unknown character was encoded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("other.txt:2: the character 'z' (U+007A)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.decode({0, 11}), std::out_of_range);
+}
+
+TEST(CharTokenizer, SavedFileLoadsTheSameIdsAndBadFilesAreRefused) {
+  const CharTokenizer t = CharTokenizer::from_text("abc\xE2\x82\xAC", "c");
+  const std::string p = tmp_path("tok.json");
+  t.save(p);
+  const CharTokenizer u = CharTokenizer::load(p);
+  EXPECT_EQ(u.alphabet(), t.alphabet());
+  EXPECT_EQ(u.encode("cab\xE2\x82\xAC", "x"), t.encode("cab\xE2\x82\xAC", "x"));
+  for (const std::string bad : {"{", "{\"tokenizer\": \"bpe\", \"alphabet\": [97]}", "{\"tokenizer\": \"char\", \"alphabet\": [98, 97]}",
+                                "{\"tokenizer\": \"char\", \"alphabet\": []}"}) {
+    std::ofstream(p) << bad;
+    EXPECT_THROW(CharTokenizer::load(p), std::runtime_error) << bad;
+  }
+  std::remove(p.c_str());
+  EXPECT_THROW(CharTokenizer::load(p), std::runtime_error);
+}
+
+TEST(Fortunes, EntriesAndASeededSplit) {
+  const auto e = split_fortunes("one\nline\n%\ntwo\n%\n%\r\nthree\n");
+  EXPECT_EQ(e, (std::vector<std::string>{"one\nline", "two", "three"}));
+  std::vector<std::string> many(1000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = std::to_string(i);
+  const EntrySplit a = split_entries(many, 0.1, 5), b = split_entries(many, 0.1, 5), c = split_entries(many, 0.1, 6);
+  EXPECT_EQ(a.held_out, b.held_out);
+  EXPECT_NE(a.held_out, c.held_out);
+  EXPECT_EQ(a.train.size() + a.held_out.size(), many.size());
+  EXPECT_GT(a.held_out.size(), 60u);
+  EXPECT_LT(a.held_out.size(), 140u);
+  EXPECT_TRUE(split_entries(many, 0.0, 5).held_out.empty());
+  EXPECT_THROW(split_entries(many, 1.0, 5), std::invalid_argument);
+  EXPECT_EQ(join_entries({"a", "b"}), "a\n\nb\n\n");
+}
+
+TEST(TokenWindows, NextTokenTargetsThroughTheLoaderAndExactResume) {
+  auto tokens = std::make_shared<std::vector<int32_t>>(103);
+  for (size_t i = 0; i < tokens->size(); ++i) (*tokens)[i] = static_cast<int32_t>(i % 50);
+  const TokenWindows ds(tokens, 10, 50);
+  EXPECT_EQ(ds.size(), 10u);  // (103 - 1) / 10
+  ASSERT_EQ(ds.tensors().size(), 2u);
+  EXPECT_EQ(ds.tensors()[0].range, 50);
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.seed = 9;
+  o.drop_last = true;
+  Loader a(ds, o);
+  std::vector<std::vector<int32_t>> seen;
+  for (int k = 0; k < 3; ++k) {
+    const Loader::Batch& b = a.next_batch();
+    ASSERT_EQ(b.n, 3u);
+    const auto* tok = static_cast<const int32_t*>(b.data[0]);
+    const auto* tgt = static_cast<const int32_t*>(b.data[1]);
+    for (size_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(tok[r * 10] % 10, 0);  // a window starts at a multiple of the block (ids are i mod 50)
+      for (size_t j = 0; j < 10; ++j) EXPECT_EQ(tgt[r * 10 + j], (tok[r * 10 + j] + 1) % 50);
+    }
+    seen.emplace_back(tok, tok + 30);
+  }
+  // Resume from after the first batch: the same two batches follow.
+  Loader b(ds, o);
+  b.seek({0, 3});
+  for (int k = 1; k < 3; ++k) {
+    const Loader::Batch& x = b.next_batch();
+    const auto* tok = static_cast<const int32_t*>(x.data[0]);
+    EXPECT_EQ(std::vector<int32_t>(tok, tok + 30), seen[static_cast<size_t>(k)]);
+  }
+  EXPECT_THROW(TokenWindows(tokens, 103, 50), std::invalid_argument);
+  EXPECT_THROW(TokenWindows(tokens, 10, 40), std::invalid_argument);  // id 49 outside 40
+}
