@@ -47,20 +47,30 @@ inline Mask lanes_c(int64_t n) { return simd::lanes(std::clamp<int64_t>(n, 0, 16
 template <int RB, int NV>
 [[gnu::always_inline]] inline void gemm_tile(int64_t K, const float* a, int64_t ar, int64_t ak, const float* b,
                                              int64_t ldb, float* c, int64_t ldc, int64_t nn, bool acc) {
+  // The small loops are unrolled whole, so that the accumulators live in
+  // registers (left as loops, GCC keeps cv in memory and stores it on every k).
   Mask m[NV];
+#pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) m[v] = lanes_c(nn - 16 * v);
   V cv[RB][NV];
+#pragma GCC unroll 8
   for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) cv[r][v] = acc ? simd::load(c + r * ldc + 16 * v, m[v]) : simd::zero();
   for (int64_t k = 0; k < K; ++k) {
     V bv[NV];
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = simd::load(b + k * ldb + 16 * v, m[v]);
+#pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) {
       const V av = simd::set1(a[r * ar + k * ak]);
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) cv[r][v] = simd::fmadd(av, bv[v], cv[r][v]);
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) simd::store(c + r * ldc + 16 * v, cv[r][v], m[v]);
 }
 
