@@ -10,9 +10,10 @@
 // acc += P v. At the end out = acc / l, lse = m + log l. A row that met no
 // attended key has l = 0: out = 0, lse = -inf.
 //
-// Backward, one task per (b, h), so that its dk and dv (sums over every
-// query) have one writer and the result is the same for any thread count:
-// per query block, delta = rowsum(dout out); per key block, P = exp(S - lse)
+// Backward, one task per (b, h), so that its dq, dk and dv (sums over keys
+// and over queries) have one writer and the result is the same for any
+// thread count: per key block (k and v transposed once), per query block
+// that may attend it, delta = rowsum(dout out), P = exp(S - lse)
 // (0 where not attended, and on rows with lse = -inf), dP = (dout v^T) f
 // with f the dropout factor, dS = P (dP - delta) scale, then dv += (P f)^T
 // dout, dq += dS k, dk += dS^T q.
@@ -282,23 +283,28 @@ class AttentionBwd final : public Kernel {
           *bias = delta + kBq, *f = bias + kBk;
     const float scale = static_cast<float>(p.scale);
     const V vscale = simd::set1(scale);
-    for (int64_t i0 = 0; i0 < p.T; i0 += kBq) {
-      const int64_t R = std::min(kBq, p.T - i0);
-      for (int64_t r = 0; r < R; ++r) {
-        const float *dr_ = dout + (i0 + r) * Dv, *or_ = o + (i0 + r) * Dv;
-        V acc = simd::zero();
-        for (int64_t c0 = 0; c0 < Dv; c0 += 16) {
-          const Mask mk = lanes_c(Dv - c0);
-          acc = simd::fmadd(simd::load(dr_ + c0, mk), simd::load(or_ + c0, mk), acc);
+    // Key blocks outer, so each block of k and v is transposed once; the
+    // query blocks that may attend it inner (under causal, queries i with
+    // key_end(i) > j0, i.e. i >= j0 - (S - T)). delta is recomputed per
+    // pair of blocks (R Dv multiply-adds, against R C (D + Dv) for S and dP).
+    for (int64_t j0 = 0; j0 < S; j0 += kBk) {
+      const int64_t C = std::min(kBk, S - j0);
+      const int64_t ifirst = p.causal ? std::max<int64_t>(0, j0 - (S - p.T)) : 0;
+      if (ifirst >= p.T) break;  // every later key block starts later still
+      transpose_block(k + j0 * D, C, D, kt);
+      transpose_block(v + j0 * Dv, C, Dv, vt);
+      mask_bias(p, mask, b, j0, C, bias);
+      for (int64_t i0 = ifirst / kBq * kBq; i0 < p.T; i0 += kBq) {
+        const int64_t R = std::min(kBq, p.T - i0);
+        for (int64_t r = 0; r < R; ++r) {
+          const float *dr_ = dout + (i0 + r) * Dv, *or_ = o + (i0 + r) * Dv;
+          V acc = simd::zero();
+          for (int64_t c0 = 0; c0 < Dv; c0 += 16) {
+            const Mask mk = lanes_c(Dv - c0);
+            acc = simd::fmadd(simd::load(dr_ + c0, mk), simd::load(or_ + c0, mk), acc);
+          }
+          delta[r] = simd::hsum(acc);
         }
-        delta[r] = simd::hsum(acc);
-      }
-      const int64_t jend = p.key_end(i0 + R - 1);
-      for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
-        const int64_t C = std::min(kBk, jend - j0);
-        transpose_block(k + j0 * D, C, D, kt);
-        transpose_block(v + j0 * Dv, C, Dv, vt);
-        mask_bias(p, mask, b, j0, C, bias);
         gemm(R, D, C, q + i0 * D, D, 1, kt, kBk, P, kBk, false);
         gemm(R, Dv, C, dout + i0 * Dv, Dv, 1, vt, kBk, dS, kBk, false);
         for (int64_t r = 0; r < R; ++r) {
