@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gradcheck.hpp"
+#include "graph_run.hpp"
 #include "io/safetensors.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/ref/attention.hpp"
@@ -412,6 +413,57 @@ TEST(AttentionGolden, MatchesPyTorch) {
   }
 }
 
+// ------------------------------------------------------- bf16 storage ----
+
+// bf16 q, k, v, out, dout (lse stays f32): the CPU backend runs the f32 fast
+// kernel between conversions, the reference backend the f32 reference
+// kernel between conversions; both see the same bf16 values. The backward
+// is fed the same out and lse on both sides (random out, lse = log S + 1:
+// the formulas need not describe a real forward to be compared). Each bf16
+// output is the f32 result rounded once: the two may round to neighbours,
+// 2^-7 |want|, on top of the f32 bounds above.
+TEST(AttentionBf16, CpuMatchesReferenceBetweenConversions) {
+  const int64_t B = 2, H = 2, T = 70, S = 45, D = 16, Dv = 12;
+  Graph g;
+  Builder b(g);
+  const DType h = DType::bf16;
+  ValueId q = g.input("q", {B, H, T, D}, h), k = g.input("k", {B, H, S, D}, h), v = g.input("v", {B, H, S, Dv}, h);
+  ValueId m = g.input("m", {B, S}, DType::i32);
+  ValueId o_in = g.input("o", {B, H, T, Dv}, h), l_in = g.input("l", {B, H, T}), dout = g.input("dout", {B, H, T, Dv}, h);
+  ValueId o = attention(b, q, k, v, {.causal = true, .mask = m});
+  const ValueId lse = g.node(g.value(o).producer).outputs[1];
+  auto grads = g.add_node("attention_bwd", {q, k, v, o_in, l_in, dout, m},
+                          g.node(g.value(o).producer).attrs, "attn_bwd", Phase::Backward);
+  std::vector<ValueId> read{o, lse, grads[0], grads[1], grads[2]};
+  for (ValueId r : read) g.value(r).is_output = true;
+  memfit::testing::GraphData data;
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> U(-1.0f, 1.0f);
+  for (ValueId x : {q, k, v, o_in, dout}) {
+    auto& d = data.floats[x];
+    for (int64_t i = 0; i < numel(g.value(x).shape); ++i) d.push_back(kernels::bf16_to_f32(kernels::f32_to_bf16(U(gen))));
+  }
+  data.floats[l_in].assign(static_cast<size_t>(B * H * T), std::log(static_cast<float>(S)) + 1.0f);
+  auto& mk = data.ints[m];
+  for (int64_t j = 0; j < B * S; ++j) mk.push_back(j % 5 == 0 ? 0 : 1);
+  const memfit::testing::Values want = memfit::testing::run_graph(g, Backend::Reference, data, read);
+  const memfit::testing::Values got = memfit::testing::run_graph(g, Backend::Cpu, data, read);
+  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+  for (size_t t = 0; t < read.size(); ++t) {
+    const auto &w = want.at(read[t]), &gv = got.at(read[t]);
+    double mx = 0;
+    for (float e : w) mx = std::max(mx, std::abs(static_cast<double>(e)));
+    const double tol = (t < 2 ? kFwd : kBwd) * (mx + 1.0);
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (std::isinf(w[i])) {
+        ASSERT_EQ(gv[i], w[i]) << names[t] << "[" << i << "]";
+        continue;
+      }
+      ASSERT_NEAR(gv[i], w[i], tol + (t == 1 ? 0.0 : std::ldexp(std::abs(w[i]), -7))) << names[t] << "[" << i << "]";
+    }
+  }
+}
+
 // ---------------------------------------------------------------- plan ----
 
 // A training graph through causal attention at T = 1024: the planner must
@@ -443,6 +495,12 @@ TEST(AttentionPlan, NoTimesTMatrixAtT1024) {
               largest, plan.arena_bytes[static_cast<size_t>(Arena::Transient)], txt);
   EXPECT_LE(largest, txt / 16);
   EXPECT_LT(plan.arena_bytes[static_cast<size_t>(Arena::Transient)], txt / 4);
+  for (size_t n = 0; n < g.num_nodes(); ++n) {  // the fast kernels, not the reference fallback
+    const std::string& op = g.node(static_cast<NodeId>(n)).op;
+    if (op == "attention" || op == "attention_bwd") {
+      EXPECT_EQ(std::string(ex.kernel_name(n)), "cpu." + op);
+    }
+  }
   ex.init_params(3);
   std::vector<float> xv(static_cast<size_t>(numel(g.value(x).shape)));
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.01f * static_cast<float>(i));
@@ -457,9 +515,10 @@ TEST(AttentionPlan, NoTimesTMatrixAtT1024) {
 
 // ----------------------------------------------------------------- speed ----
 
-// Printed, not asserted: fwd and bwd at GPT-2-small shapes (B 4, H 12, D 64).
+// Printed, not asserted: fwd and bwd at GPT-2-small shapes (B 4, H 12, D 64,
+// T 256 and 1024), the best of a few runs.
 TEST(AttentionSpeed, Gpt2Small) {
-  for (int64_t T : {256}) {
+  for (int64_t T : {256, 1024}) {
     for (bool causal : {false, true}) {
       const AttentionParams p = params(4, 12, T, T, 64, 64, causal);
       const Inputs x = make_inputs(p, 1);
@@ -475,7 +534,7 @@ TEST(AttentionSpeed, Gpt2Small) {
       f->bind({y.q.data(), y.k.data(), y.v.data()}, {out.data(), lse.data()}, s1.data());
       bk->bind({y.q.data(), y.k.data(), y.v.data(), out.data(), lse.data(), y.dout.data()},
                {dq.data(), dk.data(), dv.data()}, s2.data());
-      for (int it = 0; it < 5; ++it) {
+      for (int it = 0; it < (T > 256 ? 2 : 5); ++it) {
         auto t0 = clk::now();
         f->run({});
         auto t1 = clk::now();
