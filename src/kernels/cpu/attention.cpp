@@ -104,10 +104,57 @@ void gemm(int64_t R, int64_t K, int64_t N, const float* a, int64_t ar, int64_t a
   }
 }
 
-// dst[d, c] = src[c, d] for c < C, d < W (src rows of W, dst rows of kBk).
+#if MEMFIT_BF16_SIMD
+// dst[d ldd + c] = src[c lds + d] for one 16 x 16 tile, in registers:
+// pairs of rows interleaved, then pairs of pairs, then 128-bit lanes twice.
+// (The maskz forms with full masks are the plain instructions; the plain
+// intrinsics trip GCC 12's -Wmaybe-uninitialized, as in bf16_simd.hpp.)
+[[gnu::always_inline]] inline void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  const __mmask16 all = 0xffff;
+  const __mmask8 all8 = 0xff;
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(all, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(all, r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]), c = _mm512_castps_pd(t[i + 2]),
+                  d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(all8, b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(all8, b, d));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_maskz_shuffle_f32x4(all, r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_maskz_shuffle_f32x4(all, r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_maskz_shuffle_f32x4(all, r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_maskz_shuffle_f32x4(all, r[i + 8], r[i + 12], 0xdd);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    _mm512_storeu_ps(dst + i * ldd, _mm512_maskz_shuffle_f32x4(all, t[i], t[i + 8], 0x88));
+    _mm512_storeu_ps(dst + (i + 8) * ldd, _mm512_maskz_shuffle_f32x4(all, t[i], t[i + 8], 0xdd));
+  }
+}
+#endif
+
+// dst[d, c] = src[c, d] for c < C, d < W (src rows of W, dst rows of kBk):
+// whole 16 x 16 tiles in registers, the edges element by element.
 void transpose_block(const float* src, int64_t C, int64_t W, float* dst) {
+  int64_t c16 = 0, d16 = 0;
+#if MEMFIT_BF16_SIMD
+  c16 = C / 16 * 16, d16 = W / 16 * 16;
+  for (int64_t c = 0; c < c16; c += 16)
+    for (int64_t d = 0; d < d16; d += 16) transpose16(src + c * W + d, W, dst + d * kBk + c, kBk);
+#endif
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t d = 0; d < W; ++d) dst[d * kBk + c] = src[c * W + d];
+    for (int64_t d = c < c16 ? d16 : 0; d < W; ++d) dst[d * kBk + c] = src[c * W + d];
 }
 
 // bias[c] = 0 where key j0 + c is attended by the mask, -inf where not.
