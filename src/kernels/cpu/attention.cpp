@@ -185,6 +185,16 @@ float scale_row(float* sr, const float* bias, int64_t C, int64_t valid, float sc
   return simd::hmax(mx);
 }
 
+// Sum of the 16 lanes, pairwise in a fixed order (both builds: bf16_simd.hpp's
+// hsum exists only with AVX-512).
+float lane_sum(V v) {
+  alignas(64) float f[16];
+  simd::store(f, v);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) f[j] += f[j + w];
+  return f[0];
+}
+
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 // Runs task(t, thread) for t in [0, n) over the kernel's threads.
@@ -256,7 +266,7 @@ class Attention final : public Kernel {
           simd::store(sr + c0, e, mk);
           sum = sum + e;
         }
-        l[r] = l[r] * corr + simd::hsum(sum);
+        l[r] = l[r] * corr + lane_sum(sum);
         m[r] = mnew;
         if (corr != 1.0f) {
           const V vc = simd::set1(corr);
@@ -350,7 +360,7 @@ class AttentionBwd final : public Kernel {
             const Mask mk = lanes_c(Dv - c0);
             acc = simd::fmadd(simd::load(dr_ + c0, mk), simd::load(or_ + c0, mk), acc);
           }
-          delta[r] = simd::hsum(acc);
+          delta[r] = lane_sum(acc);
         }
         gemm(R, D, C, q + i0 * D, D, 1, kt, kBk, P, kBk, false);
         gemm(R, Dv, C, dout + i0 * Dv, Dv, 1, vt, kBk, dS, kBk, false);
