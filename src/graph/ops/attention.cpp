@@ -83,7 +83,7 @@ void register_attention_ops() {
       if (c.need[i]) r[i] = g[i];
     return r;
   };
-  // Two products of 2 T S (D + Dv)/2 ~ 4 T S D multiply-adds x2 per (b, h).
+  // q k^T (T S D multiply-adds) and P v (T S Dv), x2: 4 T S D per (b, h) when Dv = D.
   a.flops = [](const Graph& g, const Node& n) { return attention_flops(g, n, 2.0); };
   register_op(a);
 
@@ -103,7 +103,7 @@ void register_attention_ops() {
       shape_fail(g, n, "attention_bwd needs lse f32 [B, H, T]");
     return std::vector<ValueMeta>{same_as(g, n, 0)[0], same_as(g, n, 1)[0], same_as(g, n, 2)[0]};
   };
-  // Recomputes q k^T, then dout v^T, dv, dq and dk: five products.
+  // Recomputes q k^T, then dout v^T, dv, dq and dk: five products (~2.5x the forward).
   b.flops = [](const Graph& g, const Node& n) { return attention_flops(g, n, 5.0); };
   register_op(b);
 }
