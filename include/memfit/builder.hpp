@@ -124,4 +124,19 @@ ValueId gelu(Builder& b, ValueId x, bool tanh = false);
 // Softmax over the last axis.
 ValueId softmax(Builder& b, ValueId x);
 
+// Scaled dot-product attention as one fused op (graph/ops/attention.cpp):
+// q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] -> [B, H, T, Dv]. causal:
+// query i attends keys j <= i + (S - T); mask: an i32 [B, S] key mask
+// (nonzero attends, kNone: none); scale <= 0: 1/sqrt(D); dropout: p on the
+// probabilities, counter-based (off in an evaluation builder). Neither pass
+// stores the [T, S] probabilities. A query row left with no key gives 0.
+struct AttentionOpts {
+  bool causal = false;
+  double dropout = 0.0;
+  ValueId mask = kNone;
+  double scale = 0.0;
+  std::string name = "attn";
+};
+ValueId attention(Builder& b, ValueId q, ValueId k, ValueId v, AttentionOpts o = {});
+
 }  // namespace memfit

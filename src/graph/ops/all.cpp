@@ -16,6 +16,7 @@ void register_gelu_ops();
 void register_softmax_ops();
 void register_metrics_ops();
 void register_broadcast_ops();
+void register_attention_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -34,6 +35,7 @@ void register_builtin_ops() {
   register_softmax_ops();
   register_metrics_ops();
   register_broadcast_ops();
+  register_attention_ops();
 }
 
 }  // namespace memfit

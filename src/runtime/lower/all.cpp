@@ -16,6 +16,7 @@ void register_embedding_kernels();
 void register_last_axis_kernels();
 void register_metrics_kernels();
 void register_broadcast_kernels();
+void register_attention_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -32,6 +33,7 @@ void register_builtin_kernels() {
   register_last_axis_kernels();
   register_metrics_kernels();
   register_broadcast_kernels();
+  register_attention_kernels();
 }
 
 }  // namespace memfit

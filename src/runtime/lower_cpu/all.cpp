@@ -14,6 +14,7 @@ void register_cpu_embedding_kernels();
 void register_cpu_last_axis_kernels();
 void register_cpu_metrics_kernels();
 void register_cpu_broadcast_kernels();
+void register_cpu_attention_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -28,6 +29,7 @@ void register_cpu_kernels() {
   register_cpu_last_axis_kernels();
   register_cpu_metrics_kernels();
   register_cpu_broadcast_kernels();
+  register_cpu_attention_kernels();
 }
 
 }  // namespace memfit
