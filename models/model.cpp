@@ -26,6 +26,9 @@ Model image_classifier(const std::string& name, ModelBuilder fn) {
   return m;
 }
 
-Model resolve(const std::string& name_or_path) { return image_classifier(name_or_path, resolve_model(name_or_path)); }
+Model resolve(const std::string& name_or_path) {
+  if (const Model* m = find_sequence_model(name_or_path)) return *m;
+  return image_classifier(name_or_path, resolve_model(name_or_path));
+}
 
 }  // namespace memfit::models
