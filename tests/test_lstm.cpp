@@ -85,6 +85,20 @@ TEST(LstmGraph, ParameterNamesAndShapesAsPyTorch) {
   EXPECT_EQ(g.value(r.y).shape, (Shape{2, 7, 3}));
   EXPECT_EQ(r.h_last.size(), 2u);
   EXPECT_THROW(lstm(b, g.input("bad", {2, 5}), 3), GraphError);
+  // Shape inference names what is wrong.
+  const ValueId wih = g.param("w_ih", {12, 4}), whh = g.param("w_hh", {12, 3}), bb = g.param("b", {12});
+  auto message = [&](std::vector<ValueId> ins) {
+    try {
+      g.add_node("lstm", ins, {}, "bad_lstm");
+    } catch (const GraphError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({x, wih, whh, bb, bb}).find("w_ih must be a float [12, 5]"), std::string::npos)
+      << message({x, wih, whh, bb, bb});
+  const ValueId flen = g.input("flen", {2});
+  EXPECT_NE(message({x, g.param("w_ih5", {12, 5}), whh, bb, bb, flen}).find("lengths must be i32 [2]"), std::string::npos);
 }
 
 // ------------------------------------------------- fast CPU vs reference ----
