@@ -8,11 +8,15 @@
 // saved gates [T,N,G] and cells [T,N,H]. Products go to oneDNN matmuls built
 // once, bound once to fixed buffers:
 //  forward   P[N*T,G] = x[N*T,I] w_ih^T (one product for every step), then
-//            per step t: Q[N,G] = h[N,H] w_hh^T and the gate loop (SIMD,
-//            sigmoid/tanh from simd_math's vexp) per sample, in parallel.
+//            the recurrence: Q[N,G] = h[N,H] w_hh^T and the gate loop (SIMD,
+//            sigmoid/tanh from simd_math's vexp) per step. H <= 128: each
+//            sample runs all its steps on one thread (row products against
+//            w_hh^T, samples split across the team); larger H: per step one
+//            oneDNN product over the batch, then the gate loop per sample.
 //  backward  per step t = T-1..0: the gate loop writes dgates of step t
 //            into D[N,G] and into dA[N*T,G] (row n*T+t), then
-//            R[N,H] = D w_hh (the recurrent dh); at the end
+//            R[N,H] = D w_hh (the recurrent dh; per sample or per step as
+//            in the forward); at the end
 //            dx = dA w_ih, dw_ih = dA^T x, dw_hh = dA^T hprev (hprev: y
 //            shifted one step, zeros at t = 0) and db = column sums of dA
 //            (rows in order). Every product has fixed shapes and the sums
@@ -63,6 +67,16 @@ inline V vsigmoid(V x) { return simd::set1(1.0f) / (simd::set1(1.0f) + simd::vex
 // tanh x = 2 sigmoid(2x) - 1 (absolute error a few f32 ulps of 1).
 inline V vtanh(V x) { return simd::set1(2.0f) / (simd::set1(1.0f) + simd::vexp(simd::set1(-2.0f) * x)) - simd::set1(1.0f); }
 
+// Up to this many hidden features, each sample runs its whole recurrence on
+// one thread (samples split across the team, one parallel region per call):
+// its per-step product is a [1,H] x [H,4H] row product against a w_hh that
+// stays in the core's cache (<= 256 KiB). Beyond it, one oneDNN product per
+// step over the batch. The per-sample path forks no team per step: on a
+// loaded machine a 2-thread team per step (2 T regions, each waiting for a
+// descheduled thread) made a step 100x slower.
+constexpr int64_t kPerSampleMaxH = 128;
+bool per_sample(int64_t H) { return H <= kPerSampleMaxH; }
+
 float* at(void* base, size_t off) { return reinterpret_cast<float*>(static_cast<std::byte*>(base) + off); }
 
 class LstmFwd final : public Kernel {
@@ -78,6 +92,8 @@ class LstmFwd final : public Kernel {
     off_h_ = l.add(size_t(N * H) * 4);
     off_c_ = l.add(size_t(N * H) * 4);
     off_b_ = l.add(size_t(G) * 4);
+    per_sample_ = per_sample(H);
+    off_wt_ = per_sample_ ? l.add(size_t(G * H) * 4) : 0;
     total_ = l.total();
   }
   const char* name() const override { return "cpu.lstm"; }
@@ -86,52 +102,81 @@ class LstmFwd final : public Kernel {
   void run(const StepContext&) override {
     const int64_t N = p_.N, T = p_.T, H = p_.H, G = 4 * H;
     const float *bih = in<float>(3), *bhh = in<float>(4);
-    const int32_t* len = p_.lengths ? in<int32_t>(5) : nullptr;
-    float *y = out<float>(0), *gates = out<float>(3), *cells = out<float>(4);
-    float *P = at(scratch_, off_p_), *Q = at(scratch_, off_q_), *h = at(scratch_, off_h_), *c = at(scratch_, off_c_),
-          *bs = at(scratch_, off_b_);
+    float *h = at(scratch_, off_h_), *c = at(scratch_, off_c_), *bs = at(scratch_, off_b_);
     for (int64_t r = 0; r < G; ++r) bs[r] = bih[r] + bhh[r];
     std::memset(h, 0, size_t(N * H) * 4);
     std::memset(c, 0, size_t(N * H) * 4);
     mx_.call.run();
-    for (int64_t t = 0; t < T; ++t) {
-      if (t > 0) mh_.call.run();
-      parallel_for(N, N * G * 8, [&](int64_t n) {
-        float* gt = gates + (t * N + n) * G;
-        float* ct = cells + (t * N + n) * H;
-        float* yt = y + (n * T + t) * H;
-        if (t >= lstm_steps(len, n, T)) {
-          std::memset(gt, 0, size_t(G) * 4);
-          std::memset(ct, 0, size_t(H) * 4);
-          std::memset(yt, 0, size_t(H) * 4);
-          return;
+    if (per_sample_) {
+      // w_hh^T [H,G], so that a sample's recurrent product reads rows.
+      const float* whh = in<float>(2);
+      float* wt = at(scratch_, off_wt_);
+      for (int64_t r = 0; r < G; ++r)
+        for (int64_t k = 0; k < H; ++k) wt[k * G + r] = whh[r * H + k];
+      parallel_for(N, N * T * G * H, [&](int64_t n) {
+        float* q = at(scratch_, off_q_) + n * G;
+        const float* hn = h + n * H;
+        for (int64_t t = 0; t < T; ++t) {
+          if (t > 0 && t < lstm_steps(p_.lengths ? in<int32_t>(5) : nullptr, n, T)) {
+            std::fill(q, q + G, 0.0f);
+            for (int64_t k = 0; k < H; ++k) {
+              const V hk = simd::set1(hn[k]);
+              const float* w = wt + k * G;
+              simd::for_row(G, [&](int64_t j, Mask m) { simd::store(q + j, simd::fmadd(hk, simd::load(w + j, m), simd::load(q + j, m)), m); });
+            }
+          }
+          step_row(n, t);
         }
-        const float* pr = P + (n * T + t) * G;
-        const float* qr = Q + n * G;
-        float* hn = h + n * H;
-        float* cn = c + n * H;
-        const bool rec = t > 0;
-        simd::for_row(H, [&](int64_t j, Mask m) {
-          auto pre = [&](int64_t k) {
-            V a = simd::load(pr + k * H + j, m) + simd::load(bs + k * H + j, m);
-            return rec ? a + simd::load(qr + k * H + j, m) : a;
-          };
-          const V i = vsigmoid(pre(0)), f = vsigmoid(pre(1)), g = vtanh(pre(2)), o = vsigmoid(pre(3));
-          const V cv = f * simd::load(cn + j, m) + i * g;
-          const V hv = o * vtanh(cv);
-          simd::store(gt + j, i, m);
-          simd::store(gt + H + j, f, m);
-          simd::store(gt + 2 * H + j, g, m);
-          simd::store(gt + 3 * H + j, o, m);
-          simd::store(ct + j, cv, m);
-          simd::store(cn + j, cv, m);
-          simd::store(yt + j, hv, m);
-          simd::store(hn + j, hv, m);
-        });
       });
+    } else {
+      for (int64_t t = 0; t < T; ++t) {
+        if (t > 0) mh_.call.run();
+        parallel_for(N, N * G * 8, [&](int64_t n) { step_row(n, t); });
+      }
     }
     std::memcpy(out<float>(1), h, size_t(N * H) * 4);
     std::memcpy(out<float>(2), c, size_t(N * H) * 4);
+  }
+
+  // Step t of sample n: the gates from P, the biases and (t > 0) Q; the
+  // state, y, gates and cells of the step.
+  void step_row(int64_t n, int64_t t) {
+    const int64_t N = p_.N, T = p_.T, H = p_.H, G = 4 * H;
+    const int32_t* len = p_.lengths ? in<int32_t>(5) : nullptr;
+    float *y = out<float>(0), *gates = out<float>(3), *cells = out<float>(4);
+    const float *P = at(scratch_, off_p_), *Q = at(scratch_, off_q_), *bs = at(scratch_, off_b_);
+    float *h = at(scratch_, off_h_), *c = at(scratch_, off_c_);
+    float* gt = gates + (t * N + n) * G;
+    float* ct = cells + (t * N + n) * H;
+    float* yt = y + (n * T + t) * H;
+    if (t >= lstm_steps(len, n, T)) {
+      std::memset(gt, 0, size_t(G) * 4);
+      std::memset(ct, 0, size_t(H) * 4);
+      std::memset(yt, 0, size_t(H) * 4);
+      return;
+    }
+    const float* pr = P + (n * T + t) * G;
+    const float* qr = Q + n * G;
+    float* hn = h + n * H;
+    float* cn = c + n * H;
+    const bool rec = t > 0;
+    simd::for_row(H, [&](int64_t j, Mask m) {
+      auto pre = [&](int64_t k) {
+        V a = simd::load(pr + k * H + j, m) + simd::load(bs + k * H + j, m);
+        return rec ? a + simd::load(qr + k * H + j, m) : a;
+      };
+      const V i = vsigmoid(pre(0)), f = vsigmoid(pre(1)), g = vtanh(pre(2)), o = vsigmoid(pre(3));
+      const V cv = f * simd::load(cn + j, m) + i * g;
+      const V hv = o * vtanh(cv);
+      simd::store(gt + j, i, m);
+      simd::store(gt + H + j, f, m);
+      simd::store(gt + 2 * H + j, g, m);
+      simd::store(gt + 3 * H + j, o, m);
+      simd::store(ct + j, cv, m);
+      simd::store(cn + j, cv, m);
+      simd::store(yt + j, hv, m);
+      simd::store(hn + j, hv, m);
+    });
   }
 
  private:
@@ -141,7 +186,8 @@ class LstmFwd final : public Kernel {
   }
   LstmParams p_;
   Mm mx_, mh_;
-  size_t off_p_ = 0, off_q_ = 0, off_h_ = 0, off_c_ = 0, off_b_ = 0, total_ = 0;
+  bool per_sample_ = false;
+  size_t off_p_ = 0, off_q_ = 0, off_h_ = 0, off_c_ = 0, off_b_ = 0, off_wt_ = 0, total_ = 0;
 };
 
 class LstmBwd final : public Kernel {
@@ -159,6 +205,7 @@ class LstmBwd final : public Kernel {
     off_r_ = l.add(size_t(N * H) * 4);
     off_dc_ = l.add(size_t(N * H) * 4);
     off_hp_ = l.add(size_t(R * H) * 4);
+    per_sample_ = per_sample(H);
     total_ = l.total();
   }
   const char* name() const override { return "cpu.lstm_bwd"; }
@@ -175,8 +222,8 @@ class LstmBwd final : public Kernel {
           *hp = at(scratch_, off_hp_);
     if (dcl) std::memcpy(dc, dcl, size_t(N * H) * 4);
     else std::memset(dc, 0, size_t(N * H) * 4);
-    for (int64_t t = T - 1; t >= 0; --t) {
-      parallel_for(N, N * G * 8, [&](int64_t n) {
+    // Step t of sample n: its dgates into dA (and D), its dc; its hprev row.
+    auto row = [&](int64_t n, int64_t t) {
         float* dar = dA + (n * T + t) * G;
         float* dn = D + n * G;
         float* hpr = hp + (n * T + t) * H;
@@ -213,8 +260,30 @@ class LstmBwd final : public Kernel {
           simd::store(dar + 3 * H + j, dout, m);
         });
         std::memcpy(dn, dar, size_t(G) * 4);
+    };
+    if (per_sample_) {
+      const float* whh = in<float>(2);
+      parallel_for(N, N * T * G * H, [&](int64_t n) {
+        const int64_t L = lstm_steps(len, n, T);
+        float* r = Rh + n * H;
+        for (int64_t t = T - 1; t >= 0; --t) {
+          row(n, t);
+          if (t == 0 || t >= L) continue;
+          // The sample's recurrent dh for step t - 1: dgates_t w_hh.
+          const float* dar = dA + (n * T + t) * G;
+          std::fill(r, r + H, 0.0f);
+          for (int64_t k = 0; k < G; ++k) {
+            const V d = simd::set1(dar[k]);
+            const float* w = whh + k * H;
+            simd::for_row(H, [&](int64_t j, Mask m) { simd::store(r + j, simd::fmadd(d, simd::load(w + j, m), simd::load(r + j, m)), m); });
+          }
+        }
       });
-      if (t > 0) mr_.call.run();
+    } else {
+      for (int64_t t = T - 1; t >= 0; --t) {
+        parallel_for(N, N * G * 8, [&](int64_t n) { row(n, t); });
+        if (t > 0) mr_.call.run();
+      }
     }
     mdx_.call.run();
     mwi_.call.run();
@@ -239,6 +308,7 @@ class LstmBwd final : public Kernel {
   LstmParams p_;
   LstmBwdInputs at_;
   Mm mr_, mdx_, mwi_, mwh_;
+  bool per_sample_ = false;
   size_t off_da_ = 0, off_d_ = 0, off_r_ = 0, off_dc_ = 0, off_hp_ = 0, total_ = 0;
 };
 
