@@ -22,6 +22,8 @@ struct InputDecl {
   DType dtype = DType::f32;
   size_t rank = 0;
   std::string axes;  // the axes' letters for messages: "[C,H,W]", "[T]", "[]"
+  // Read if the data holds it (Inputs::values then has it), else left out.
+  bool optional = false;
 };
 
 enum class Task : uint8_t {
@@ -56,6 +58,12 @@ struct Model {
 // An image classifier from a builder of the image form (the CNN zoo, model
 // files): reads "image" f32 [C,H,W], predicts "labels" i32 [].
 Model image_classifier(const std::string& name, ModelBuilder fn);
+
+// The models of other inputs than an image, by zoo name ("lstm-classifier":
+// tokens i32 [T], optional lengths i32 []; models/lstm_classifier.cpp), or
+// nullptr.
+const Model* find_sequence_model(const std::string& name);
+std::vector<std::string> sequence_model_names();
 
 // A zoo name or a model file (model_file.hpp's resolve_model), with its
 // signature. Throws as resolve_model does.

@@ -275,15 +275,26 @@ class StepRunner {
     spec.saved = saved;
     spec.optimizer.kind = "sgd";
     spec.optimizer.momentum = 0.9;
+    if (model == "lstm-classifier")  // tokens [T = 50] of a 500-word vocabulary, with lengths
+      spec.data = {{"tokens", DType::i32, {50}, 0.0, 500}, {"lengths", DType::i32, {}, 0.0, 51},
+                   {"labels", DType::i32, {}, -1.0, 10}};
     sg_ = train::build_step_graph(spec);
     ExecConfig cfg;
     cfg.backend = Backend::Cpu;
     ex_ = std::make_unique<Executor>(sg_->g, cfg);
     ex_->init_params(1);
-    float* x = ex_->ptr<float>(sg_->x);
     int32_t* y = ex_->ptr<int32_t>(sg_->labels);
     const size_t nx = static_cast<size_t>(numel(sg_->g.value(sg_->x).shape));
-    for (size_t i = 0; i < nx; ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (const train::StepInput& in : sg_->inputs) {
+      if (in.target || in.spec.dtype != DType::i32) continue;
+      int32_t* t = ex_->ptr<int32_t>(in.value);  // token ids, lengths in [0, range)
+      for (int64_t i = 0; i < numel(sg_->g.value(in.value).shape); ++i)
+        t[i] = static_cast<int32_t>((uint64_t(i) * 2654435761u) % uint64_t(in.spec.range));
+    }
+    if (sg_->g.value(sg_->x).dtype != DType::i32) {
+      float* x = ex_->ptr<float>(sg_->x);
+      for (size_t i = 0; i < nx; ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    }
     for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>(i % 10);
     ctx_.lr = 0.01;
     ctx_.loss_scale = precision == DType::f16 ? 256.0 : 1.0;  // exercises the scaled cast
@@ -375,6 +386,7 @@ TEST_F(NoAlloc, HooksSeeAllocations) {
 }
 
 TEST_F(NoAlloc, ConvNetStep) { check_model("convnet", 32, 3); }
+TEST_F(NoAlloc, LstmClassifierStep) { check_model("lstm-classifier", 16, 3); }
 
 TEST_F(NoAlloc, ResNet18Step) { check_model("resnet18", 8, 2); }
 

@@ -138,5 +138,23 @@ struct AttentionOpts {
   std::string name = "attn";
 };
 ValueId attention(Builder& b, ValueId q, ValueId k, ValueId v, AttentionOpts o = {});
+// LSTM (PyTorch nn.LSTM, batch_first, gate order i, f, g, o, h0 = c0 = 0):
+// x [N, T, I] -> y [N, T, hidden] of the last layer, and every layer's state
+// at each sequence's own last step. `layers` layers are chained (layer k reads
+// layer k-1's y). Parameters "<name>.weight_ih_l<k>" [4H, in],
+// ".weight_hh_l<k>" [4H, H], ".bias_ih_l<k>", ".bias_hh_l<k>" [4H], all
+// U(-1/sqrt(H), 1/sqrt(H)) as PyTorch. lengths (i32 [N], optional): sample n
+// runs its first lengths[n] steps (clamped to [0, T]); y is 0 after them, as
+// a packed sequence's padded output (src/graph/ops/lstm.cpp).
+struct LstmOpts {
+  int64_t layers = 1;
+  std::string name = "lstm";
+  ValueId lengths = kNone;
+};
+struct LstmOut {
+  ValueId y = kNone;
+  std::vector<ValueId> h_last, c_last;  // per layer, [N, hidden]
+};
+LstmOut lstm(Builder& b, ValueId x, int64_t hidden, LstmOpts o = {});
 
 }  // namespace memfit

@@ -81,6 +81,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   };
   models::Inputs ins;
   for (const models::InputDecl& d : model.inputs) {
+    if (d.optional && value_of(d.name) == kNone) continue;  // the data does not hold it
     ins.specs[d.name] = match(model, d, data);
     ValueId v = value_of(d.name);
     // Float inputs are cast once on entry to the activation type.

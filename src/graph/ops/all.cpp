@@ -17,6 +17,7 @@ void register_softmax_ops();
 void register_metrics_ops();
 void register_broadcast_ops();
 void register_attention_ops();
+void register_lstm_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -36,6 +37,7 @@ void register_builtin_ops() {
   register_metrics_ops();
   register_broadcast_ops();
   register_attention_ops();
+  register_lstm_ops();
 }
 
 }  // namespace memfit

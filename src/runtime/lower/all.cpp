@@ -17,6 +17,7 @@ void register_last_axis_kernels();
 void register_metrics_kernels();
 void register_broadcast_kernels();
 void register_attention_kernels();
+void register_lstm_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -34,6 +35,7 @@ void register_builtin_kernels() {
   register_metrics_kernels();
   register_broadcast_kernels();
   register_attention_kernels();
+  register_lstm_kernels();
 }
 
 }  // namespace memfit

@@ -15,6 +15,7 @@ void register_cpu_last_axis_kernels();
 void register_cpu_metrics_kernels();
 void register_cpu_broadcast_kernels();
 void register_cpu_attention_kernels();
+void register_cpu_lstm_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -30,6 +31,7 @@ void register_cpu_kernels() {
   register_cpu_metrics_kernels();
   register_cpu_broadcast_kernels();
   register_cpu_attention_kernels();
+  register_cpu_lstm_kernels();
 }
 
 }  // namespace memfit
