@@ -90,6 +90,13 @@ struct XentMetrics {
   ValueId loss_sum, correct, count;
 };
 XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels);
+// Mean cross-entropy over rows of logits [..., V] (f32) against targets
+// [...] (i32; negative: padding, not counted, no gradient), with optional
+// label smoothing; 0 when every row is padding. Saves only the rows'
+// log-sum-exp; its backward writes dlogits over the logits (graph/ops/
+// xent_rows.cpp): for large vocabularies, where softmax_xent's [N, C]
+// probabilities would double the logits' memory.
+ValueId xent_rows(Builder& b, ValueId logits, ValueId targets, double label_smoothing = 0.0);
 
 // embedding: rows of a table [vocab, dim] (parameter "<name>.weight") gathered
 // by i32 ids [...] -> [..., dim]. The output is stored as `dtype` (f32 or

@@ -142,6 +142,10 @@ ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double s) {
   return b.g.add_node("softmax_xent", {logits, labels}, {{"smoothing", s}}, "loss")[0];
 }
 
+ValueId xent_rows(Builder& b, ValueId logits, ValueId targets, double s) {
+  return b.g.add_node("xent_rows", {logits, targets}, {{"smoothing", s}}, "loss")[0];
+}
+
 XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels) {
   const auto o = b.g.add_node("xent_metrics", {logits, labels}, {}, "metrics");
   return {o[0], o[1], o[2]};

@@ -97,15 +97,24 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
     sg->logits = cast(b, sg->logits, DType::f32);
     g.node(g.value(sg->logits).producer).attrs.set("grad_loss_scale", int64_t(1));
   }
+  const bool lm_loss = model.task == models::Task::LanguageModel && s.with_loss;
   if (s.with_metrics) {
     sg->metrics = xent_metrics(b, sg->logits, sg->labels);
     for (ValueId v : {sg->metrics.loss_sum, sg->metrics.correct, sg->metrics.count}) g.value(v).is_output = true;
-  } else {
+  } else if (!(lm_loss && s.training)) {
+    // A language model's training step gives the logits' buffer to their
+    // gradient (xent_rows_bwd in place): they are not kept.
     g.value(sg->logits).is_output = true;
   }
   if (!s.with_loss) return sg;
-  const auto [rows, targets] = as_rows(b, model.task, sg->logits, sg->labels);
-  sg->loss = softmax_xent(b, rows, targets, s.label_smoothing);
+  if (lm_loss) {
+    // Per token, padding (negative targets) not counted, and only the rows'
+    // log-sum-exp saved: no [N T, V] probabilities beside the logits.
+    sg->loss = xent_rows(b, sg->logits, sg->labels, s.label_smoothing);
+  } else {
+    const auto [rows, targets] = as_rows(b, model.task, sg->logits, sg->labels);
+    sg->loss = softmax_xent(b, rows, targets, s.label_smoothing);
+  }
   g.value(sg->loss).is_output = true;
   g.value(sg->loss).is_loss = true;
   for (const auto& pat : s.freeze) {

@@ -15,6 +15,7 @@ void register_layernorm_ops();
 void register_gelu_ops();
 void register_softmax_ops();
 void register_metrics_ops();
+void register_xent_rows_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -32,6 +33,7 @@ void register_builtin_ops() {
   register_gelu_ops();
   register_softmax_ops();
   register_metrics_ops();
+  register_xent_rows_ops();
 }
 
 }  // namespace memfit

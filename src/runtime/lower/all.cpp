@@ -15,6 +15,7 @@ void register_loss_kernels();
 void register_embedding_kernels();
 void register_last_axis_kernels();
 void register_metrics_kernels();
+void register_xent_rows_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -30,6 +31,7 @@ void register_builtin_kernels() {
   register_embedding_kernels();
   register_last_axis_kernels();
   register_metrics_kernels();
+  register_xent_rows_kernels();
 }
 
 }  // namespace memfit

@@ -13,6 +13,7 @@ void register_cpu_optim_kernels();
 void register_cpu_embedding_kernels();
 void register_cpu_last_axis_kernels();
 void register_cpu_metrics_kernels();
+void register_cpu_xent_rows_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -26,6 +27,7 @@ void register_cpu_kernels() {
   register_cpu_embedding_kernels();
   register_cpu_last_axis_kernels();
   register_cpu_metrics_kernels();
+  register_cpu_xent_rows_kernels();
 }
 
 }  // namespace memfit
