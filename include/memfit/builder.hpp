@@ -82,6 +82,11 @@ ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis);
 // x[..., start:start+len, ...] along axis.
 ValueId slice(Builder& b, ValueId x, int64_t axis, int64_t start, int64_t len);
 ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool trans_b = false);
+// Marks a parameter as exempt from weight decay when the optimizer keeps
+// biases and norms undecayed (OptimizerConfig::decay_bias_and_norm = false;
+// Value::no_weight_decay). The builder marks biases and batch/layer norm
+// scales and shifts itself; a model marks its own others. Returns param.
+ValueId no_weight_decay(Builder& b, ValueId param);
 // Mean softmax cross-entropy; labels are i32 [N].
 ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);
 // Evaluation metrics of logits [..., C] against labels [...] (negative:
