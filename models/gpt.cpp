@@ -20,7 +20,7 @@ ValueId conv1d(Builder& b, ValueId x, int64_t out, const std::string& name, doub
   auto sc = b.scope(name);
   const int64_t in = b.g.value(x).shape.back();
   ValueId y = matmul(b, x, param(b, "weight", {in, out}, normal_like(std)));
-  if (bias) y = add_broadcast(b, y, param(b, "bias", {out}, {InitSpec::Zeros, 0}));
+  if (bias) y = add_broadcast(b, y, no_weight_decay(b, param(b, "bias", {out}, {InitSpec::Zeros, 0})));
   return y;
 }
 

@@ -51,6 +51,9 @@ TEST(GptGolden, TinyMatchesPyTorch) {
   s.optimizer.weight_decay = std::stod(f.metadata().at("weight_decay"));
   s.optimizer.decay_bias_and_norm = false;  // decay on 2-d parameters only, as the fixture's groups
   const auto sg = train::build_step_graph(s);
+  // A language model's training step hands the logits' buffer to their
+  // gradient (xent_rows_bwd in place); keep them to compare.
+  sg->g.value(sg->logits).is_output = true;
   const Graph& g = sg->g;
   Executor ex(g, ExecConfig{});
   ex.init_params(1);

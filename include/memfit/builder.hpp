@@ -84,6 +84,11 @@ ValueId concat(Builder& b, const std::vector<ValueId>& xs, int64_t axis);
 // x[..., start:start+len, ...] along axis.
 ValueId slice(Builder& b, ValueId x, int64_t axis, int64_t start, int64_t len);
 ValueId matmul(Builder& b, ValueId a, ValueId c, bool trans_a = false, bool trans_b = false);
+// Marks a parameter as exempt from weight decay when the optimizer keeps
+// biases and norms undecayed (OptimizerConfig::decay_bias_and_norm = false;
+// Value::no_weight_decay). The builder marks biases and batch/layer norm
+// scales and shifts itself; a model marks its own others. Returns param.
+ValueId no_weight_decay(Builder& b, ValueId param);
 // Mean softmax cross-entropy; labels are i32 [N].
 ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double label_smoothing = 0.0);
 // Evaluation metrics of logits [..., C] against labels [...] (negative:
@@ -92,6 +97,13 @@ struct XentMetrics {
   ValueId loss_sum, correct, count;
 };
 XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels);
+// Mean cross-entropy over rows of logits [..., V] (f32) against targets
+// [...] (i32; negative: padding, not counted, no gradient), with optional
+// label smoothing; 0 when every row is padding. Saves only the rows'
+// log-sum-exp; its backward writes dlogits over the logits (graph/ops/
+// xent_rows.cpp): for large vocabularies, where softmax_xent's [N, C]
+// probabilities would double the logits' memory.
+ValueId xent_rows(Builder& b, ValueId logits, ValueId targets, double label_smoothing = 0.0);
 
 // embedding: rows of a table [vocab, dim] (parameter "<name>.weight") gathered
 // by i32 ids [...] -> [..., dim]. The output is stored as `dtype` (f32 or

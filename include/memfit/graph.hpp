@@ -58,6 +58,10 @@ struct Value {
   bool trainable = false;   // parameters only
   bool is_output = false;   // kept readable after the step (logits, loss)
   bool is_loss = false;
+  // Parameters the model exempts from weight decay when the optimizer's
+  // decay_bias_and_norm is false (biases, norm scales and shifts: set by the
+  // builder; a model may set it on any parameter of its own).
+  bool no_weight_decay = false;
   NodeId producer = -1;     // -1 for inputs, parameters, buffers, opt state
   ValueId grad = kNone;     // gradient value, once autodiff made one
   ValueId grad_of = kNone;  // for a gradient: the value it is the gradient of

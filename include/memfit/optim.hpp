@@ -15,7 +15,7 @@ struct OptimizerConfig {
   bool nesterov = false;     // sgd
   double weight_decay = 0.0; // sgd/adam: L2 added to the gradient; adamw: decoupled
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  bool decay_bias_and_norm = true;  // false: no weight decay on 1-d parameters
+  bool decay_bias_and_norm = true;  // false: no weight decay on parameters marked Value::no_weight_decay
   double clip_grad_norm = 0.0;      // > 0: clip gradients by global L2 norm
 };
 

@@ -13,6 +13,10 @@ ValueId make_param(Builder& b, const std::string& name, Shape s, InitSpec init, 
   return v;
 }
 
+// Biases and norm scales/shifts: exempt from weight decay when the optimizer
+// asks for parameter groups (OptimizerConfig::decay_bias_and_norm = false).
+ValueId no_decay(Builder& b, ValueId v) { return no_weight_decay(b, v); }
+
 // Largest kernel side the builder accepts: with channels up to 2^20 a
 // weight's element count stays far inside int64.
 constexpr int64_t kMaxKernel = 1024;
@@ -20,6 +24,13 @@ constexpr int64_t kMaxKernel = 1024;
 InitSpec uniform(double fan_in) { return {InitSpec::Uniform, 1.0 / std::sqrt(fan_in)}; }
 
 }  // namespace
+
+ValueId no_weight_decay(Builder& b, ValueId param) {
+  if (b.g.value(param).cls != VClass::Param)
+    throw GraphError("no_weight_decay: '" + b.g.value(param).name + "' is not a parameter");
+  b.g.value(param).no_weight_decay = true;
+  return param;
+}
 
 ValueId conv2d(Builder& b, ValueId x, int64_t out_channels, int64_t kernel, ConvOpts o) {
   const Shape& xs = b.g.value(x).shape;
@@ -38,7 +49,7 @@ ValueId conv2d(Builder& b, ValueId x, int64_t out_channels, int64_t kernel, Conv
   auto sc = b.scope(o.name);
   double fan_in = static_cast<double>(cin / o.groups) * static_cast<double>(kernel) * static_cast<double>(kernel);
   std::vector<ValueId> ins{x, make_param(b, "weight", {out_channels, cin / o.groups, kernel, kernel}, uniform(fan_in))};
-  if (o.bias) ins.push_back(make_param(b, "bias", {out_channels}, uniform(fan_in)));
+  if (o.bias) ins.push_back(no_decay(b, make_param(b, "bias", {out_channels}, uniform(fan_in))));
   Attrs a{{"stride", Shape{o.stride, o.stride}},
           {"pad", Shape{o.pad, o.pad}},
           {"dilation", Shape{o.dilation, o.dilation}},
@@ -56,7 +67,7 @@ ValueId linear(Builder& b, ValueId x, int64_t out_features, LinearOpts o) {
     throw GraphError("layer '" + b.full(o.name) + "' (linear): out features must be >= 1, got " + std::to_string(out_features));
   auto sc = b.scope(o.name);
   std::vector<ValueId> ins{x, make_param(b, "weight", {out_features, in}, uniform(static_cast<double>(in)))};
-  if (o.bias) ins.push_back(make_param(b, "bias", {out_features}, uniform(static_cast<double>(in))));
+  if (o.bias) ins.push_back(no_decay(b, make_param(b, "bias", {out_features}, uniform(static_cast<double>(in)))));
   std::string layer = b.full("");
   layer.pop_back();
   return b.g.add1("linear", ins, {}, layer);
@@ -95,8 +106,8 @@ ValueId batch_norm(Builder& b, ValueId x, BatchNormOpts o) {
   if (xs.size() < 2) throw GraphError("layer '" + b.full(o.name) + "' (batch_norm): input needs a channel axis");
   int64_t c = xs[1];
   auto sc = b.scope(o.name);
-  ValueId gamma = make_param(b, "weight", {c}, {InitSpec::Ones, 0});
-  ValueId beta = make_param(b, "bias", {c}, {InitSpec::Zeros, 0});
+  ValueId gamma = no_decay(b, make_param(b, "weight", {c}, {InitSpec::Ones, 0}));
+  ValueId beta = no_decay(b, make_param(b, "bias", {c}, {InitSpec::Zeros, 0}));
   ValueId rm = make_param(b, "running_mean", {c}, {InitSpec::Zeros, 0}, true);
   ValueId rv = make_param(b, "running_var", {c}, {InitSpec::Ones, 0}, true);
   std::string layer = b.full("");
@@ -146,6 +157,10 @@ ValueId softmax_xent(Builder& b, ValueId logits, ValueId labels, double s) {
   return b.g.add_node("softmax_xent", {logits, labels}, {{"smoothing", s}}, "loss")[0];
 }
 
+ValueId xent_rows(Builder& b, ValueId logits, ValueId targets, double s) {
+  return b.g.add_node("xent_rows", {logits, targets}, {{"smoothing", s}}, "loss")[0];
+}
+
 XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels) {
   const auto o = b.g.add_node("xent_metrics", {logits, labels}, {}, "metrics");
   return {o[0], o[1], o[2]};
@@ -187,8 +202,8 @@ ValueId layer_norm(Builder& b, ValueId x, LayerNormOpts o) {
   if (xs.empty()) throw GraphError("layer '" + b.full(o.name) + "' (layer_norm): input needs a last axis, got a scalar");
   const int64_t d = xs.back();
   auto sc = b.scope(o.name);
-  ValueId gamma = make_param(b, "weight", {d}, {InitSpec::Ones, 0});
-  ValueId beta = make_param(b, "bias", {d}, {InitSpec::Zeros, 0});
+  ValueId gamma = no_decay(b, make_param(b, "weight", {d}, {InitSpec::Ones, 0}));
+  ValueId beta = no_decay(b, make_param(b, "bias", {d}, {InitSpec::Zeros, 0}));
   std::string layer = b.full("");
   layer.pop_back();
   return b.g.add_node("layer_norm", {x, gamma, beta}, {{"eps", o.eps}}, layer)[0];

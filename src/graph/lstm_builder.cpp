@@ -23,6 +23,8 @@ LstmOut lstm(Builder& b, ValueId x, int64_t hidden, LstmOpts o) {
                              b.g.param(b.full("bias_ih" + sfx), {4 * hidden}),
                              b.g.param(b.full("bias_hh" + sfx), {4 * hidden})};
     for (ValueId p : ins) b.g.value(p).init = init;
+    no_weight_decay(b, ins[2]);  // biases: no weight decay where the optimizer exempts them
+    no_weight_decay(b, ins[3]);
     ins.insert(ins.begin(), x);
     if (o.lengths != kNone) ins.push_back(o.lengths);
     const auto outs = b.g.add_node("lstm", ins, {}, o.layers == 1 ? layer : layer + sfx);

@@ -18,7 +18,7 @@ NodeId append_optimizer(Graph& g, const OptimizerConfig& c) {
     if (g.value(p).grad == kNone) continue;  // does not reach the loss
     params.push_back(p);
     grads.push_back(g.value(p).grad);
-    decay.push_back(c.decay_bias_and_norm || g.value(p).shape.size() > 1 ? 1 : 0);
+    decay.push_back(c.decay_bias_and_norm || !g.value(p).no_weight_decay ? 1 : 0);  // the model's groups
   }
   if (params.empty()) throw GraphError("nothing to train: no parameter has a gradient");
   std::vector<ValueId> ins = params;

@@ -45,16 +45,6 @@ const TensorSpec& match(const models::Model& m, const models::InputDecl& want, c
                    memfit::describe(data) + ")");
 }
 
-// A language model's logits [N, T, V] and targets [N, T] as rows [N T, V]
-// and [N T]. A classifier's stay as they are: softmax_xent reports logits of
-// the wrong rank, naming the layer that made them.
-std::pair<ValueId, ValueId> as_rows(Builder& b, models::Task task, ValueId logits, ValueId target) {
-  const Shape& z = b.g.value(logits).shape;
-  if (task != models::Task::LanguageModel || z.size() == 2) return {logits, target};
-  const int64_t C = z.back(), R = numel(z) / C;
-  return {reshape(b, logits, {R, C}), reshape(b, target, {R})};
-}
-
 }  // namespace
 
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
@@ -98,15 +88,25 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
     sg->logits = cast(b, sg->logits, DType::f32);
     g.node(g.value(sg->logits).producer).attrs.set("grad_loss_scale", int64_t(1));
   }
+  const bool lm_loss = model.task == models::Task::LanguageModel && s.with_loss;
   if (s.with_metrics) {
     sg->metrics = xent_metrics(b, sg->logits, sg->labels);
     for (ValueId v : {sg->metrics.loss_sum, sg->metrics.correct, sg->metrics.count}) g.value(v).is_output = true;
-  } else {
+  } else if (!(lm_loss && s.training)) {
+    // A language model's training step gives the logits' buffer to their
+    // gradient (xent_rows_bwd in place): they are not kept.
     g.value(sg->logits).is_output = true;
   }
   if (!s.with_loss) return sg;
-  const auto [rows, targets] = as_rows(b, model.task, sg->logits, sg->labels);
-  sg->loss = softmax_xent(b, rows, targets, s.label_smoothing);
+  if (lm_loss) {
+    // Per token, padding (negative targets) not counted, and only the rows'
+    // log-sum-exp saved: no [N T, V] probabilities beside the logits.
+    sg->loss = xent_rows(b, sg->logits, sg->labels, s.label_smoothing);
+  } else {
+    // A classifier's logits stay [N, classes]: softmax_xent reports any
+    // other rank, naming the layer that made it.
+    sg->loss = softmax_xent(b, sg->logits, sg->labels, s.label_smoothing);
+  }
   g.value(sg->loss).is_output = true;
   g.value(sg->loss).is_loss = true;
   for (const auto& pat : s.freeze) {

@@ -18,6 +18,7 @@ void register_metrics_ops();
 void register_broadcast_ops();
 void register_attention_ops();
 void register_lstm_ops();
+void register_xent_rows_ops();
 
 void register_builtin_ops() {
   register_conv_ops();
@@ -38,6 +39,7 @@ void register_builtin_ops() {
   register_broadcast_ops();
   register_attention_ops();
   register_lstm_ops();
+  register_xent_rows_ops();
 }
 
 }  // namespace memfit

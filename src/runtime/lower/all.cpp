@@ -18,6 +18,7 @@ void register_metrics_kernels();
 void register_broadcast_kernels();
 void register_attention_kernels();
 void register_lstm_kernels();
+void register_xent_rows_kernels();
 
 void register_builtin_kernels() {
   register_eltwise_kernels();
@@ -36,6 +37,7 @@ void register_builtin_kernels() {
   register_broadcast_kernels();
   register_attention_kernels();
   register_lstm_kernels();
+  register_xent_rows_kernels();
 }
 
 }  // namespace memfit

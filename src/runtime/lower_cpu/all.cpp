@@ -16,6 +16,7 @@ void register_cpu_metrics_kernels();
 void register_cpu_broadcast_kernels();
 void register_cpu_attention_kernels();
 void register_cpu_lstm_kernels();
+void register_cpu_xent_rows_kernels();
 
 void register_cpu_kernels() {
   register_cpu_eltwise_kernels();
@@ -32,6 +33,7 @@ void register_cpu_kernels() {
   register_cpu_broadcast_kernels();
   register_cpu_attention_kernels();
   register_cpu_lstm_kernels();
+  register_cpu_xent_rows_kernels();
 }
 
 }  // namespace memfit
