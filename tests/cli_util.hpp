@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "json_out.hpp"
 
@@ -35,12 +37,31 @@ inline RunResult run_cmd(const std::string& cmd) {
 
 inline RunResult run_memfit(const std::string& args) { return run_cmd(std::string(MEMFIT_BINARY) + " " + args); }
 
-// A fresh empty directory under the system temp dir.
+// Paths removed when the test program exits (its run directories hold
+// checkpoints and dataset caches: hundreds of MB a suite run), unless
+// MEMFIT_KEEP_TEST_DIRS is set, to look at them after a failure.
+inline void remove_at_exit(const std::string& path) {
+  struct Registry {
+    std::vector<std::string> paths;
+    ~Registry() {
+      if (std::getenv("MEMFIT_KEEP_TEST_DIRS")) return;
+      for (const std::string& p : paths) {
+        std::error_code ec;
+        std::filesystem::remove_all(p, ec);
+      }
+    }
+  };
+  static Registry r;
+  r.paths.push_back(path);
+}
+
+// A fresh empty directory under the system temp dir, removed at exit.
 inline std::string temp_dir(const std::string& tag) {
   namespace fs = std::filesystem;
   fs::path base = fs::temp_directory_path() / ("memfit-test-" + tag + "-" + std::to_string(::getpid()));
   fs::remove_all(base);
   fs::create_directories(base);
+  remove_at_exit(base.string());
   return base.string();
 }
 
