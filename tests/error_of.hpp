@@ -8,13 +8,16 @@
 
 namespace memfit::testing {
 
-inline std::string error_of(const std::function<void()>& fn) {
+// E: the exception type expected (another propagates); `none`: the result
+// when fn throws nothing.
+template <class E = std::exception>
+std::string error_of(const std::function<void()>& fn, const char* none = "") {
   try {
     fn();
-  } catch (const std::exception& e) {
+  } catch (const E& e) {
     return e.what();
   }
-  return "";
+  return none;
 }
 
 }  // namespace memfit::testing

@@ -137,4 +137,8 @@ inline void grad_check(const std::vector<GradInput>& ins, const BuildFn& build, 
   }
 }
 
+// The inputs a BuildFn receives, and an f32 input drawn in [-1, 1].
+using Ins = std::vector<ValueId>;
+inline GradInput f32_input(Shape s) { return {.shape = std::move(s)}; }
+
 }  // namespace memfit::testing

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
+#include "f64_fixture.hpp"
 #include "gradcheck.hpp"
 #include "graph_run.hpp"
 #include "io/safetensors.hpp"
@@ -38,14 +40,7 @@ using kernels::AttentionParams;
 
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const GraphError& e) {
-    return e.what();
-  }
-  return "(no GraphError)";
-}
+std::string message_of(const std::function<void()>& f) { return memfit::testing::error_of<GraphError>(f, "(no GraphError)"); }
 
 }  // namespace
 
@@ -361,16 +356,8 @@ TEST(AttentionKernels, SameBitsEveryRunAndThreadCount) {
 
 namespace {
 
-struct Golden {
-  io::SafetensorsFile f = io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/attention.safetensors");
-  std::vector<double> get(const std::string& name, Shape* shape = nullptr) const {
-    const io::TensorInfo& t = f.at(name);
-    EXPECT_EQ(t.dtype, io::DType::F64) << name;
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    std::memcpy(v.data(), f.data(t), v.size() * sizeof(double));
-    if (shape) *shape = t.shape;
-    return v;
-  }
+struct Golden : memfit::testing::F64Fixture {
+  Golden() : F64Fixture(open("attention.safetensors")) {}
 };
 
 template <class T>

@@ -22,8 +22,8 @@ using memfit::testing::GradInput;
 
 namespace {
 
-using Ins = std::vector<ValueId>;
-GradInput f32_input(Shape s) { return {.shape = std::move(s)}; }
+using memfit::testing::f32_input;
+using memfit::testing::Ins;
 
 }  // namespace
 

@@ -21,9 +21,8 @@ using memfit::testing::GradInput;
 
 namespace {
 
-using Ins = std::vector<ValueId>;
-
-GradInput f32_input(Shape s) { return {.shape = std::move(s)}; }
+using memfit::testing::f32_input;
+using memfit::testing::Ins;
 
 // i32 ids with the given values, or drawn from [0, vocab) when none are given.
 GradInput ids(Shape s, int64_t vocab, std::vector<double> values = {}) {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "error_of.hpp"
+#include "f64_fixture.hpp"
 #include "gradcheck.hpp"
 #include "norm_tolerance.hpp"
 #include "io/safetensors.hpp"
@@ -54,14 +56,7 @@ ValueId ln_node(Builder& b, const Ins& in, double eps) {
   return b.g.add_node("layer_norm", in, {{"eps", eps}}, "ln")[0];
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const GraphError& e) {
-    return e.what();
-  }
-  return "(no GraphError)";
-}
+std::string message_of(const std::function<void()>& f) { return memfit::testing::error_of<GraphError>(f, "(no GraphError)"); }
 
 void expect_mentions(const std::string& m, std::initializer_list<const char*> parts) {
   for (const char* p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' missing from: " << m;
@@ -350,21 +345,9 @@ TEST(NormGolden, SoftmaxByHandAndShiftInvariant) {
 
 namespace {
 
-struct Fixture {
-  io::SafetensorsFile f;
-  std::vector<double> get(const std::string& name, Shape* shape = nullptr) const {
-    const io::TensorInfo& t = f.at(name);
-    EXPECT_EQ(t.dtype, io::DType::F64) << name;
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    std::memcpy(v.data(), f.data(t), v.size() * sizeof(double));
-    if (shape) *shape = t.shape;
-    return v;
-  }
-};
+using Fixture = memfit::testing::F64Fixture;
 
-Fixture fixture() {
-  return {io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/norm_ops.safetensors")};
-}
+Fixture fixture() { return Fixture::open("norm_ops.safetensors"); }
 
 // What one case feeds and checks: graph inputs with their values, forward
 // outputs by fixture name, and (by fixture name) the inputs whose gradient

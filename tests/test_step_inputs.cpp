@@ -14,6 +14,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/runtime.hpp"
+#include "token_model.hpp"
 #include "train/step_graph.hpp"
 
 using namespace memfit;
@@ -24,17 +25,11 @@ constexpr int64_t kVocab = 37, kT = 8, kDim = 16, kBatch = 4;
 
 // A token model: embedding, layer norm, a projection to the vocabulary.
 std::shared_ptr<const models::Model> tiny_lm() {
-  auto m = std::make_shared<models::Model>();
-  m->name = "tiny-lm";
-  m->inputs = {{"tokens", DType::i32, 1, "[T]"}};
-  m->target = {"targets", DType::i32, 1, "[T]"};
-  m->task = models::Task::LanguageModel;
-  m->build = [](Builder& b, const models::Inputs& in, int64_t vocab) {
+  return memfit::testing::token_lm("tiny-lm", [](Builder& b, const models::Inputs& in, int64_t vocab) {
     ValueId h = embedding(b, in.at("tokens"), vocab, kDim, {.name = "wte"});
     h = layer_norm(b, h, {.name = "ln"});
     return linear(b, h, vocab, {.name = "head"});
-  };
-  return m;
+  });
 }
 
 std::vector<TensorSpec> token_data() {

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "token_model.hpp"
 #include "gradcheck.hpp"
 #include "io/safetensors.hpp"
 #include "kernels/kernel.hpp"
@@ -471,14 +472,9 @@ TEST(XentRowsPlan, LmGraphHoldsOneRowsByVocabBuffer) {
 TEST(XentRowsPlan, LanguageModelStepUsesItInPlace) {
   // The training step graph of a token model: xent_rows over [N, T, V], the
   // logits not kept (their buffer becomes dlogits).
-  auto m = std::make_shared<models::Model>();
-  m->name = "tiny-lm";
-  m->inputs = {{"tokens", DType::i32, 1, "[T]"}};
-  m->target = {"targets", DType::i32, 1, "[T]"};
-  m->task = models::Task::LanguageModel;
-  m->build = [](Builder& b, const models::Inputs& in, int64_t vocab) {
+  const auto m = memfit::testing::token_lm("tiny-lm", [](Builder& b, const models::Inputs& in, int64_t vocab) {
     return linear(b, embedding(b, in.at("tokens"), vocab, kDim, {.name = "wte"}), vocab, {.name = "head"});
-  };
+  });
   train::StepSpec s;
   s.model = m->name;
   s.model_def = m;

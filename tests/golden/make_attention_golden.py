@@ -15,7 +15,6 @@ without an attended key (PyTorch gives NaN there; memfit defines 0, tested
 on its own). The key mask is stored as F64 0/1 ([B, S]); every tensor is F64.
 Case attributes (causal, scale) are in the metadata.
 """
-import argparse
 import os
 import sys
 
@@ -24,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden_common  # noqa: E402
 from make_golden import write_safetensors  # noqa: E402
 
 SEED = 1212
@@ -36,20 +36,10 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(SEED)
-
-    def f32_exact(shape, lo, hi):
-        return rng.uniform(lo, hi, shape).astype(np.float32).astype(np.float64)
-
-    def leaf(a):
-        return torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    args, rng, meta = golden_common.start(SEED)
+    f32_exact, leaf = golden_common.f32_exact_of(rng), golden_common.leaf
 
     out = {}
-    meta = {"torch": torch.__version__, "numpy": np.__version__, "seed": str(SEED)}
     for name, (B, H, T, S, D, Dv), causal, scale, masked in CASES:
         q, k = f32_exact((B, H, T, D), -1.5, 1.5), f32_exact((B, H, S, D), -1.5, 1.5)
         v, dout = f32_exact((B, H, S, Dv), -1.0, 1.0), f32_exact((B, H, T, Dv), -1.0, 1.0)

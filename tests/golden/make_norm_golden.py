@@ -12,7 +12,6 @@ rstd), F.gelu(approximate='none' and 'tanh') and F.softmax(dim=-1), and the
 gradients of sum(y * dy) with respect to every input. All tensors are F64;
 see README.md in this folder for the names.
 """
-import argparse
 import os
 import sys
 
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden_common  # noqa: E402
 from make_golden import write_safetensors  # noqa: E402
 
 SEED = 2024
@@ -30,20 +30,10 @@ SOFTMAX_SHAPE = (3, 4, 19)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(SEED)
-
-    def f32_exact(shape, lo, hi):
-        return rng.uniform(lo, hi, shape).astype(np.float32).astype(np.float64)
-
-    def leaf(a):
-        return torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    args, rng, meta = golden_common.start(SEED)
+    f32_exact, leaf = golden_common.f32_exact_of(rng), golden_common.leaf
 
     out = {}
-    meta = {"torch": torch.__version__, "numpy": np.__version__, "seed": str(SEED)}
     for name, shape, eps in LN_CASES:
         d = shape[-1]
         x, dy = f32_exact(shape, -2.0, 3.0), f32_exact(shape, -1.0, 1.0)

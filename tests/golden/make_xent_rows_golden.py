@@ -12,7 +12,6 @@ ignore_index=-100, label_smoothing=s, reduction='mean'), the rows'
 torch.logsumexp, and the gradient of that loss with respect to the logits.
 Targets are I32 (-100 marks padding); every other tensor is F64.
 """
-import argparse
 import os
 import sys
 
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import golden_common  # noqa: E402
 from make_golden import write_safetensors  # noqa: E402
 
 SEED = 1212
@@ -34,13 +34,8 @@ CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(SEED)
+    args, rng, meta = golden_common.start(SEED)
     out = {}
-    meta = {"torch": torch.__version__, "numpy": np.__version__, "seed": str(SEED)}
     for name, shape, scale, s, pad in CASES:
         V = shape[-1]
         rows = int(np.prod(shape[:-1]))
