@@ -2,7 +2,8 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
-            zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy
+            zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy \
+            fortunes fortunes-min
 
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image

@@ -61,6 +61,29 @@ ValueId block(Builder& b, ValueId h, const GptConfig& c, int64_t T, int64_t B) {
   return add(b, h, m);
 }
 
+// The trunk: token and position embeddings, the blocks, the final norm.
+ValueId transformer(Builder& b, ValueId tokens, const GptConfig& c, int64_t V) {
+  const Shape& ts = b.g.value(tokens).shape;  // [B, T]
+  const int64_t B = ts[0], T = ts[1];
+  auto sc = b.scope("transformer");
+  ValueId h = embedding(b, tokens, V, c.n_embd, {.name = "wte", .init_std = 0.02});
+  ValueId wpe;
+  {
+    auto ps = b.scope("wpe");
+    wpe = param(b, "weight", {c.block_size, c.n_embd}, normal_like(0.02));
+  }
+  h = add_broadcast(b, h, T == c.block_size ? wpe : slice(b, wpe, 0, 0, T));
+  if (c.dropout > 0) h = dropout(b, h, c.dropout, "drop");
+  {
+    auto hs = b.scope("h");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      auto ls = b.scope(std::to_string(l));
+      h = block(b, h, c, T, B);
+    }
+  }
+  return norm(b, h, "ln_f", c.bias);
+}
+
 }  // namespace
 
 Model gpt(const std::string& name, const GptConfig& c) {
@@ -71,10 +94,10 @@ Model gpt(const std::string& name, const GptConfig& c) {
   m.inputs = {{"tokens", DType::i32, 1, "[T]"}};
   m.target = {"targets", DType::i32, 1, "[T]"};
   m.task = Task::LanguageModel;
+  m.max_sequence = c.block_size;
   m.build = [name, c](Builder& b, const Inputs& in, int64_t classes) {
     const ValueId tokens = in.at("tokens");
-    const Shape& ts = b.g.value(tokens).shape;  // [B, T]
-    const int64_t B = ts[0], T = ts[1];
+    const int64_t T = b.g.value(tokens).shape[1];  // [B, T]
     const int64_t data_vocab = in.spec("tokens").range > 0 ? in.spec("tokens").range : classes;
     const int64_t V = c.vocab_size > 0 ? c.vocab_size : data_vocab;
     if (T > c.block_size)
@@ -83,26 +106,12 @@ Model gpt(const std::string& name, const GptConfig& c) {
     if (data_vocab > V)
       throw GraphError("model '" + name + "' has a vocabulary of " + std::to_string(V) + "; the data's tokens take " +
                        std::to_string(data_vocab) + " values");
-    auto sc = b.scope("transformer");
-    ValueId h = embedding(b, tokens, V, c.n_embd, {.name = "wte", .init_std = 0.02});
-    const ValueId wte = b.g.find(b.full("wte.weight"));
-    ValueId wpe;
-    {
-      auto ps = b.scope("wpe");
-      wpe = param(b, "weight", {c.block_size, c.n_embd}, normal_like(0.02));
-    }
-    h = add_broadcast(b, h, T == c.block_size ? wpe : slice(b, wpe, 0, 0, T));
-    if (c.dropout > 0) h = dropout(b, h, c.dropout, "drop");
-    {
-      auto hs = b.scope("h");
-      for (int64_t l = 0; l < c.n_layer; ++l) {
-        auto ls = b.scope(std::to_string(l));
-        h = block(b, h, c, T, B);
-      }
-    }
-    h = norm(b, h, "ln_f", c.bias);
-    // The head is the token table, transposed: its gradient adds to the
-    // embedding's (weight tying).
+    const ValueId h = transformer(b, tokens, c, V);
+    const ValueId wte = b.g.find(b.full("transformer.wte.weight"));
+    // The head (lm_head, as Hugging Face's GPT2LMHeadModel calls it) is the
+    // token table, transposed: its gradient adds to the embedding's (weight
+    // tying), and it holds no parameter of its own.
+    auto hs = b.scope("lm_head");
     return matmul(b, h, wte, false, true);  // [B, T, V]
   };
   return m;

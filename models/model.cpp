@@ -31,15 +31,20 @@ Model image_classifier(const std::string& name, ModelBuilder fn) {
   return m;
 }
 
+std::vector<std::string> zoo_names() {
+  std::vector<std::string> names = model_names();
+  for (auto& n : gpt_names()) names.push_back(n);
+  for (auto& n : sequence_model_names()) names.push_back(n);
+  return names;
+}
+
 Model resolve(const std::string& name_or_path) {
   if (auto m = find_gpt(name_or_path)) return *m;
   if (const Model* m = find_sequence_model(name_or_path)) return *m;
   if (find_model(name_or_path) || std::filesystem::is_regular_file(name_or_path))
     return image_classifier(name_or_path, resolve_model(name_or_path));
   std::string names;
-  for (const auto& n : model_names()) names += (names.empty() ? "" : ", ") + n;
-  for (const auto& n : gpt_names()) names += ", " + n;
-  for (const auto& n : sequence_model_names()) names += ", " + n;
+  for (const auto& n : zoo_names()) names += (names.empty() ? "" : ", ") + n;
   throw GraphError("unknown model '" + name_or_path + "': not a zoo model (" + names + ") nor a model file");
 }
 

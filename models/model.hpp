@@ -50,6 +50,10 @@ struct Model {
   std::vector<InputDecl> inputs;
   InputDecl target;
   Task task = Task::Classification;
+  // The longest sequence the model takes (a GPT's block_size): a language
+  // model's text data is cut into windows of it unless --block-size says
+  // otherwise. 0: no limit of its own.
+  int64_t max_sequence = 0;
   // Builds the model on its inputs and returns the logits. `classes`: the
   // dataset's number of classes (a language model's vocabulary).
   std::function<ValueId(Builder&, const Inputs&, int64_t classes)> build;
@@ -64,6 +68,9 @@ Model image_classifier(const std::string& name, ModelBuilder fn);
 // nullptr.
 const Model* find_sequence_model(const std::string& name);
 std::vector<std::string> sequence_model_names();
+
+// Every zoo name: the image classifiers, the GPTs, the other sequence models.
+std::vector<std::string> zoo_names();
 
 // A zoo name or a model file (model_file.hpp's resolve_model), with its
 // signature. Throws as resolve_model does.

@@ -4,6 +4,7 @@
 // (next-token targets, exact resume).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -134,4 +135,74 @@ TEST(TokenWindows, NextTokenTargetsThroughTheLoaderAndExactResume) {
   }
   EXPECT_THROW(TokenWindows(tokens, 103, 50), std::invalid_argument);
   EXPECT_THROW(TokenWindows(tokens, 10, 40), std::invalid_argument);  // id 49 outside 40
+}
+
+TEST(TokenWindows, RandomWindowsAreFreshEachEpochInRangeAndReproducible) {
+  auto tokens = std::make_shared<std::vector<int32_t>>(1000);
+  std::iota(tokens->begin(), tokens->end(), 0);  // id == position: a window shows where it starts
+  const TokenWindows ds(tokens, 16, 1000, /*random_seed=*/3), same(tokens, 16, 1000, 3), other(tokens, 16, 1000, 4);
+  EXPECT_EQ(ds.size(), 62u);  // (1000 - 1) / 16: an epoch still reads about every token once
+  std::vector<int32_t> tok(16), tgt(16);
+  void* out[2] = {tok.data(), tgt.data()};
+  size_t differ_epoch = 0, differ_seed = 0, unaligned = 0;
+  std::vector<bool> covered(1000, false);
+  for (uint64_t e = 0; e < 4; ++e)
+    for (size_t i = 0; i < ds.size(); ++i) {
+      const size_t s = ds.start_of(i, e);
+      ASSERT_LE(s + 16, 999u);  // the last target is token N - 1 at most
+      ds.get_tensors_at(i, e, out);
+      for (size_t j = 0; j < 16; ++j) {
+        ASSERT_EQ(tok[j], static_cast<int32_t>(s + j));
+        ASSERT_EQ(tgt[j], static_cast<int32_t>(s + j + 1));
+        covered[s + j] = true;
+      }
+      EXPECT_EQ(same.start_of(i, e), s);  // a pure function of (seed, epoch, i): resume is exact
+      differ_epoch += ds.start_of(i, e + 1) != s;
+      differ_seed += other.start_of(i, e) != s;
+      unaligned += s % 16 != 0;
+    }
+  EXPECT_GT(differ_epoch, 200u);  // of 248: an epoch draws new windows
+  EXPECT_GT(differ_seed, 200u);
+  EXPECT_GT(unaligned, 200u);  // any offset, not the block grid
+  EXPECT_GT(std::count(covered.begin(), covered.end(), true), 900);  // four epochs reach nearly every token
+  // get_tensors is epoch 0's window.
+  ds.get_tensors(5, out);
+  EXPECT_EQ(tok[0], static_cast<int32_t>(ds.start_of(5, 0)));
+  EXPECT_THROW(ds.start_of(62, 0), std::out_of_range);
+}
+
+TEST(Corpus, FortuneEntriesParagraphsBinaryFilesAndLinks) {
+  namespace fs = std::filesystem;
+  const fs::path dir = tmp_path("corpus");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "b-fortunes") << "one\n%\ntwo\nlines\n%\n";
+  std::ofstream(dir / "a-plain.txt") << "first para\nstill first\n\n  \nsecond\n";
+  std::ofstream(dir / "c.dat", std::ios::binary) << std::string("\x01\x00\x02", 3);  // a binary index
+  std::ofstream(dir / "sub" / "nested.txt") << "not read\n";                          // subfolders are not
+  std::ofstream(dir / ".hidden") << "not read\n";
+  fs::create_symlink(dir / "b-fortunes", dir / "b-fortunes.u8");  // a second name of a file already read
+  const Corpus c = read_corpus(dir.string());
+  EXPECT_EQ(c.documents, (std::vector<std::string>{"first para\nstill first", "second", "one", "two\nlines"}));
+  EXPECT_EQ(c.files.size(), 2u);
+  EXPECT_EQ(c.skipped, 2u);  // c.dat and the link
+  // One file by name: its own documents; a binary one is refused by name.
+  EXPECT_EQ(read_corpus((dir / "b-fortunes").string()).documents.size(), 2u);
+  auto error_of_read = [](const fs::path& p) {
+    try {
+      read_corpus(p.string());
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of_read(dir / "c.dat").find("not a text file"), std::string::npos);
+  EXPECT_NE(error_of_read(dir / "missing.txt").find("no such file"), std::string::npos);
+  std::ofstream(dir / "d-bad.txt") << "fine\nbad \xC3(\n";
+  const std::string bad = error_of_read(dir);
+  EXPECT_NE(bad.find("d-bad.txt:2"), std::string::npos) << bad;  // not UTF-8: the file and line
+  fs::remove_all(dir / "sub");
+  fs::create_directories(dir / "empty");
+  EXPECT_NE(error_of_read(dir / "empty").find("no text"), std::string::npos);
+  fs::remove_all(dir);
 }

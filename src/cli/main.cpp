@@ -12,6 +12,7 @@
 #include "cli/args.hpp"
 #include "data/dataset.hpp"
 #include "memfit/graph.hpp"
+#include "models/model.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
 #include "train/json.hpp"
@@ -51,9 +52,11 @@ std::function<std::string(const std::string&)> subset_flag(const std::string& na
 
 void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   std::string models;
-  for (auto& m : models::model_names()) models += (models.empty() ? "" : "|") + m;
+  for (auto& m : models::zoo_names()) models += (models.empty() ? "" : "|") + m;
   a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
-  a.add("data", &o.data, "DIR", "IDX directory or image folder (default Fashion-MNIST)");
+  a.add("data", &o.data, "PATH",
+        "IDX directory or image folder (default Fashion-MNIST); for a language model a text file or a directory of "
+        "text files (default the English fortunes)");
   a.add("data-in", &o.data_in, "memory|disk|auto",
       "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
       "makes the plan fit or lets the fit pick a faster plan");
@@ -75,6 +78,10 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
       },
       "N", "debug: N guard bytes after every planned buffer, checked after every step");
   a.add("subset", subset_flag("subset", &o.subset), "N|F", "train on N samples or a fraction F (0.1, 10%)");
+  a.add("tokenizer", &o.tokenizer, "char", "language models: the tokenizer of --data's text (default char: its own alphabet)");
+  a.add("block-size", &o.block_size, "T", "language models: tokens per training window (default: the model's block size)");
+  a.add("val-fraction", &o.val_fraction, "F",
+        "language models: share of the text's documents held out for evaluation (default 0.1)");
   a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
   a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
   a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
@@ -209,7 +216,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
-  for (const char* f : {"data", "subset", "test-subset", "image-size", "channels", "eval-every"})
+  for (const char* f : {"data", "subset", "test-subset", "image-size", "channels", "eval-every", "tokenizer",
+                        "block-size", "val-fraction"})
     if (a.given(f)) o.given.push_back(f);
   if (auto why = invalid(o)) return usage_error(a, *why);
   if (o.profile > 0) o.steps = o.profile + 2;
@@ -220,7 +228,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (o.optimizer.kind == "adamw" && !a.given("weight-decay")) o.optimizer.weight_decay = 1e-2;
   if (o.optimizer.kind == "adam" && !a.given("weight-decay")) o.optimizer.weight_decay = 0.0;
   try {
-    models::resolve_model(o.model);
+    models::resolve(o.model);
   } catch (const GraphError& e) {
     return usage_error(a, e.what());
   }
@@ -258,9 +266,13 @@ int cmd_train(const std::vector<std::string>& argv) {
     }
     return 128 + r.interrupted;
   }
-  log << "done: " << r.steps << " steps in " << short_num(r.seconds) << " s, " << short_num(r.images_per_second)
-            << " images/s, final train loss " << short_num(r.final_train_loss);
-  if (r.evaluated) log << ", test accuracy " << short_num(r.test_accuracy);
+  const bool lm = r.tokens_per_second > 0;
+  log << "done: " << r.steps << " steps in " << short_num(r.seconds) << " s, "
+      << (lm ? short_num(r.tokens_per_second) + " tokens/s" : short_num(r.images_per_second) + " images/s")
+      << ", final train loss " << short_num(r.final_train_loss);
+  if (r.evaluated)
+    log << (lm ? ", val loss " + short_num(r.test_loss) + " (perplexity " + short_num(std::exp(r.test_loss)) + ")"
+               : ", test accuracy " + short_num(r.test_accuracy));
   if (o.precision == DType::f16)
     log << ", fp16 loss scale " << short_num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
   log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
@@ -272,6 +284,7 @@ int cmd_train(const std::vector<std::string>& argv) {
       j["test_accuracy"] = r.test_accuracy;
     }
     j["images_per_second"] = r.images_per_second;
+    if (lm) j["tokens_per_second"] = r.tokens_per_second;
     j["seconds"] = r.seconds;
     j["peak_rss_bytes"] = r.peak_rss_bytes;
     j["planned_peak_bytes"] = r.planned_peak_bytes;
@@ -300,8 +313,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
   if (auto why = invalid(o)) return usage_error(a, *why);
+  if (a.given("data")) o.given.push_back("data");
   try {
-    models::resolve_model(o.model);
+    models::resolve(o.model);
   } catch (const GraphError& e) {
     return usage_error(a, e.what());
   }

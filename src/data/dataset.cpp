@@ -198,6 +198,12 @@ void Subset::get_tensors(size_t i, void* const* out) const {
   base_->get_tensors(indices_[i], out);
 }
 
+void Subset::get_tensors_at(size_t i, uint64_t epoch, void* const* out) const {
+  if (i >= indices_.size())
+    throw std::out_of_range("Subset: index " + std::to_string(i) + " >= size " + std::to_string(indices_.size()));
+  base_->get_tensors_at(indices_[i], epoch, out);
+}
+
 size_t Subset::resident_bytes() const {
   return indices_.capacity() * sizeof(size_t) + base_->resident_bytes();
 }

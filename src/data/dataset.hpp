@@ -59,6 +59,11 @@ class Dataset {
   // std::runtime_error naming the file for unreadable data. Thread-safe.
   // Default: get(i, out[0], out[1]).
   virtual void get_tensors(size_t i, void* const* out) const;
+  // Sample i as the loader draws it in epoch `epoch`: a dataset whose
+  // samples vary with the epoch (TokenWindows' random windows) overrides
+  // it, as a pure function of (i, epoch) so that resume is exact. Default:
+  // get_tensors(i, out).
+  virtual void get_tensors_at(size_t i, uint64_t /*epoch*/, void* const* out) const { get_tensors(i, out); }
 
   // The image form. sample_shape(): C, H, W; get(): sample i as C*H*W
   // floats into out_chw and its class index (0 <= label < num_classes())
@@ -163,6 +168,7 @@ class Subset final : public Dataset {
   void get(size_t i, float* out_chw, int32_t* label) const override;
   std::vector<TensorSpec> tensors() const override { return base_->tensors(); }
   void get_tensors(size_t i, void* const* out) const override;
+  void get_tensors_at(size_t i, uint64_t epoch, void* const* out) const override;
   float fill_value(int c) const override { return base_->fill_value(c); }
   std::vector<std::string> class_names() const override { return base_->class_names(); }
   // The index table plus the base's resident bytes: a view keeps its base

@@ -156,7 +156,7 @@ void Loader::load_sample(uint32_t idx, uint64_t epoch, std::byte* const* rows, f
   if (!augment_) {
     void* out[kMaxTensors];
     for (size_t t = 0; t < tensors_.size(); ++t) out[t] = rows[t];
-    ds_.get_tensors(idx, out);
+    ds_.get_tensors_at(idx, epoch, out);
     return;
   }
   float* dst = reinterpret_cast<float*>(rows[0]);

@@ -12,6 +12,8 @@
 
 #include "data/draw.hpp"
 
+namespace fs = std::filesystem;
+
 namespace memfit::data {
 namespace {
 
@@ -30,11 +32,11 @@ std::string show(char32_t c) {
 
 const uint64_t kSplitStream = rng::name_hash("data.text_split");
 
-}  // namespace
-
-std::vector<char32_t> decode_utf8(std::string_view text, const std::string& source) {
-  std::vector<char32_t> out;
-  out.reserve(text.size());
+// Calls fn(code point) for each character of UTF-8 text, in order; throws
+// as decode_utf8 does. The tokenizers read text through it without a copy
+// of the text in code points (4 bytes a character).
+template <class Fn>
+void for_each_code_point(std::string_view text, const std::string& source, Fn&& fn) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
   for (size_t i = 0; i < n;) {
@@ -42,7 +44,7 @@ std::vector<char32_t> decode_utf8(std::string_view text, const std::string& sour
     size_t len;
     char32_t cp;
     if (c < 0x80) {
-      out.push_back(c);
+      fn(static_cast<char32_t>(c));
       ++i;
       continue;
     } else if ((c & 0xE0) == 0xC0) {
@@ -69,10 +71,22 @@ std::vector<char32_t> decode_utf8(std::string_view text, const std::string& sour
     if (cp < kMin[len]) throw std::runtime_error(where(text, i, source) + ": invalid UTF-8 (an overlong encoding)");
     if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
       throw std::runtime_error(where(text, i, source) + ": invalid UTF-8 (not a Unicode scalar value)");
-    out.push_back(cp);
+    fn(cp);
     i += len;
   }
+}
+
+}  // namespace
+
+std::vector<char32_t> decode_utf8(std::string_view text, const std::string& source) {
+  std::vector<char32_t> out;
+  out.reserve(text.size());
+  for_each_code_point(text, source, [&](char32_t c) { out.push_back(c); });
   return out;
+}
+
+void check_utf8(std::string_view text, const std::string& source) {
+  for_each_code_point(text, source, [](char32_t) {});
 }
 
 std::string encode_utf8(const std::u32string& cps) {
@@ -103,9 +117,20 @@ std::string encode_utf8(const std::u32string& cps) {
 CharTokenizer::CharTokenizer(std::u32string alphabet) : alphabet_(std::move(alphabet)) {}
 
 CharTokenizer CharTokenizer::from_text(std::string_view text, const std::string& source) {
-  const std::vector<char32_t> cps = decode_utf8(text, source);
-  if (cps.empty()) throw std::runtime_error(source + ": no text to build a char tokenizer from");
-  std::set<char32_t> seen(cps.begin(), cps.end());
+  return from_texts({text}, source);
+}
+
+CharTokenizer CharTokenizer::from_texts(const std::vector<std::string_view>& parts, const std::string& source) {
+  std::set<char32_t> seen;
+  std::vector<bool> ascii(128, false);
+  for (std::string_view text : parts)
+    for_each_code_point(text, source, [&](char32_t c) {
+      if (c < 128) ascii[c] = true;
+      else seen.insert(c);
+    });
+  for (char32_t c = 0; c < 128; ++c)
+    if (ascii[c]) seen.insert(c);
+  if (seen.empty()) throw std::runtime_error(source + ": no text to build a char tokenizer from");
   return CharTokenizer(std::u32string(seen.begin(), seen.end()));
 }
 
@@ -156,18 +181,18 @@ void CharTokenizer::save(const std::string& path) const {
 }
 
 std::vector<int32_t> CharTokenizer::encode(std::string_view text, const std::string& source) const {
-  const std::vector<char32_t> cps = decode_utf8(text, source);
   std::vector<int32_t> ids;
-  ids.reserve(cps.size());
+  ids.reserve(text.size());  // at most one id a byte; shrunk below when the text is not ASCII
   size_t line = 1;
-  for (char32_t c : cps) {
+  for_each_code_point(text, source, [&](char32_t c) {
     auto it = std::lower_bound(alphabet_.begin(), alphabet_.end(), c);
     if (it == alphabet_.end() || *it != c)
       throw std::runtime_error(source + ":" + std::to_string(line) + ": the character " + show(c) +
                                " is not in the tokenizer's alphabet of " + std::to_string(alphabet_.size()));
     ids.push_back(static_cast<int32_t>(it - alphabet_.begin()));
     line += c == U'\n';
-  }
+  });
+  if (ids.capacity() > ids.size() + ids.size() / 16) ids.shrink_to_fit();
   return ids;
 }
 
@@ -211,19 +236,22 @@ std::vector<std::string> split_fortunes(std::string_view text) {
   return out;
 }
 
-EntrySplit split_entries(const std::vector<std::string>& entries, double fraction, uint64_t seed) {
+EntrySplit split_entries(std::vector<std::string> entries, double fraction, uint64_t seed) {
   if (!(fraction >= 0.0 && fraction < 1.0))
     throw std::invalid_argument("the held-out fraction must be in [0, 1), got " + std::to_string(fraction));
   EntrySplit s;
   const uint64_t key = rng::stream_key(seed, kSplitStream, 0);
   for (size_t i = 0; i < entries.size(); ++i)
     (static_cast<double>(detail::draw48(key, i)) < fraction * 281474976710656.0 ? s.held_out : s.train)
-        .push_back(entries[i]);
+        .push_back(std::move(entries[i]));
   return s;
 }
 
 std::string join_entries(const std::vector<std::string>& entries) {
+  size_t n = 0;
+  for (const std::string& e : entries) n += e.size() + 2;
   std::string t;
+  t.reserve(n);
   for (const std::string& e : entries) {
     t += e;
     t += "\n\n";
@@ -231,10 +259,108 @@ std::string join_entries(const std::vector<std::string>& entries) {
   return t;
 }
 
+std::vector<std::string> split_paragraphs(std::string_view text) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    while (!cur.empty() && (cur.back() == '\n' || cur.back() == '\r')) cur.pop_back();
+    if (!cur.empty()) out.push_back(std::move(cur));
+    cur.clear();
+  };
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t e = text.find('\n', i);
+    if (e == std::string_view::npos) e = text.size();
+    const std::string_view line = text.substr(i, e - i);
+    if (line.find_first_not_of(" \t\r\f\v") == std::string_view::npos) {
+      flush();
+    } else {
+      cur.append(line);
+      cur += '\n';
+    }
+    i = e + 1;
+  }
+  flush();
+  return out;
+}
+
+namespace {
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("cannot read " + p.string());
+  return ss.str();
+}
+
+bool is_fortune_file(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t e = text.find('\n', i);
+    if (e == std::string_view::npos) e = text.size();
+    std::string_view line = text.substr(i, e - i);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line == "%") return true;
+    i = e + 1;
+  }
+  return false;
+}
+
+void add_documents(Corpus& c, const std::string& text, const std::string& source) {
+  check_utf8(text, source);  // throws naming the file and line
+  std::vector<std::string> docs = is_fortune_file(text) ? split_fortunes(text) : split_paragraphs(text);
+  c.bytes += text.size();
+  c.files.push_back(source);
+  for (std::string& d : docs) c.documents.push_back(std::move(d));
+}
+
+}  // namespace
+
+Corpus read_corpus(const std::string& path) {
+  Corpus c;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw std::runtime_error("no text at " + path + ": no such file or directory");
+  if (fs::is_regular_file(st)) {
+    const std::string text = read_file(path);
+    if (text.find('\0') != std::string::npos)
+      throw std::runtime_error(path + " is not a text file (it holds NUL bytes)");
+    add_documents(c, text, path);
+  } else if (fs::is_directory(st)) {
+    std::vector<fs::path> entries;
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) entries.push_back(e.path());
+    if (ec) throw std::runtime_error("cannot list " + path + ": " + ec.message());
+    std::sort(entries.begin(), entries.end());
+    std::set<fs::path> seen;
+    for (const fs::path& p : entries) {
+      if (!fs::is_regular_file(p, ec) || p.filename().string().front() == '.') continue;
+      const fs::path canon = fs::canonical(p, ec);
+      if (ec || !seen.insert(canon).second) {
+        ++c.skipped;
+        continue;
+      }
+      const std::string text = read_file(p);
+      if (text.find('\0') != std::string::npos) {
+        ++c.skipped;
+        continue;
+      }
+      add_documents(c, text, p.string());
+    }
+  } else {
+    throw std::runtime_error(path + " is neither a text file nor a directory");
+  }
+  if (c.documents.empty())
+    throw std::runtime_error("no text in " + path + (c.files.empty() ? ": no text files there" : ": the files are empty"));
+  return c;
+}
+
 // ---- token windows -------------------------------------------------------------
 
-TokenWindows::TokenWindows(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t block, int64_t vocab)
-    : tokens_(std::move(tokens)), block_(block), vocab_(vocab) {
+TokenWindows::TokenWindows(std::shared_ptr<const std::vector<int32_t>> tokens, int64_t block, int64_t vocab,
+                           std::optional<uint64_t> random_seed)
+    : tokens_(std::move(tokens)), block_(block), vocab_(vocab), seed_(random_seed) {
   if (!tokens_) throw std::invalid_argument("TokenWindows: no tokens");
   if (block_ < 1) throw std::invalid_argument("TokenWindows: the block size must be at least 1");
   if (vocab_ < 1 || vocab_ > (int64_t(1) << 31) - 1) throw std::invalid_argument("TokenWindows: bad vocabulary size");
@@ -252,10 +378,17 @@ std::vector<TensorSpec> TokenWindows::tensors() const {
   return {{"tokens", DType::i32, {block_}, 0.0, vocab_}, {"targets", DType::i32, {block_}, -1.0, vocab_}};
 }
 
-void TokenWindows::get_tensors(size_t i, void* const* out) const {
+size_t TokenWindows::start_of(size_t i, uint64_t epoch) const {
   if (i >= windows_)
     throw std::out_of_range("TokenWindows: index " + std::to_string(i) + " >= size " + std::to_string(windows_));
-  const int32_t* src = tokens_->data() + i * static_cast<size_t>(block_);
+  if (!seed_) return i * static_cast<size_t>(block_);
+  static const uint64_t stream = rng::name_hash("data.windows");
+  const uint64_t starts = tokens_->size() - static_cast<size_t>(block_);  // s + T <= N - 1
+  return static_cast<size_t>(detail::draw_below(rng::stream_key(*seed_, stream, epoch), i, starts));
+}
+
+void TokenWindows::get_tensors_at(size_t i, uint64_t epoch, void* const* out) const {
+  const int32_t* src = tokens_->data() + start_of(i, epoch);
   const size_t bytes = static_cast<size_t>(block_) * sizeof(int32_t);
   std::copy_n(reinterpret_cast<const std::byte*>(src), bytes, static_cast<std::byte*>(out[0]));
   std::copy_n(reinterpret_cast<const std::byte*>(src + 1), bytes, static_cast<std::byte*>(out[1]));

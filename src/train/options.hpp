@@ -53,6 +53,12 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // > 0: also every N steps
   bool json = false;
   int progress = -1;           // -1: bar on a terminal, log lines otherwise; 0 lines; 1 bar
+  // Text (a language model's --data FILE.txt|DIR): the tokenizer ("char":
+  // the corpus's own alphabet), the window length (0: the model's
+  // max_sequence) and the share of documents held out for evaluation.
+  std::string tokenizer = "char";
+  int64_t block_size = 0;
+  double val_fraction = 0.1;
   int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
   int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
   bool augment = false;        // random crop (pad 4) and horizontal flip

@@ -19,8 +19,8 @@ std::string clock_str(double s) {
 }
 }  // namespace
 
-Progress::Progress(std::ostream& out, int mode, int64_t total, size_t batch, size_t budget)
-    : out_(out), total_(total), batch_(batch), budget_(budget) {
+Progress::Progress(std::ostream& out, int mode, int64_t total, size_t batch, size_t budget, std::string unit)
+    : out_(out), total_(total), batch_(batch), budget_(budget), unit_(std::move(unit)) {
   bar_ = mode == 1 || (mode < 0 && ::isatty(STDOUT_FILENO));
   start_ = last_ = std::chrono::steady_clock::now();
   line_.reserve(256);
@@ -47,14 +47,14 @@ void Progress::step(int64_t step, double loss, double ips, size_t rss) {
     const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : 0;
     std::string b(static_cast<size_t>(filled), '=');
     if (filled < width) b += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
-    std::snprintf(buf, sizeof buf, "\r[%s] %lld/%lld loss %.4f %.0f img/s ETA %s RSS %s / %s ", b.c_str(),
-                  static_cast<long long>(step), static_cast<long long>(total_), loss, ips, clock_str(eta).c_str(),
+    std::snprintf(buf, sizeof buf, "\r[%s] %lld/%lld loss %.4f %.0f %s/s ETA %s RSS %s / %s ", b.c_str(),
+                  static_cast<long long>(step), static_cast<long long>(total_), loss, ips, unit_.c_str(), clock_str(eta).c_str(),
                   format_bytes(rss).c_str(), format_bytes(budget_).c_str());
     out_ << buf << std::flush;
     drawn_ = true;
   } else {
-    std::snprintf(buf, sizeof buf, "step %lld/%lld loss %.4f %.0f img/s ETA %s RSS %s / %s\n",
-                  static_cast<long long>(step), static_cast<long long>(total_), loss, ips, clock_str(eta).c_str(),
+    std::snprintf(buf, sizeof buf, "step %lld/%lld loss %.4f %.0f %s/s ETA %s RSS %s / %s\n",
+                  static_cast<long long>(step), static_cast<long long>(total_), loss, ips, unit_.c_str(), clock_str(eta).c_str(),
                   format_bytes(rss).c_str(), format_bytes(budget_).c_str());
     out_ << buf << std::flush;
   }

@@ -1,6 +1,7 @@
 #include "train/report.hpp"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <sstream>
 
@@ -60,6 +61,18 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
       best = saved[k] + trans[k] + scr[k];
       at = k;
     }
+  // The same buffers again, those live at the peak, by producing op.
+  std::map<std::string, size_t> by_op;
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    const Placement& pl = p.values[v];
+    if (pl.arena != Arena::Transient || pl.root != static_cast<ValueId>(v) || pl.bytes == 0) continue;
+    if (static_cast<int32_t>(at) < std::max(pl.first, 0) || static_cast<int32_t>(at) > pl.last) continue;
+    const Value& val = g.value(static_cast<ValueId>(v));
+    by_op[val.producer >= 0 ? g.node(val.producer).op : "input"] += pl.bytes;
+  }
+  if (at < nn && p.scratch[at].bytes) by_op["scratch of " + g.node(static_cast<NodeId>(at)).op] += p.scratch[at].bytes;
+  r.peak_by_op.assign(by_op.begin(), by_op.end());
+  std::stable_sort(r.peak_by_op.begin(), r.peak_by_op.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   r.saved = saved[at];
   r.transient = trans[at];
   r.scratch = scr[at];
@@ -115,6 +128,12 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   row(o, "  transient", r.transient);
   row(o, "  kernel scratch", r.scratch);
   row(o, "  fragmentation", r.fragmentation);
+  if (!r.peak_by_op.empty()) {
+    o << "    at the peak, by op:";
+    for (size_t i = 0; i < r.peak_by_op.size() && i < 6; ++i)
+      o << (i ? ", " : " ") << r.peak_by_op[i].first << " " << format_bytes(r.peak_by_op[i].second);
+    o << "\n";
+  }
   if (r.library_heap) row(o, "library heap", r.library_heap, "oneDNN's gemm packing inside one matmul (no brgemm on this CPU)");
   row(o, "batch inputs", r.inputs);
   row(o, "data pipeline", r.data, r.data_note.empty() ? "dataset in memory + loader buffers" : r.data_note.c_str());
@@ -199,6 +218,9 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
   for (const BufferInfo& buf : r.largest)
     largest.push_back({{"name", buf.name}, {"layer", buf.layer}, {"bytes", buf.bytes}, {"kind", buf.kind}});
   o["largest"] = largest;
+  Json by_op = Json::object();
+  for (const auto& [op, bytes] : r.peak_by_op) by_op[op] = bytes;
+  o["peak_by_op"] = by_op;
   return json_line(o);
 }
 

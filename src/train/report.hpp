@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memfit/graph.hpp"
@@ -57,6 +58,9 @@ struct MemoryReport {
   size_t total = 0;
   size_t naive = 0;           // the same run with every buffer its own memory
   std::vector<BufferInfo> largest;  // ten largest transient buffers
+  // What is live at the arena's peak, by the op that made it (attention,
+  // matmul, xent_rows_bwd, scratch of ...), largest first.
+  std::vector<std::pair<std::string, size_t>> peak_by_op;
 };
 
 // Fills the report's machine fields (cpu_model ... products) from the

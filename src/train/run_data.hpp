@@ -9,6 +9,7 @@
 #include "data/dataset.hpp"
 #include "data/idx_stream.hpp"
 #include "data/loader.hpp"
+#include "data/text.hpp"
 #include "train/options.hpp"
 #include "train/report.hpp"
 
@@ -24,9 +25,25 @@ struct Datasets {
   bool idx = false;                                  // IDX files: --data-in applies
   data::StreamedIdxDataset* train_stream = nullptr;  // IDX streamed from disk (else in memory)
   data::StreamedIdxDataset* test_stream = nullptr;
+  // A language model's text: its tokenizer (saved with the run) and what
+  // was read, for the plan's data row.
+  std::shared_ptr<const data::CharTokenizer> tokenizer;
+  std::string text_note;
 };
 
-// The training and test sets of `o.data` (its subsets applied). stream: IDX
+// Where a language model's data is by default: the English fortunes
+// (Debian's fortunes and fortunes-min packages; make deps installs them).
+inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+
+// A language model's default data: --data not given means the fortunes
+// rather than the image default.
+void default_text_data(TrainOptions& o);
+
+// The training and test sets of `o.data` (its subsets applied). A language
+// model's data is text (data/text.hpp's read_corpus): its documents split
+// into training and held-out parts by --val-fraction, tokenized (the
+// tokenizer of --resume's run directory when it has one), random windows
+// of --block-size to train on and fixed ones to evaluate. stream: IDX
 // files open as StreamedIdxDatasets, reading only their labels and headers
 // until prepare_streams(); otherwise they are decoded into memory. Throws
 // std::runtime_error when there is no dataset there.

@@ -90,9 +90,16 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   st_.extra["test_subset"] = o_.test_subset;
   st_.extra["image_size"] = std::to_string(o_.image_size);
   st_.extra["channels"] = std::to_string(o_.channels);
+  if (p.data.tokenizer) {
+    st_.extra["tokenizer"] = o_.tokenizer;
+    st_.extra["block_size"] = std::to_string(o_.block_size);
+    st_.extra["val_fraction"] = short_num(o_.val_fraction);
+  }
   if (!o_.resume.empty()) resume();
 
-  prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes);
+  if (p.train_g->task == models::Task::LanguageModel) tokens_per_sample_ = p.train_g->inputs.back().spec.shape.at(0);
+  prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes,
+                tokens_per_sample_ ? "tok" : "img");
   metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
   res_ = planned_result(p);
   ctx_.seed = o_.seed;
@@ -188,7 +195,8 @@ void TrainLoop::end_group(Clock::time_point t0) {
   ++loss_n_;
   ++st_.step;
   train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
-  prog_->step(st_.step, last_loss_, images_per_second(), current_rss());
+  prog_->step(st_.step, last_loss_, images_per_second() * static_cast<double>(std::max<int64_t>(1, tokens_per_sample_)),
+              current_rss());
   if (o_.eval_every > 0 && st_.step % o_.eval_every == 0) eval_and_record(loader_.position().epoch + 1);
   if (o_.checkpoint_every > 0 && st_.step % o_.checkpoint_every == 0) checkpoint();
 }
@@ -239,7 +247,7 @@ void TrainLoop::eval_and_record(uint64_t epoch) {
   const bool lm = p_.eval_g->task == models::Task::LanguageModel;
   const std::string score = lm ? " test_perplexity " + short_num(std::exp(e.loss))
                                : " test_accuracy " + short_num(e.accuracy);
-  prog_->message("eval step " + std::to_string(st_.step) + ": test_loss " + short_num(e.loss) + score + " (" +
+  prog_->message("eval step " + std::to_string(st_.step) + (lm ? ": val_loss " : ": test_loss ") + short_num(e.loss) + score + " (" +
                  std::to_string(e.count) + (lm ? " tokens)" : " images)"));
   Json line = {{"epoch", epoch}, {"step", st_.step}, {"train_loss", tl}, {"test_loss", e.loss}};
   if (lm)
@@ -247,6 +255,7 @@ void TrainLoop::eval_and_record(uint64_t epoch) {
   else
     line["test_accuracy"] = e.accuracy;
   line["images_per_second"] = images_per_second();
+  if (lm) line["tokens_per_second"] = images_per_second() * static_cast<double>(tokens_per_sample_);
   line["peak_rss_bytes"] = peak_rss();
   line["planned_peak_bytes"] = p_.report.total;
   metrics_ << json_line(line) << "\n";
@@ -288,6 +297,7 @@ void TrainLoop::finish(Clock::time_point t_start) {
   res_.final_train_loss = last_loss_;
   res_.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   res_.images_per_second = images_per_second();
+  res_.tokens_per_second = images_per_second() * static_cast<double>(tokens_per_sample_);
   res_.peak_rss_bytes = peak_rss();
   // The plan is a promise: say so when the process went past it.
   const size_t planned = p_.report.total, peak = res_.peak_rss_bytes;

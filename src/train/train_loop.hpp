@@ -87,6 +87,7 @@ class TrainLoop {
   kernels::StepContext ctx_;
   double loss_sum_ = 0.0, last_loss_ = 0.0;  // loss_sum_: since the last evaluation
   int64_t loss_n_ = 0, images_ = 0;
+  int64_t tokens_per_sample_ = 0;  // a language model's window length (else 0)
   double train_seconds_ = 0.0;
   int64_t group_ = 0;        // micro-batches done in this optimizer step
   double group_loss_ = 0.0;

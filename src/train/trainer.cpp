@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "train/checkpoint.hpp"
+#include "train/run_data.hpp"
 #include "train/run_plan.hpp"
 #include "train/train_loop.hpp"
 
@@ -49,6 +50,8 @@ std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& 
   RunPlan& plan = std::get<RunPlan>(planned);
   if (o.plan_only) return planned_result(plan);
   check_run_dir(o.out);
+  // The tokenizer goes with the run: resume and generation read the same ids.
+  if (plan.data.tokenizer) plan.data.tokenizer->save(o.out + "/tokenizer.json");
   log.flush();
   std::fflush(nullptr);
   if (auto again = allocate_plan(plan, log)) return std::move(*again);
@@ -68,17 +71,21 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
     const char* key;
     std::string* s;
     int64_t* i;
+    double* d = nullptr;
   };
   const Field fields[] = {{"data", "data", &o.data, nullptr},
                           {"subset", "subset", &o.subset, nullptr},
                           {"test-subset", "test_subset", &o.test_subset, nullptr},
                           {"image-size", "image_size", nullptr, &o.image_size},
-                          {"channels", "channels", nullptr, &o.channels}};
+                          {"channels", "channels", nullptr, &o.channels},
+                          {"tokenizer", "tokenizer", &o.tokenizer, nullptr},
+                          {"block-size", "block_size", nullptr, &o.block_size},
+                          {"val-fraction", "val_fraction", nullptr, nullptr, &o.val_fraction}};
   std::string taken;
   for (const Field& f : fields) {
     auto it = meta.find(f.key);
     if (it == meta.end()) continue;
-    const std::string now = f.s ? *f.s : std::to_string(*f.i);
+    const std::string now = f.s ? *f.s : f.i ? std::to_string(*f.i) : short_num(*f.d);
     if (it->second == now) continue;
     const bool given = std::find(o.given.begin(), o.given.end(), f.flag) != o.given.end();
     if (given)
@@ -87,6 +94,11 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
                                now + "; pass --" + f.flag + " " + it->second + " or leave the flag out");
     if (f.s) {
       *f.s = it->second;
+    } else if (f.d) {
+      char* end = nullptr;
+      const double v = std::strtod(it->second.c_str(), &end);
+      if (end == it->second.c_str() || *end) continue;
+      *f.d = v;
     } else {
       char* end = nullptr;
       const long long v = std::strtoll(it->second.c_str(), &end, 10);
@@ -103,6 +115,7 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
 TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   TrainOptions o = opt;
   SignalScope signals(o.handle_signals);
+  default_text_data(o);
   adopt_resume_options(o, log);
   validate(o);
   for (int attempt = 0;; ++attempt) {

@@ -18,7 +18,8 @@ struct TrainResult {
   double final_train_loss = 0.0;
   bool evaluated = false;
   double test_loss = 0.0, test_accuracy = 0.0;
-  double images_per_second = 0.0;
+  double images_per_second = 0.0;  // samples (images, sequences, windows) per second
+  double tokens_per_second = 0.0;  // a language model's: target tokens per second (else 0)
   double seconds = 0.0;
   size_t peak_rss_bytes = 0;
   size_t planned_peak_bytes = 0;
