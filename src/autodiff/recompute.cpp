@@ -1,7 +1,9 @@
 #include "memfit/recompute.hpp"
 
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -41,6 +43,26 @@ void place_added(Graph& g, const std::vector<std::vector<NodeId>>& before,
       for (NodeId c : after[k]) order.push_back(c);
   }
   g.reorder(order);
+}
+
+// The forward values that feed two or more forward nodes: a residual
+// stream or a shortcut. Recomputing one would recompute the chain behind it
+// (residual adds back to the first layer) at the start of backward, and
+// every value of that chain would live from there to its own backward
+// use: as much memory as keeping them, and the work twice.
+std::set<ValueId> branching_values(const Graph& g) {
+  std::vector<NodeId> first(g.num_values(), -1);
+  std::set<ValueId> out;
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    if (n.phase != Phase::Forward) continue;
+    for (ValueId u : n.inputs) {
+      NodeId& f = first[static_cast<size_t>(u)];
+      if (f >= 0 && f != static_cast<NodeId>(k) && is_fwd_value(g, u)) out.insert(u);
+      if (f < 0) f = static_cast<NodeId>(k);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -140,8 +162,32 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
     s.saved_bytes_before = s.saved_bytes_after = saved_bytes(g);
     return s;
   }
-  if (policy == "cheap")
-    return apply_recompute(g, [](const Graph& gr, ValueId v) { return is_heavy(gr.node(gr.value(v).producer).op); });
+  if (policy == "cheap") {
+    // Forward values backward reads as they are.
+    std::set<ValueId> read_back;
+    for (const Node& n : g.nodes())
+      if (n.phase != Phase::Forward)
+        for (ValueId u : n.inputs)
+          if (is_fwd_value(g, u)) read_back.insert(u);
+    auto kept = [](const Graph& gr, ValueId v) { return is_heavy(gr.node(gr.value(v).producer).op); };
+    // A value is recomputed from kept inputs; an input kept only for it
+    // (backward does not read it otherwise) costs its bytes. Recomputing
+    // a dropout mask (1 byte an element) would keep the layer's output
+    // before it (4): keep what is smaller.
+    // extra(v): the bytes kept only to recompute v (through the cheap
+    // values in between).
+    auto cost = std::make_shared<std::map<ValueId, size_t>>();
+    std::function<size_t(const Graph&, ValueId)> extra = [&, cost](const Graph& gr, ValueId v) -> size_t {
+      if (auto it = cost->find(v); it != cost->end()) return it->second;
+      size_t e = 0;
+      for (ValueId u : gr.node(gr.value(v).producer).inputs) {
+        if (!is_fwd_value(gr, u) || read_back.count(u)) continue;
+        e += kept(gr, u) ? gr.value(u).bytes() : extra(gr, u);
+      }
+      return (*cost)[v] = e;
+    };
+    return apply_recompute(g, [&](const Graph& gr, ValueId v) { return kept(gr, v) || extra(gr, v) > gr.value(v).bytes(); });
+  }
   if (policy == "segments") {
     // Heavy forward nodes in schedule order; keep the outputs of every k-th.
     std::vector<NodeId> heavy;
@@ -162,7 +208,14 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
         acc = 0;
       }
     }
-    return apply_recompute(g, [kept](const Graph& gr, ValueId v) { return kept.count(gr.value(v).producer) != 0; });
+    // Values that branch stay too (branching_values): cheap ones would
+    // otherwise bring back the whole residual stream at the start of
+    // backward. (Under "cheap" the chains are short and keeping them
+    // costs more than it saves: a ResNet-18's block outputs.)
+    const std::set<ValueId> branch = branching_values(g);
+    return apply_recompute(g, [kept, branch](const Graph& gr, ValueId v) {
+      return kept.count(gr.value(v).producer) != 0 || branch.count(v) != 0;
+    });
   }
   throw GraphError("unknown recompute policy '" + policy + "' (expected none, cheap or segments)");
 }
