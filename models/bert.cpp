@@ -214,6 +214,7 @@ Model bert(const std::string& name, const BertConfig& c) {
               {"token_type_ids", DType::i32, 1, "[T]", /*optional=*/true}};
   m.target = {"labels", DType::i32, 0, "[]"};
   m.task = Task::Classification;
+  m.max_sequence = c.max_position;
   m.build = [name, c](Builder& b, const Inputs& in, int64_t classes) {
     BertConfig k = c;
     const int64_t data_vocab = in.spec("tokens").range;

@@ -56,7 +56,7 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
   a.add("data", &o.data, "PATH",
         "IDX directory or image folder (default Fashion-MNIST); for a language model a text file or a directory of "
-        "text files (default the English fortunes)");
+        "text files (default the English fortunes); for a text classifier .jsonl/.csv or a folder per class");
   a.add("data-in", &o.data_in, "memory|disk|auto",
       "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
       "makes the plan fit or lets the fit pick a faster plan");
@@ -82,6 +82,8 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   a.add("block-size", &o.block_size, "T", "language models: tokens per training window (default: the model's block size)");
   a.add("val-fraction", &o.val_fraction, "F",
         "language models: share of the text's documents held out for evaluation (default 0.1)");
+  a.add("max-len", &o.max_len, "T",
+        "text classifiers: tokens per example, longer ones truncated (default 128, or the model's limit)");
   a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
   a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
   a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
@@ -217,7 +219,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
   for (const char* f : {"data", "subset", "test-subset", "image-size", "channels", "eval-every", "tokenizer",
-                        "block-size", "val-fraction"})
+                        "block-size", "val-fraction", "max-len"})
     if (a.given(f)) o.given.push_back(f);
   if (auto why = invalid(o)) return usage_error(a, *why);
   if (o.profile > 0) o.steps = o.profile + 2;

@@ -53,6 +53,7 @@ void validate(const TrainOptions& o) {
   if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")
     fail("--data-in expects memory, disk or auto, got '" + o.data_in + "'");
   if (o.tokenizer != "char") fail("--tokenizer expects char, got '" + o.tokenizer + "'");
+  if (o.max_len < 0) fail("--max-len must be positive, got " + std::to_string(o.max_len));
   if (o.block_size < 0) fail("--block-size must be positive, got " + std::to_string(o.block_size));
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))
     fail("--val-fraction expects a fraction in [0, 1), got " + short_num(o.val_fraction));

@@ -59,6 +59,10 @@ struct TrainOptions {
   std::string tokenizer = "char";
   int64_t block_size = 0;
   double val_fraction = 0.1;
+  // Text classification: tokens per example (longer ones are truncated,
+  // shorter ones padded with an attention mask); 0: 128, or the model's
+  // max_sequence when that is shorter.
+  int64_t max_len = 0;
   int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
   int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
   bool augment = false;        // random crop (pad 4) and horizontal flip

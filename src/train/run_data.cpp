@@ -1,12 +1,15 @@
 #include "train/run_data.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <stdexcept>
 
 #include "data/idx.hpp"
 #include "data/image_folder.hpp"
+#include "data/text_classes.hpp"
 #include "models/model.hpp"
 
 namespace fs = std::filesystem;
@@ -24,8 +27,8 @@ bool has_idx(const std::string& dir) {
 void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
   if (!fs::exists(o.data))
     throw std::runtime_error("no text at " + o.data +
-                             (o.data == kFortunesDir ? ": install the Debian packages fortunes and fortunes-min (make deps does) or pass --data FILE.txt|DIR"
-                                                     : ": pass --data with a text file or a directory of text files"));
+                             (o.data == default_lm_data() ? ": make deps makes it (from the Debian packages fortunes and fortunes-min), or pass --data FILE.txt|DIR"
+                                                          : ": pass --data with a text file or a directory of text files"));
   const int64_t block = o.block_size > 0 ? o.block_size : model.max_sequence;
   if (block <= 0)
     throw std::invalid_argument("model '" + o.model + "' has no sequence length of its own: pass --block-size");
@@ -61,6 +64,84 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
   d.text_note = std::to_string(files) + (files == 1 ? " file, " : " files, ") + std::to_string(documents) +
                 " documents (" + std::to_string(held_out) + " held out), " + std::to_string(train_tokens->size()) + " + " +
                 std::to_string(val_tokens) + " tokens of a " + std::to_string(vocab) + "-character alphabet";
+}
+
+// A text classifier's data: labelled texts (data/text_classes.hpp). A file
+// is split by --val-fraction; a folder holding train.jsonl or train.csv
+// (and test.* or val.*) is taken as split; another folder is a folder per
+// class, split by --val-fraction, or train/ and test/ folders per class.
+void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& d) {
+  if (!fs::exists(o.data))
+    throw std::runtime_error("no labelled text at " + o.data +
+                             (o.data == default_classifier_data() ? ": make deps makes it (from the Debian fortune packages), or pass --data"
+                                                                  : ": pass --data with a .jsonl or .csv file, or a folder with a folder per class"));
+  data::LabelledTexts train, test;
+  bool split = false;
+  auto find = [&](std::initializer_list<const char*> names) -> std::string {
+    for (const char* n : names)
+      if (fs::exists(fs::path(o.data) / n)) return (fs::path(o.data) / n).string();
+    return "";
+  };
+  const std::string tr = fs::is_directory(o.data) ? find({"train.jsonl", "train.csv", "train"}) : "";
+  if (!tr.empty()) {
+    train = data::read_labelled(tr);
+    const std::string te = find({"test.jsonl", "test.csv", "val.jsonl", "val.csv", "test", "val"});
+    if (!te.empty()) test = data::read_labelled(te);
+    split = true;
+  } else {
+    data::LabelledSplit s = data::split_labelled(data::read_labelled(o.data), o.val_fraction, o.seed);
+    train = std::move(s.train);
+    test = std::move(s.held_out);
+  }
+  const std::vector<std::string> names = data::class_names_of({&train, &test});
+  if (names.size() < 2)
+    throw std::runtime_error(o.data + ": the examples have " + std::to_string(names.size()) +
+                             " class; a classifier needs two or more");
+  const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
+  std::vector<std::string_view> parts(train.texts.begin(), train.texts.end());
+  parts.insert(parts.end(), test.texts.begin(), test.texts.end());
+  auto tok = std::make_shared<data::CharTokenizer>(!saved.empty() && fs::exists(saved)
+                                                       ? data::CharTokenizer::load(saved.string())
+                                                       : data::CharTokenizer::from_texts(parts, o.data));
+  parts.clear();
+  const int64_t limit = model.max_sequence > 0 ? model.max_sequence : INT64_MAX;
+  if (o.max_len > limit)
+    throw std::invalid_argument("--max-len " + std::to_string(o.max_len) + " is longer than model '" + o.model +
+                                "' takes (" + std::to_string(limit) + " tokens)");
+  const int64_t vocab = static_cast<int64_t>(tok->vocab_size());
+  std::map<std::string, int32_t> class_of;
+  for (size_t c = 0; c < names.size(); ++c) class_of[names[c]] = static_cast<int32_t>(c);
+  struct Encoded {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<int32_t> labels;
+  };
+  size_t longest = 0;
+  auto encode = [&](data::LabelledTexts& t) {
+    Encoded e{std::vector<std::vector<int32_t>>(t.size()), std::vector<int32_t>(t.size())};
+    for (size_t i = 0; i < t.size(); ++i) {
+      e.ids[i] = tok->encode(t.texts[i], t.source);
+      e.labels[i] = class_of.at(t.labels[i]);
+      longest = std::max(longest, e.ids[i].size());
+    }
+    t = {};
+    return e;
+  };
+  const size_t n_train = train.size(), n_test = test.size();
+  Encoded tr_ids = encode(train), te_ids = encode(test);
+  // Without --max-len: the longest example, up to 128 (and the model's
+  // limit): short texts are not padded to a length none of them has.
+  const int64_t max_len =
+      o.max_len > 0 ? o.max_len : std::min<int64_t>({static_cast<int64_t>(longest), 128, limit});
+  auto tr_set = std::make_unique<data::TokenizedTexts>(tr_ids.ids, std::move(tr_ids.labels), max_len, vocab, names, 0);
+  tr_ids.ids = {};
+  const size_t cut = tr_set->truncated();
+  d.train_base = std::move(tr_set);
+  if (n_test) d.test_base = std::make_unique<data::TokenizedTexts>(te_ids.ids, std::move(te_ids.labels), max_len, vocab, names, 0);
+  d.tokenizer = std::move(tok);
+  d.text_note = std::to_string(n_train) + " + " + std::to_string(n_test) + " examples" +
+                (split ? "" : " (held out by --val-fraction)") + ", " + std::to_string(names.size()) + " classes, " +
+                std::to_string(max_len) + " tokens each" + (cut ? " (" + std::to_string(cut) + " truncated)" : "") +
+                ", a " + std::to_string(vocab) + "-character alphabet";
 }
 
 // MNIST-style IDX files or an image folder.
@@ -102,11 +183,17 @@ void open_images(const TrainOptions& o, bool stream, Datasets& d) {
 
 }  // namespace
 
+std::string default_lm_data() { return std::string(MEMFIT_DEPS_DIR) + "/fortunes/en.txt"; }
+std::string default_classifier_data() { return std::string(MEMFIT_DEPS_DIR) + "/fortunes/topics"; }
+
 void default_text_data(TrainOptions& o) {
   const bool given = std::find(o.given.begin(), o.given.end(), "data") != o.given.end();
   if (given || o.data != data::kFashionMnistDir) return;
   try {
-    if (models::resolve(o.model).task == models::Task::LanguageModel) o.data = kFortunesDir;
+    const models::Model m = models::resolve(o.model);
+    if (m.task == models::Task::LanguageModel) o.data = default_lm_data();
+    else if (std::any_of(m.inputs.begin(), m.inputs.end(), [](const models::InputDecl& in) { return in.name == "tokens"; }))
+      o.data = default_classifier_data();
   } catch (const std::exception&) {
     // a bad model name is reported where the model is built
   }
@@ -115,8 +202,12 @@ void default_text_data(TrainOptions& o) {
 Datasets open_data(const TrainOptions& o, bool stream) {
   Datasets d;
   const models::Model model = models::resolve(o.model);
+  const bool reads_tokens = std::any_of(model.inputs.begin(), model.inputs.end(),
+                                        [](const models::InputDecl& in) { return in.name == "tokens"; });
   if (model.task == models::Task::LanguageModel) {
     open_text(o, model, d);
+  } else if (reads_tokens) {
+    open_labelled(o, model, d);
   } else {
     open_images(o, stream, d);
   }

@@ -31,12 +31,14 @@ struct Datasets {
   std::string text_note;
 };
 
-// Where a language model's data is by default: the English fortunes
-// (Debian's fortunes and fortunes-min packages; make deps installs them).
-inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+// The text models' default data, made by make deps from Debian's fortune
+// packages (scripts/make_fortune_sets.py): a language model's is the
+// English fortunes (deps/fortunes/en.txt), a text classifier's the topic
+// classification set (deps/fortunes/topics/).
+std::string default_lm_data();
+std::string default_classifier_data();
 
-// A language model's default data: --data not given means the fortunes
-// rather than the image default.
+// --data not given: a text model's default data rather than the image one.
 void default_text_data(TrainOptions& o);
 
 // The training and test sets of `o.data` (its subsets applied). A language

@@ -94,6 +94,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
     st_.extra["tokenizer"] = o_.tokenizer;
     st_.extra["block_size"] = std::to_string(o_.block_size);
     st_.extra["val_fraction"] = short_num(o_.val_fraction);
+    st_.extra["max_len"] = std::to_string(o_.max_len);
   }
   if (!o_.resume.empty()) resume();
 
@@ -248,7 +249,7 @@ void TrainLoop::eval_and_record(uint64_t epoch) {
   const std::string score = lm ? " test_perplexity " + short_num(std::exp(e.loss))
                                : " test_accuracy " + short_num(e.accuracy);
   prog_->message("eval step " + std::to_string(st_.step) + (lm ? ": val_loss " : ": test_loss ") + short_num(e.loss) + score + " (" +
-                 std::to_string(e.count) + (lm ? " tokens)" : " images)"));
+                 std::to_string(e.count) + (lm ? " tokens)" : p_.data.train->is_image() ? " images)" : " examples)"));
   Json line = {{"epoch", epoch}, {"step", st_.step}, {"train_loss", tl}, {"test_loss", e.loss}};
   if (lm)
     line["test_perplexity"] = std::exp(e.loss);

@@ -80,6 +80,7 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
                           {"channels", "channels", nullptr, &o.channels},
                           {"tokenizer", "tokenizer", &o.tokenizer, nullptr},
                           {"block-size", "block_size", nullptr, &o.block_size},
+                          {"max-len", "max_len", nullptr, &o.max_len},
                           {"val-fraction", "val_fraction", nullptr, nullptr, &o.val_fraction}};
   std::string taken;
   for (const Field& f : fields) {

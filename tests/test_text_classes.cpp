@@ -1,0 +1,157 @@
+// Labelled text for classification: JSONL, CSV (RFC 4180 quoting) and a
+// folder per class, with errors that name the file and line; the seeded
+// split; TokenizedTexts' tokens, attention mask, lengths and truncation;
+// and `memfit train` of the LSTM classifier and a tiny BERT on such data.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_util.hpp"
+#include "data/text_classes.hpp"
+
+using namespace memfit;
+using namespace memfit::data;
+using namespace memfit::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string error_of_read(const std::string& path) {
+  try {
+    read_labelled(path);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(LabelledText, JsonlCsvAndFolders) {
+  const std::string dir = temp_dir("labelled");
+  std::ofstream(dir + "/a.jsonl") << "{\"text\": \"good film\", \"label\": \"pos\"}\n\n"
+                                  << "{\"text\": \"caf\\u00e9 bad\", \"label\": \"neg\", \"id\": 7}\n"
+                                  << "{\"label\": 2, \"text\": \"an integer label\"}\n";
+  const LabelledTexts j = read_labelled(dir + "/a.jsonl");
+  EXPECT_EQ(j.texts, (std::vector<std::string>{"good film", "caf\xC3\xA9 bad", "an integer label"}));
+  EXPECT_EQ(j.labels, (std::vector<std::string>{"pos", "neg", "2"}));
+  std::ofstream(dir + "/b.csv") << "id,Label,text\r\n1,pos,\"quoted, with a comma\"\r\n2,neg,\"two\nlines and \"\"quotes\"\"\"\n3,neg,plain\n";
+  const LabelledTexts c = read_labelled(dir + "/b.csv");
+  EXPECT_EQ(c.texts, (std::vector<std::string>{"quoted, with a comma", "two\nlines and \"quotes\"", "plain"}));
+  EXPECT_EQ(c.labels, (std::vector<std::string>{"pos", "neg", "neg"}));
+  fs::create_directories(dir + "/f/sports");
+  fs::create_directories(dir + "/f/food");
+  std::ofstream(dir + "/f/sports/1.txt") << "a goal";
+  std::ofstream(dir + "/f/food/1.txt") << "bread";
+  std::ofstream(dir + "/f/food/2.txt") << "soup";
+  const LabelledTexts f = read_labelled(dir + "/f");
+  EXPECT_EQ(f.labels, (std::vector<std::string>{"food", "food", "sports"}));
+  EXPECT_EQ(class_names_of({&j, &c}), (std::vector<std::string>{"2", "neg", "pos"}));
+  LabelledTexts nums;
+  nums.labels = {"10", "2", "1"};
+  EXPECT_EQ(class_names_of({&nums}), (std::vector<std::string>{"1", "2", "10"}));  // numeric order
+}
+
+TEST(LabelledText, BadRowsNameTheFileAndLine) {
+  const std::string dir = temp_dir("labelled-bad");
+  struct Case {
+    std::string file, content, expect;
+  };
+  const Case cases[] = {
+      {"a.jsonl", "{\"text\": \"ok\", \"label\": 1}\nnot json\n", "a.jsonl:2: not a JSON object"},
+      {"b.jsonl", "{\"text\": \"ok\"}\n", "b.jsonl:1: no \"label\""},
+      {"c.jsonl", "{\"text\": 5, \"label\": 1}\n", "c.jsonl:1: no \"text\" string"},
+      {"d.jsonl", "{\"text\": \"x\", \"label\": 1.5}\n", "d.jsonl:1: the label must be a string or an integer"},
+      {"e.jsonl", "{\"text\": \"  \", \"label\": 1}\n", "e.jsonl:1: the text is empty"},
+      {"f.csv", "text,label\n\"open quote,1\n", "f.csv:2: a quoted field is not closed"},
+      {"g.csv", "text,label\na,1\nb\n", "g.csv:3: 1 fields, the header has 2"},
+      {"h.csv", "body,label\na,1\n", "h.csv:1: the header must name a \"text\" and a \"label\" column"},
+      {"i.csv", "text,label\n\"caf\xC3(\",1\n", "i.csv:2"},
+      {"j.txt", "x", "must be .jsonl or .csv"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(dir + "/" + c.file) << c.content;
+    const std::string e = error_of_read(dir + "/" + c.file);
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.file << ": " << e;
+  }
+  EXPECT_NE(error_of_read(dir + "/missing.jsonl").find("no such file"), std::string::npos);
+  std::ofstream(dir + "/empty.jsonl") << "\n";
+  EXPECT_NE(error_of_read(dir + "/empty.jsonl").find("no examples"), std::string::npos);
+}
+
+TEST(LabelledText, SeededSplitKeepsEveryExampleOnce) {
+  LabelledTexts all;
+  for (int i = 0; i < 500; ++i) {
+    all.texts.push_back("t" + std::to_string(i));
+    all.labels.push_back(i % 2 ? "a" : "b");
+  }
+  const LabelledSplit a = split_labelled(all, 0.2, 3), b = split_labelled(all, 0.2, 3);
+  EXPECT_EQ(a.held_out.texts, b.held_out.texts);
+  EXPECT_EQ(a.train.size() + a.held_out.size(), 500u);
+  EXPECT_GT(a.held_out.size(), 70u);
+  EXPECT_LT(a.held_out.size(), 130u);
+  EXPECT_THROW(split_labelled(all, 1.0, 3), std::invalid_argument);
+}
+
+TEST(TokenizedTexts, PaddingMaskLengthsAndTruncation) {
+  const TokenizedTexts ds({{5, 6, 7}, {1, 2, 3, 4, 5, 6}}, {1, 0}, 4, 10, {"neg", "pos"}, 0);
+  ASSERT_EQ(ds.tensors().size(), 4u);
+  EXPECT_EQ(ds.tensors()[0].name, "tokens");
+  EXPECT_EQ(ds.tensors()[0].range, 10);
+  EXPECT_EQ(ds.num_classes(), 2);
+  EXPECT_EQ(ds.truncated(), 1u);
+  std::vector<int32_t> tok(4), mask(4);
+  int32_t len = -1, label = -1;
+  void* out[4] = {tok.data(), mask.data(), &len, &label};
+  ds.get_tensors(0, out);
+  EXPECT_EQ(tok, (std::vector<int32_t>{5, 6, 7, 0}));
+  EXPECT_EQ(mask, (std::vector<int32_t>{1, 1, 1, 0}));
+  EXPECT_EQ(len, 3);
+  EXPECT_EQ(label, 1);
+  ds.get_tensors(1, out);
+  EXPECT_EQ(tok, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(mask, (std::vector<int32_t>{1, 1, 1, 1}));
+  EXPECT_EQ(len, 4);
+  EXPECT_THROW(TokenizedTexts({{}}, {0}, 4, 10, {"a", "b"}, 0), std::invalid_argument);     // no tokens
+  EXPECT_THROW(TokenizedTexts({{11}}, {0}, 4, 10, {"a", "b"}, 0), std::invalid_argument);   // outside the vocabulary
+  EXPECT_THROW(TokenizedTexts({{1}}, {2}, 4, 10, {"a", "b"}, 0), std::invalid_argument);    // no such class
+}
+
+// Two classes a model can only tell apart by reading the text: sentences of
+// the same letters, where one class has "x" somewhere and the other not.
+TEST(TextClassify, LstmAndBertTrainFromTheCommandLine) {
+  const std::string dir = temp_dir("text-classify");
+  uint64_t s = 99;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return s >> 33;
+  };
+  for (const char* part : {"train", "test"}) {
+    std::ofstream f(dir + "/" + std::string(part) + ".jsonl");
+    for (int i = 0; i < (part[1] == 'r' ? 600 : 200); ++i) {
+      const bool x = next() % 2;
+      std::string t;
+      for (int k = 0; k < 12; ++k) t += "abcdefg "[next() % 8];
+      if (x) t[next() % 12] = 'x';
+      f << "{\"text\": \"" << t << "\", \"label\": \"" << (x ? "with-x" : "without") << "\"}\n";
+    }
+  }
+  const RunResult lstm = run_memfit("train --model lstm-classifier --data " + dir + " --optimizer adam --lr 3e-3 --epochs 6 "
+                                    "--batch 32 --threads 2 --progress lines --json --out " + dir + "/lstm");
+  ASSERT_EQ(lstm.code, 0) << lstm.out;
+  EXPECT_NE(lstm.out.find("600 + 200 examples, 2 classes, 12 tokens each"), std::string::npos) << lstm.out;
+  EXPECT_GT(json_number(lstm.out, "test_accuracy"), 0.9) << lstm.out;
+  EXPECT_TRUE(fs::exists(dir + "/lstm/tokenizer.json"));
+  const RunResult bert = run_memfit("train --model bert-tiny --data " + dir + " --optimizer adamw --lr 2e-3 --epochs 6 "
+                                    "--batch 32 --max-len 16 --threads 2 --progress lines --json --out " + dir + "/bert");
+  ASSERT_EQ(bert.code, 0) << bert.out;
+  EXPECT_NE(bert.out.find("16 tokens each"), std::string::npos) << bert.out;
+  EXPECT_GT(json_number(bert.out, "test_accuracy"), 0.9) << bert.out;
+  // A model's limit is a clear error.
+  const RunResult longer = run_memfit("train --model bert-tiny --data " + dir + " --max-len 100 --steps 1 --out " + dir + "/x");
+  EXPECT_NE(longer.code, 0);
+  EXPECT_NE(longer.out.find("--max-len 100 is longer than model 'bert-tiny' takes (64 tokens)"), std::string::npos) << longer.out;
+}
