@@ -4,16 +4,26 @@
     make bench                       (or: /usr/bin/python3 bench/run.py)
     /usr/bin/python3 bench/run.py --quick --build build-perf
     /usr/bin/python3 bench/run.py --torch-python /usr/bin/python3   (Debian's PyTorch 1.13)
+    /usr/bin/python3 bench/run.py --models gpt-char,lstm-classifier --no-readme --out bench/results_text.md
 
 PyTorch is the current release from PyPI, in the virtual environment
 bench/.venv that `make bench` makes (`make bench-venv`); --torch-python
 picks another interpreter.
 
-For every case (ConvNet and ResNet-18 on 1x28x28 inputs, batch 64 and 256,
-fp32 and bf16) it starts memfit (build/bench/step_bench) and PyTorch
+For every case it starts memfit (build/bench/step_bench) and PyTorch
 (bench/torch_step.py, PyTorch's bf16 is autocast) each in a fresh process
-with the same model, batch, optimizer (SGD momentum 0.9, weight decay 5e-4),
-random data and thread count. After both have warmed up, their timed steps
+with the same model, batch, optimizer, random data and thread count:
+ - ConvNet and ResNet-18 on 1x28x28 inputs, batch 64 and 256, fp32 and
+   bf16; SGD momentum 0.9, weight decay 5e-4; in images/s;
+ - gpt-char (6 layers, 6 heads, 384 wide, dropout 0.2; PyTorch's is
+   bench/torch_text.py's GPT) at batch 16 on 256 random tokens of 65 values,
+   AdamW lr 1e-3, weight decay 0.1 on 2-d weights only; in tokens/s;
+ - lstm-classifier (embedding 64, LSTM 32, 4 classes) at batch 64 on 128
+   random tokens of 5000 values, Adam lr 1e-3; in sequences/s;
+the text models in fp32 only (memfit's --precision bf16 casts float inputs
+on entry, and a token model has none: its activations would stay f32
+beside PyTorch's autocast). --models picks some of the models.
+After both have warmed up, their timed steps
 alternate one by one (memfit, PyTorch, memfit, ...), each side idle while the
 other runs, so that both see the same machine: on a shared machine the load
 changes within seconds, and alternating whole runs would compare different
@@ -22,11 +32,20 @@ side starts); each repetition gives each side's median step, and the table
 shows the median over repetitions. It
 measures the machine's peak FLOP/s (best large oneDNN matmul, f32 and bf16)
 and gives each case's training FLOP/s as a fraction of it (FLOPs of the
-convolution and linear products, forward and backward, counted from memfit's
-graph; both frameworks run the same products).
+convolution, linear, matmul, attention and LSTM products, forward and
+backward, counted from memfit's graph; both frameworks run the same
+products, except that memfit's causal attention counts only the scores
+under the mask).
 
 Writes bench/results.md (and the raw numbers as bench/results.jsonl), and
-replaces the table in README.md between the bench markers (not with --quick).
+replaces the table in README.md between the bench markers (not with --quick,
+--models or --no-readme: the README keeps the table of every case).
+
+Where a case's time goes: step_bench's --profile prints the per-op kind and
+per-layer tables of its timed steps (not run here: timing each kernel slows
+the step it measures), e.g.
+
+    build/bench/step_bench --model gpt-char --batch 16 --steps 3 --warmup 1 --threads 2 --profile
 """
 import argparse
 import datetime
@@ -43,20 +62,39 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TORCH_PY = os.path.join(HERE, ".venv", "bin", "python")  # current PyTorch from PyPI (make bench-venv)
 
-# (model, batch, timed steps, warm-up steps): ResNet-18 at batch 256 takes
-# seconds per step on two cores, so it gets fewer.
+# (model, batch, timed steps, warm-up steps): ResNet-18 at batch 256 and
+# gpt-char take seconds per step on two cores, so they get fewer. The
+# optimizers' first step makes their state, so every case warms up.
 CASES = [
     ("convnet", 64, 10, 2),
     ("convnet", 256, 5, 1),
     ("resnet18", 64, 4, 1),
     ("resnet18", 256, 2, 1),
+    ("gpt-char", 16, 5, 2),
+    ("lstm-classifier", 64, 10, 2),
 ]
-QUICK = [("convnet", 64, 10, 2), ("resnet18", 64, 3, 1)]
+QUICK = [("convnet", 64, 10, 2), ("resnet18", 64, 3, 1), ("lstm-classifier", 64, 10, 2)]
+
+# The text models: the data both sides get (the same flags) and the unit of
+# their rate (step_bench's and torch_step.py's tokens_per_s, or images_per_s,
+# which is samples/s). They run in fp32 only (the docstring says why).
+TEXT = {
+    "gpt-char": (["--seq", "256", "--vocab", "65"], "tokens_per_s", "tokens/s"),
+    "lstm-classifier": (["--seq", "128", "--vocab", "5000", "--classes", "4"], "images_per_s", "seq/s"),
+}
 
 
-def interleaved(cmds, steps, env):
+def unit_of(model):
+    """The JSON field of a model's rate and its unit in the table."""
+    return TEXT[model][1:] if model in TEXT else ("images_per_s", "img/s")
+
+
+def interleaved(cmds, steps, env, optional=()):
     """Runs the --serve processes of cmds (in that order) step by step,
-    alternating; returns each one's final JSON (or its unsupported notice)."""
+    alternating; returns each one's final JSON (or its unsupported notice).
+    A command whose index is in `optional` (a baseline build older than a
+    case's model or flags) that fails before it is ready is reported as
+    unsupported instead of ending the run."""
     procs, results = [], [None] * len(cmds)
     for i, cmd in enumerate(cmds):
         p = subprocess.Popen(cmd + ["--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -64,6 +102,9 @@ def interleaved(cmds, steps, env):
         line = p.stdout.readline().strip()
         if line != "ready":
             out, err = p.communicate()
+            if (p.returncode != 0 or not (line + out).strip()) and i in optional:
+                results[i] = {"supported": False, "error": err[-500:]}
+                continue
             if p.returncode != 0 or not (line + out).strip():
                 raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
             results[i] = json.loads((line + "\n" + out).strip().splitlines()[-1])
@@ -116,12 +157,46 @@ def fmt_bytes(b):
     return f"{b / 2**20:.0f} MiB"
 
 
+def rate_txt(v, unit):
+    """A rate in the table: img/s to a tenth, as ever; tokens/s and seq/s in the thousands, whole."""
+    return f"{v:.1f}" if unit == "img/s" else f"{v:.0f}"
+
+
+def replace_table(text, table):
+    """text (README.md) with the table between the bench markers replaced; None without the markers."""
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    if begin not in text or end not in text:
+        return None
+    pre, rest = text.split(begin, 1)
+    post = rest.split(end, 1)[1]
+    return pre + begin + "\n" + table + end + post
+
+
+def setup_txt(models):
+    """The optimizers and data of the models in the table."""
+    parts = []
+    if any(m not in TEXT for m in models):
+        parts.append("CNNs: SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data")
+    if "gpt-char" in models:
+        parts.append("gpt-char: AdamW lr 1e-3, betas 0.9/0.999, weight decay 0.1 on 2-d weights only, dropout 0.2, "
+                     "random tokens (T 256, 65 values), in tokens/s (PyTorch: bench/torch_text.py's GPT-2 "
+                     "architecture, causal F.scaled_dot_product_attention, which with dropout runs PyTorch's unfused "
+                     "math path on the CPU)")
+    if "lstm-classifier" in models:
+        parts.append("lstm-classifier: Adam lr 1e-3, random tokens (T 128, 5000 values), 4 classes, in sequences/s "
+                     "(PyTorch: nn.Embedding, nn.LSTM, nn.Linear)")
+    return "; ".join(parts) + "."
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="memfit build directory (default build/)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="ConvNet and ResNet-18 at batch 64 only, fewer steps")
+    ap.add_argument("--quick", action="store_true",
+                    help="ConvNet, ResNet-18 and the LSTM classifier at batch 64 only, fewer steps")
+    ap.add_argument("--models", default=None,
+                    help="only these models' cases (comma-separated: convnet,resnet18,gpt-char,lstm-classifier)")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md")
@@ -161,21 +236,31 @@ def main():
     peak = measure_peak()
 
     cases = QUICK if a.quick else CASES
+    if a.models:
+        picked = a.models.split(",")
+        known = {c[0] for c in CASES}
+        if not set(picked) <= known:
+            raise SystemExit(f"--models: unknown {', '.join(sorted(set(picked) - known))}; the cases' models are "
+                             f"{', '.join(sorted(known))}")
+        cases = [c for c in cases if c[0] in picked]
     precisions = a.precisions.split(",")
     rows, raw, flops_of = [], [], {}
     torch_info = {}
     for model, batch, steps, warmup in cases:
         for prec in precisions:
+            if model in TEXT and prec != "fp32":
+                continue
             common = ["--model", model, "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
-                      "--threads", t, "--precision", prec]
+                      "--threads", t, "--precision", prec] + (TEXT[model][0] if model in TEXT else [])
             mf_cmd = [memfit] + common
             pt_cmd = [a.torch_python, os.path.join(HERE, "torch_step.py")] + common
             cmds = [mf_cmd, pt_cmd] + ([[baseline] + common] if baseline else [])
+            key, unit = unit_of(model)
             mf, pt, base = [], [], []
             for r in range(a.reps):
                 # Rotate which side starts each repetition.
                 order = [(r + i) % len(cmds) for i in range(len(cmds))]
-                res = interleaved([cmds[i] for i in order], steps, env)
+                res = interleaved([cmds[i] for i in order], steps, env, optional={order.index(2)} if baseline else ())
                 got = {i: res[k] for k, i in enumerate(order)}
                 mf.append(got[0])
                 pt.append(got[1])
@@ -191,16 +276,20 @@ def main():
             def med(rs, key):
                 return statistics.median(x[key] for x in rs) if rs and rs[0].get("supported") else None
 
-            row = {"model": model, "batch": batch, "precision": prec,
-                   "mf_ips": med(mf, "images_per_s"), "pt_ips": med(pt, "images_per_s"),
+            # *_ips: the case's rate in its unit (img/s, tokens/s or seq/s).
+            row = {"model": model, "batch": batch, "precision": prec, "unit": unit,
+                   "mf_ips": med(mf, key), "pt_ips": med(pt, key),
                    "mf_step": med(mf, "median_step_s"), "pt_step": med(pt, "median_step_s"),
                    "mf_rss": med(mf, "peak_rss_bytes"), "pt_rss": med(pt, "peak_rss_bytes"),
-                   "base_ips": med(base, "images_per_s")}
+                   "base_ips": med(base, key)}
             rows.append(row)
-            mf_txt = f"{row['mf_ips']:8.1f} img/s" if row["mf_ips"] else "not supported"
-            base_txt = f", baseline {row['base_ips']:8.1f} img/s" if row["base_ips"] else ""
-            print(f"{model:9s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} img/s{base_txt}",
+            mf_txt = f"{row['mf_ips']:8.1f} {unit}" if row["mf_ips"] else "not supported"
+            base_txt = f", baseline {row['base_ips']:8.1f} {unit}" if row["base_ips"] else ""
+            print(f"{model:15s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} {unit}{base_txt}",
                   flush=True)
+            if base and not base[0].get("supported"):
+                why = (base[0].get("error") or "").strip().splitlines()
+                print(f"  the baseline build does not run this case: {why[-1] if why else 'no reason given'}", flush=True)
 
     peak = measure_peak(peak)
     load_end = os.getloadavg()[0]
@@ -214,14 +303,14 @@ def main():
         f"built for {peak.get('vector_isa', '?')}. Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
         f"{flops_txt(peak['peak_fp32_flops'])}, bf16 {flops_txt(peak['peak_bf16_flops'])}.",
         f"Median of {a.reps} repetitions, each a fresh pair of processes whose timed steps alternate one by one; "
-        "SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data. PyTorch bf16 is autocast; memfit bf16 stores "
+        f"{setup_txt([r['model'] for r in rows])} PyTorch bf16 is autocast; memfit bf16 stores "
         "activations in bf16 with fp32 master weights (its convolutions run in bf16 or as f32 between conversions, "
         f"whichever this CPU runs faster: {peak.get('bf16_convs', '?')}). PyTorch's fp32 linear layers run on the BLAS it was built with (BLAS_INFO="
         f"{torch_info.get('blas')}), its convolutions on oneDNN.",
         "",
-        "| case | memfit img/s | PyTorch img/s | speed ratio | memfit step | PyTorch step "
+        "| case | unit | memfit | PyTorch | speed ratio | memfit step | PyTorch step "
         "| memfit peak RSS | PyTorch peak RSS | RSS ratio | memfit % of peak | PyTorch % of peak |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     # The fraction of peak needs the FLOPs, which come from memfit's fp32 run.
     for r in rows:
@@ -238,21 +327,22 @@ def main():
     for r in rows:
         case = f"{r['model']} b{r['batch']} {r['precision']}"
         if r["mf_ips"] is None:
-            lines.append(f"| {case} | not yet supported | {r['pt_ips']:.1f} | | | {r['pt_step'] * 1e3:.0f} ms "
-                         f"| | {fmt_bytes(r['pt_rss'])} | | | {pct(r['pt_frac'])} |")
+            lines.append(f"| {case} | {r['unit']} | not yet supported | {rate_txt(r['pt_ips'], r['unit'])} | | | "
+                         f"{r['pt_step'] * 1e3:.0f} ms | | {fmt_bytes(r['pt_rss'])} | | | {pct(r['pt_frac'])} |")
             continue
         lines.append(
-            f"| {case} | {r['mf_ips']:.1f} | {r['pt_ips']:.1f} | **{r['mf_ips'] / r['pt_ips']:.2f}x** "
+            f"| {case} | {r['unit']} | {rate_txt(r['mf_ips'], r['unit'])} | {rate_txt(r['pt_ips'], r['unit'])} "
+            f"| **{r['mf_ips'] / r['pt_ips']:.2f}x** "
             f"| {r['mf_step'] * 1e3:.0f} ms | {r['pt_step'] * 1e3:.0f} ms | {fmt_bytes(r['mf_rss'])} "
             f"| {fmt_bytes(r['pt_rss'])} | {r['mf_rss'] / r['pt_rss']:.2f} "
             f"| {pct(r['mf_frac'])} | {pct(r['pt_frac'])} |")
     if baseline:
         lines += ["", f"Against the baseline build {a.baseline_build}, in the same interleaved steps:", "",
-                  "| case | memfit img/s | baseline img/s | this / baseline |", "|---|---:|---:|---:|"]
+                  "| case | unit | memfit | baseline | this / baseline |", "|---|---|---:|---:|---:|"]
         for r in rows:
             if r["mf_ips"] and r["base_ips"]:
-                lines.append(f"| {r['model']} b{r['batch']} {r['precision']} | {r['mf_ips']:.1f} | "
-                             f"{r['base_ips']:.1f} | {r['mf_ips'] / r['base_ips']:.3f} |")
+                lines.append(f"| {r['model']} b{r['batch']} {r['precision']} | {r['unit']} | {rate_txt(r['mf_ips'], r['unit'])} | "
+                             f"{rate_txt(r['base_ips'], r['unit'])} | {r['mf_ips'] / r['base_ips']:.3f} |")
     table = "\n".join(lines) + "\n"
     with open(a.out, "w") as f:
         f.write("# memfit vs PyTorch, training speed and memory\n\n"
@@ -265,15 +355,12 @@ def main():
     print(f"wrote {a.out}")
 
     readme = os.path.join(ROOT, "README.md")
-    if a.quick or a.no_readme or not os.path.exists(readme):
+    if a.quick or a.models or a.no_readme or not os.path.exists(readme):
         return
-    text = open(readme).read()
-    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
-    if begin in text and end in text:
-        pre, rest = text.split(begin, 1)
-        post = rest.split(end, 1)[1]
+    text = replace_table(open(readme).read(), table)
+    if text is not None:
         with open(readme, "w") as f:
-            f.write(pre + begin + "\n" + table + end + post)
+            f.write(text)
         print(f"updated the table in {readme}")
 
 

@@ -1,16 +1,32 @@
-// Times whole training steps (forward, loss, backward, SGD update) of a zoo
-// model on random data, as bench/run.py compares them with PyTorch.
+// Times whole training steps (forward, loss, backward, optimizer update) of a
+// zoo model on random data, as bench/run.py compares them with PyTorch.
 //
-//   step_bench [--model convnet|resnet18] [--batch 64] [--steps 10] [--warmup 2]
-//              [--threads 2] [--precision fp32|bf16] [--profile] [--plain] [--serve]
+//   step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] [--batch 64]
+//              [--steps 10] [--warmup 2] [--threads 2] [--precision fp32|bf16]
+//              [--seq T] [--vocab V] [--classes C] [--profile] [--plain] [--serve]
 //   step_bench --peak [--threads 2]
 //
-// Input 1x28x28 (the models of tests/golden/make_golden.py), 10 classes, SGD
-// lr 0.01 momentum 0.9 weight decay 5e-4. Prints one JSON line: the step
-// times, images/s (median step), the training FLOPs of one step (convolution
-// and linear products, forward and backward, as executed), and the process's
-// peak RSS (VmHWM). With --profile it also prints (to stderr) the per-op and
-// per-layer tables of the timed steps: their totals, and each node's fastest.
+// The model's signature (models/model.hpp) decides its data and optimizer,
+// the same as bench/torch_step.py's:
+//  - image classifiers: input 1x28x28 (the models of
+//    tests/golden/make_golden.py), 10 classes, SGD lr 0.01 momentum 0.9
+//    weight decay 5e-4;
+//  - language models (gpt-char, gpt2, ...): tokens and targets i32 [T]
+//    (--seq, default the model's block size) of --vocab values (default 65,
+//    a character vocabulary), AdamW lr 1e-3, betas 0.9/0.999, weight decay
+//    0.1 on 2-d weights only (none on biases and layer norms);
+//  - other token models (lstm-classifier): tokens i32 [T] (--seq, default
+//    128) of --vocab values (default 5000), --classes labels (default 4), Adam
+//    lr 1e-3 without weight decay.
+// Every input is uniform random (fixed seed): floats in [0, 1), integers in
+// their range. Prints one JSON line: the step times, images_per_s (samples,
+// i.e. sequences, per second at the median step; tokens_per_s as well for a
+// token model), the training FLOPs of one step (the products: convolution,
+// linear, matmul, attention and LSTM nodes, forward and backward, as
+// executed; flops_uncounted names any product op kind without a FLOP count),
+// and the process's peak RSS (VmHWM). With --profile it also prints (to
+// stderr) the per-op and per-layer tables of the timed steps: their totals,
+// and each node's fastest.
 // --plain keeps every activation in plain NCHW (no channel-blocked layouts).
 // --serve (used by bench/run.py to interleave memfit's and PyTorch's steps):
 // after the warm-up prints "ready", then runs one step per "step" line read
@@ -31,6 +47,7 @@
 #include <cstring>
 #include <iostream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +56,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
+#include "models/model.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/step_graph.hpp"
@@ -48,15 +66,29 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Multiply-add FLOPs of the products one step runs: every conv/linear node,
-// and every backward node of one at its forward node's count.
-double step_flops(const Graph& g) {
-  double f = 0;
+// Multiply-add FLOPs x2 of the products one step runs: every node of a
+// product op (heavy: conv2d, linear, matmul, attention, lstm) and every
+// backward node of one ("conv2d_bwd_data", "attention_bwd", "lstm_bwd", ...;
+// a matmul's backward is matmul nodes), each at its own op's count. The
+// reshapes and permutes a backward emits are not products. A product op
+// without a FLOP count is named in `uncounted`, and its nodes add nothing.
+struct StepFlops {
+  double products = 0;
+  std::set<std::string> uncounted;
+};
+
+StepFlops step_flops(const Graph& g) {
+  StepFlops f;
   for (const Node& n : g.nodes()) {
-    const Node* fwd = nullptr;
-    if (n.op == "conv2d" || n.op == "linear") fwd = &n;
-    else if ((n.op.rfind("conv2d_bwd", 0) == 0 || n.op.rfind("linear_bwd", 0) == 0) && n.fwd >= 0) fwd = &g.node(n.fwd);
-    if (fwd && op_def(fwd->op).flops) f += op_def(fwd->op).flops(g, *fwd);
+    const OpDef& d = op_def(n.op);
+    bool product = d.traits.heavy;
+    if (!product && n.fwd >= 0) {
+      const std::string& fop = g.node(n.fwd).op;
+      product = op_def(fop).traits.heavy && n.op.rfind(fop + "_bwd", 0) == 0;
+    }
+    if (!product) continue;
+    if (d.flops) f.products += d.flops(g, n);
+    else f.uncounted.insert(n.op);
   }
   return f;
 }
@@ -113,8 +145,9 @@ int peak(int threads) {
 }
 
 int usage(const char* msg) {
-  std::fprintf(stderr, "step_bench: %s\nusage: step_bench [--model convnet|resnet18] [--batch N] [--steps N] "
-               "[--warmup N] [--threads N] [--precision fp32|bf16] [--profile] [--plain] [--serve]\n", msg);
+  std::fprintf(stderr, "step_bench: %s\nusage: step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] "
+               "[--batch N] [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16] [--seq T] [--vocab V] "
+               "[--classes C] [--profile] [--plain] [--serve]\n", msg);
   return 2;
 }
 
@@ -123,6 +156,7 @@ int usage(const char* msg) {
 int main(int argc, char** argv) {
   train::StepSpec spec;
   int steps = 10, warmup = 2, threads = 0;
+  int64_t seq = 0, vocab = 0, classes = 0;  // 0: the model kind's default
   bool profile = false, do_peak = false, serve = false, plain = false;
   std::string precision = "fp32";
   for (int i = 1; i < argc; ++i) {
@@ -140,34 +174,91 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(v);
     else if (a == "--threads") threads = std::atoi(v);
     else if (a == "--precision") precision = v;
+    else if (a == "--seq") seq = std::atoll(v);
+    else if (a == "--vocab") vocab = std::atoll(v);
+    else if (a == "--classes") classes = std::atoll(v);
     else return usage(("unknown option " + a).c_str());
   }
   if (do_peak) return peak(threads);
   if (spec.batch <= 0 || steps <= 0 || warmup < 0) return usage("--batch and --steps must be positive");
+  if (seq < 0 || vocab < 0 || classes < 0) return usage("--seq, --vocab and --classes must be positive");
   if (precision == "bf16") spec.precision = DType::bf16;
   else if (precision != "fp32") return usage("--precision expects fp32 or bf16");
   if (threads > 0) omp_set_num_threads(threads);
-  spec.optimizer.kind = "sgd";
-  spec.optimizer.momentum = 0.9;
-  spec.optimizer.weight_decay = 5e-4;
 
-  auto sg = train::build_step_graph(spec);
+  models::Model model;
+  try {
+    model = models::resolve(spec.model);
+  } catch (const GraphError& e) {
+    return usage(e.what());
+  }
+  const bool lm = model.task == models::Task::LanguageModel;
+  const bool tokens = !lm && !model.inputs.empty() && model.inputs[0].name == "tokens";
+  double lr = 0.01;
+  if (lm) {
+    // As nanoGPT's char-level run and tests/test_gpt_golden.cpp: decay on
+    // the 2-d weights only, the groups torch_gpt.py makes.
+    seq = seq ? seq : model.max_sequence;
+    vocab = vocab ? vocab : 65;
+    spec.data = {{"tokens", DType::i32, {seq}, 0.0, vocab}, {"targets", DType::i32, {seq}, -1.0, vocab}};
+    spec.classes = vocab;
+    spec.optimizer.kind = "adamw";
+    spec.optimizer.weight_decay = 0.1;
+    spec.optimizer.decay_bias_and_norm = false;
+    lr = 1e-3;
+  } else if (tokens) {
+    // Full-length sequences (no lengths input): PyTorch's nn.LSTM then
+    // needs no packing either.
+    seq = seq ? seq : 128;
+    vocab = vocab ? vocab : 5000;
+    spec.classes = classes ? classes : 4;
+    spec.data = {{"tokens", DType::i32, {seq}, 0.0, vocab}, {"labels", DType::i32, {}, -1.0, spec.classes}};
+    spec.optimizer.kind = "adam";
+    spec.optimizer.weight_decay = 0.0;
+    lr = 1e-3;
+  } else {
+    spec.classes = classes ? classes : 10;
+    spec.optimizer.kind = "sgd";
+    spec.optimizer.momentum = 0.9;
+    spec.optimizer.weight_decay = 5e-4;
+  }
+
+  std::unique_ptr<train::StepGraph> sg;
+  try {
+    sg = train::build_step_graph(spec);
+  } catch (const GraphError& e) {
+    // Data the model does not take (--seq over its block size, a vocabulary
+    // over its own): a failure bench/run.py reports, not a row.
+    std::fprintf(stderr, "step_bench: %s\n", e.what());
+    return 1;
+  }
   ExecConfig cfg;
   cfg.backend = Backend::Cpu;
   cfg.blocked_layouts = !plain;
   Executor ex(sg->g, cfg);
   ex.init_params(1);
   {
+    // Each input uniform random in its data's order: floats in [0, 1) (in
+    // whatever type they are stored), integers in their range. For the
+    // image models this is the stream the CNN rows have always used.
     std::mt19937 gen(1);
     std::uniform_real_distribution<float> U(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(numel(sg->g.value(sg->x).shape)));
-    for (float& e : x) e = U(gen);
-    ex.write_f32(sg->x, x.data());
-    auto* labels = ex.ptr<int32_t>(sg->labels);
-    for (int64_t i = 0; i < numel(sg->g.value(sg->labels).shape); ++i) labels[i] = static_cast<int32_t>(gen() % 10);
+    for (const train::StepInput& in : sg->inputs) {
+      const size_t n = static_cast<size_t>(numel(sg->g.value(in.value).shape));
+      if (in.spec.dtype == DType::i32) {
+        const uint32_t range = static_cast<uint32_t>(in.spec.range > 0 ? in.spec.range : spec.classes);
+        std::vector<int32_t> v(n);
+        for (int32_t& e : v) e = static_cast<int32_t>(gen() % range);
+        ex.feed(in.value, v.data(), n * sizeof(int32_t));
+      } else {
+        std::vector<float> v(n);
+        for (float& e : v) e = U(gen);
+        ex.write_f32(in.value, v.data());
+      }
+    }
   }
   kernels::StepContext ctx;
-  ctx.lr = 0.01;
+  ctx.lr = lr;
   ctx.seed = 1;
   for (int s = 0; s < warmup; ++s, ++ctx.step) ex.run(ctx);
   if (profile) ex.set_profiling(true);
@@ -209,19 +300,29 @@ int main(int argc, char** argv) {
   std::vector<double> sorted = t;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
-  const train::Json j = {{"model", spec.model},
-                         {"batch", spec.batch},
-                         {"precision", precision},
-                         {"supported", true},
-                         {"threads", omp_get_max_threads()},
-                         {"steps", steps},
-                         {"median_step_s", median},
-                         {"images_per_s", static_cast<double>(spec.batch) / median},
-                         {"step_flops", step_flops(sg->g)},
-                         {"peak_rss_bytes", train::peak_rss()},
-                         {"arena_bytes", ex.arena_bytes()},
-                         {"loss", loss},
-                         {"step_s", t}};
+  const StepFlops flops = step_flops(sg->g);
+  train::Json uncounted = train::Json::array();
+  for (const std::string& op : flops.uncounted) uncounted.push_back(op);
+  train::Json j = {{"model", spec.model},
+                   {"batch", spec.batch},
+                   {"precision", precision},
+                   {"supported", true},
+                   {"threads", omp_get_max_threads()},
+                   {"steps", steps},
+                   {"median_step_s", median},
+                   {"images_per_s", static_cast<double>(spec.batch) / median},
+                   {"step_flops", flops.products},
+                   {"flops_uncounted", uncounted},
+                   {"peak_rss_bytes", train::peak_rss()},
+                   {"arena_bytes", ex.arena_bytes()},
+                   {"optimizer", spec.optimizer.kind},
+                   {"loss", loss},
+                   {"step_s", t}};
+  if (lm || tokens) {
+    j["seq_len"] = seq;
+    j["vocab"] = vocab;
+    j["tokens_per_s"] = static_cast<double>(spec.batch * seq) / median;
+  }
   std::printf("%s\n", train::json_line(j).c_str());
   return 0;
 }

@@ -4,15 +4,23 @@ random data and prints one JSON line, as build/bench/step_bench does for
 memfit.
 
     /usr/bin/python3 bench/torch_step.py --model resnet18 --batch 64 --steps 5 --threads 2 [--precision bf16]
+    bench/.venv/bin/python bench/torch_step.py --model gpt-char --batch 16 --steps 3 --warmup 1
 
-Models are tests/golden/make_golden.py's (ConvNet, CIFAR-style ResNet-18 on
-1x28x28), except that the ConvNet's dropout is torch's own nn.Dropout(0.4)
-(the golden file's counter-based dropout builds its mask in numpy). SGD with
-lr 0.01, momentum 0.9, weight decay 5e-4; gradients set to None each step.
-bf16 means torch.autocast("cpu", dtype=torch.bfloat16) around forward and
-loss. peak_rss_bytes is this process's VmHWM at the end. --serve: as
-step_bench --serve, so that bench/run.py can interleave the two frameworks'
-steps.
+The CNNs are tests/golden/make_golden.py's (ConvNet, CIFAR-style ResNet-18
+on 1x28x28), except that the ConvNet's dropout is torch's own
+nn.Dropout(0.4) (the golden file's counter-based dropout builds its mask in
+numpy); SGD with lr 0.01, momentum 0.9, weight decay 5e-4. The text models
+are bench/torch_text.py's, with step_bench's data and optimizers:
+gpt-char on tokens and targets [T] (--seq, default 256) of --vocab values
+(default 65), AdamW lr 1e-3, betas 0.9/0.999, weight decay 0.1 on the 2-d
+weights only; lstm-classifier on tokens [T] (default 128) of --vocab values
+(default 5000) and --classes labels (default 4), Adam lr 1e-3. Inputs are
+uniform random; gradients set to None each step. bf16 means
+torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
+images_per_s counts samples (sequences for the text models), tokens_per_s
+batch x T for them. peak_rss_bytes is this process's VmHWM at the end.
+--serve: as step_bench --serve, so that bench/run.py can interleave the two
+frameworks' steps.
 """
 import argparse
 import json
@@ -25,8 +33,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "golden"))
+sys.path.insert(0, HERE)
 from make_golden import ConvNet, ResNet18  # noqa: E402
+from torch_text import GPT, LSTMClassifier, adamw_groups  # noqa: E402
 
 
 def vm_hwm():
@@ -47,14 +58,28 @@ def blas_info():
     return m.group(1) if m else "unknown"
 
 
-def make_model(name):
-    if name == "convnet":
-        m = ConvNet()
-        m.dropout = nn.Dropout(0.4)
-        return m
-    if name == "resnet18":
-        return ResNet18()
-    raise SystemExit(f"unknown model {name}")
+TEXT = {"gpt-char": (256, 65), "lstm-classifier": (128, 5000)}  # default T, vocabulary
+
+
+def make_case(a):
+    """The model, its inputs and targets, and its optimizer for --model."""
+    if a.model in ("convnet", "resnet18"):
+        m = ConvNet() if a.model == "convnet" else ResNet18()
+        if a.model == "convnet":
+            m.dropout = nn.Dropout(0.4)
+        x, y = torch.rand(a.batch, 1, 28, 28), torch.randint(0, a.classes or 10, (a.batch,))
+        return m, x, y, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    if a.model not in TEXT:
+        raise SystemExit(f"unknown model {a.model}")
+    T, V = a.seq or TEXT[a.model][0], a.vocab or TEXT[a.model][1]
+    x = torch.randint(0, V, (a.batch, T))
+    if a.model == "gpt-char":
+        m = GPT(vocab=V)
+        y = torch.randint(0, V, (a.batch, T))
+        return m, x, y, torch.optim.AdamW(adamw_groups(m, 0.1), lr=1e-3, betas=(0.9, 0.999))
+    m = LSTMClassifier(V, a.classes or 4)
+    y = torch.randint(0, a.classes or 4, (a.batch,))
+    return m, x, y, torch.optim.Adam(m.parameters(), lr=1e-3)
 
 
 def main():
@@ -65,23 +90,25 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--seq", type=int, default=0, help="text models: tokens per sequence (default: the model's)")
+    ap.add_argument("--vocab", type=int, default=0, help="text models: the token values (default: the model's)")
+    ap.add_argument("--classes", type=int, default=0, help="classifiers: label values (default 10, the LSTM's 4)")
     ap.add_argument("--serve", action="store_true",
                     help="after warm-up print 'ready', then run one step per 'step' line on stdin and print its seconds")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    model = make_model(a.model)
+    model, x, y, opt = make_case(a)
     model.train()
-    x = torch.rand(a.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (a.batch,))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     bf16 = a.precision == "bf16"
 
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = F.cross_entropy(model(x), y)
+            out = model(x)
+            # A language model's logits [B, T, V] against targets [B, T]: the mean over all tokens.
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
         return loss
@@ -110,12 +137,15 @@ def main():
     if not times:
         return
     med = sorted(times)[len(times) // 2]
-    print(json.dumps({
+    r = {
         "model": a.model, "batch": a.batch, "precision": a.precision, "supported": True,
         "threads": torch.get_num_threads(), "median_step_s": med,
         "images_per_s": a.batch / med, "peak_rss_bytes": vm_hwm(), "loss": float(loss.detach()), "steps": len(times),
         "torch": torch.__version__, "onednn": onednn_version(), "blas": blas_info(), "step_s": times,
-    }))
+    }
+    if a.model in TEXT:
+        r.update(seq_len=x.shape[1], vocab=a.vocab or TEXT[a.model][1], tokens_per_s=x.numel() / med)
+    print(json.dumps(r))
 
 
 if __name__ == "__main__":
