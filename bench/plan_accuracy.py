@@ -12,7 +12,7 @@ numbers as JSON lines with --jsonl.
 
 The language models (--lm-cases, MODEL:BATCH[:T], T the --block-size,
 default 256) train on memfit's default text, the English fortunes
-(/usr/share/games/fortunes), as `memfit train --model M --batch B
+(deps/fortunes/en.txt, made by make deps), as `memfit train --model M --batch B
 --block-size T --optimizer adamw --steps 20 --eval-every 0 --test-subset 32
 --json`: AdamW and no evaluation (--eval-every 0 runs none, not even at
 the end; --test-subset 32 keeps the planned evaluation executor small), then

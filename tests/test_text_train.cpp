@@ -103,6 +103,7 @@ TEST(TextTrain, BadTextOptionsAreClearErrors) {
       {" --data " + dir + "/missing.txt", "no text at " + dir + "/missing.txt"},
       {" --data " + corpus + " --val-fraction 1", "--val-fraction expects a fraction in [0, 1)"},
       {" --data " + corpus + " --tokenizer bpe", "--tokenizer expects char"},
+      {" --data " + corpus + " --block-size 32 --precision bf16", "reads only token ids and starts at an embedding"},
       {" --data " + corpus + " --block-size 32 --subset 2", "the dataset has 2 samples, not one full batch of 8"},
   };
   for (const Case& c : cases) {
