@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
     else if (a == "--serve") serve = true;
     else if (!(v = next())) return usage(("missing value after " + a).c_str());
     else if (a == "--model") spec.model = v;
+    else if (a == "--recompute") spec.recompute = v;
     else if (a == "--batch") spec.batch = std::atoll(v);
     else if (a == "--steps") steps = std::atoi(v);
     else if (a == "--warmup") warmup = std::atoi(v);

@@ -173,7 +173,8 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
     // A value is recomputed from kept inputs; an input kept only for it
     // (backward does not read it otherwise) costs its bytes. Recomputing
     // a dropout mask (1 byte an element) would keep the layer's output
-    // before it (4): keep what is smaller.
+    // before it (4): keep what is smaller (and on a tie, keep: no memory
+    // saved, work added).
     // extra(v): the bytes kept only to recompute v (through the cheap
     // values in between).
     auto cost = std::make_shared<std::map<ValueId, size_t>>();
@@ -186,7 +187,7 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
       }
       return (*cost)[v] = e;
     };
-    return apply_recompute(g, [&](const Graph& gr, ValueId v) { return kept(gr, v) || extra(gr, v) > gr.value(v).bytes(); });
+    return apply_recompute(g, [&](const Graph& gr, ValueId v) { return kept(gr, v) || extra(gr, v) >= gr.value(v).bytes(); });
   }
   if (policy == "segments") {
     // Heavy forward nodes in schedule order; keep the outputs of every k-th.
