@@ -73,6 +73,20 @@ TEST(TextTrain, LanguageModelLearnsSavesItsTokenizerAndReportsValLoss) {
   int evals = 0;
   while (std::getline(m, line)) evals += line.find("\"test_perplexity\"") != std::string::npos;
   EXPECT_EQ(evals, 2);
+
+  // memfit generate samples from the run: its plan first (stderr), then
+  // 30 tokens that are the same for the same seed.
+  const std::string gen = "generate --run " + dir + "/run --prompt 'the ' --tokens 30 --threads 2 --json";
+  const RunResult g1 = run_memfit(gen + " --seed 1"), g2 = run_memfit(gen + " --seed 1"), g3 = run_memfit(gen + " --seed 2");
+  ASSERT_EQ(g1.code, 0) << g1.out;
+  EXPECT_NE(g1.out.find("memfit plan: gpt-tiny (generate), batch 1"), std::string::npos) << g1.out;
+  const std::string text = json_at(g1.out, "text").get<std::string>();
+  EXPECT_EQ(tok.encode(text, "generated").size(), 30u);  // every character in the alphabet
+  EXPECT_EQ(text, json_at(g2.out, "text").get<std::string>());
+  EXPECT_NE(text, json_at(g3.out, "text").get<std::string>());
+  const RunResult none = run_memfit("generate --run " + dir + "/missing");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.out.find("holds no trained run"), std::string::npos) << none.out;
 }
 
 TEST(TextTrain, ResumeContinuesExactlyWithTheSavedTokenizer) {

@@ -15,6 +15,7 @@
 #include "models/model.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
+#include "train/generate.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/trainer.hpp"
@@ -26,13 +27,14 @@ namespace {
 const char* kTopUsage =
     "usage: memfit <command> [options]\n"
     "\n"
-    "memfit trains CNNs inside the memory the machine has: it plans every\n"
-    "buffer of a training step before step one, prints the predicted peak,\n"
-    "and runs the step in one arena.\n"
+    "memfit trains deep networks (CNNs, Transformers, LSTMs) inside the memory\n"
+    "the machine has: it plans every buffer of a training step before step one,\n"
+    "prints the predicted peak, and runs the step in one arena.\n"
     "\n"
     "commands:\n"
     "  train     train a model (default: the ConvNet on Fashion-MNIST)\n"
     "  plan      print the memory plan of a training run without running it\n"
+    "  generate  sample text from a trained language model's run directory\n"
     "\n"
     "`memfit <command> --help` lists a command's options.\n";
 
@@ -337,6 +339,45 @@ int cmd_plan(const std::vector<std::string>& argv) {
   return r.report.total > r.budget.bytes ? 1 : 0;
 }
 
+int cmd_generate(const std::vector<std::string>& argv) {
+  train::GenerateOptions o;
+  int64_t seed = static_cast<int64_t>(o.seed);
+  bool json = false;
+  cli::Args a("generate", "Sample text from a trained language model: its own small plan (one sequence, forward\n"
+                          "only) is printed to stderr, the prompt and the sampled text to stdout as they come.");
+  a.add("run", &o.run, "DIR", "the run directory of memfit train (weights, tokenizer)");
+  a.add("prompt", &o.prompt, "TEXT", "text to continue (default: a new line)");
+  a.add("tokens", &o.tokens, "N", "tokens to sample (default 200)");
+  a.add("temperature", &o.temperature, "T", "divide the logits by T (default 1; lower is more conservative)");
+  a.add("top-k", &o.top_k, "K", "sample among the K most likely tokens only (default 0: all)");
+  a.add("seed", &seed, "N", "sampling seed (default 42)");
+  a.add("threads", &o.threads, "N", "threads (default: all cores)");
+  a.add_flag("json", &json, "print one JSON object with the text instead of streaming it");
+  if (auto err = a.parse(argv)) return usage_error(a, *err);
+  if (a.help_requested()) {
+    std::cout << a.usage();
+    return 0;
+  }
+  if (o.run.empty()) return usage_error(a, "--run DIR is required");
+  if (seed < 0) return usage_error(a, "--seed must be non-negative");
+  o.seed = static_cast<uint64_t>(seed);
+  if (!json) std::cout << o.prompt << std::flush;
+  const train::GenerateResult r = train::generate(o, std::cerr, [json](const std::string& t) {
+    if (!json) std::cout << t << std::flush;
+  });
+  if (json) {
+    const train::Json j = {{"prompt", o.prompt}, {"text", r.text}, {"tokens", r.tokens}, {"seconds", r.seconds},
+                           {"tokens_per_second", r.seconds > 0 ? static_cast<double>(r.tokens) / r.seconds : 0.0},
+                           {"planned_peak_bytes", r.report.total}, {"peak_rss_bytes", train::peak_rss()}};
+    std::cout << train::json_line(j) << "\n";
+  } else {
+    std::cout << "\n";
+    std::cerr << "memfit: " << r.tokens << " tokens in " << short_num(r.seconds) << " s, peak RSS "
+              << train::format_bytes(train::peak_rss()) << " (planned " << train::format_bytes(r.report.total) << ")\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -350,6 +391,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "train") return cmd_train(args);
     if (cmd == "plan") return cmd_plan(args);
+    if (cmd == "generate") return cmd_generate(args);
   } catch (const train::BudgetError& e) {
     std::cerr << "memfit: over budget: " << e.what() << "\n";
     return 3;
