@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "run_binary.hpp"
 
@@ -18,13 +21,16 @@ using memfit::testing::run_memfit;
 
 namespace {
 
-void check(const std::string& model, int batch) {
+void check(const std::string& model, int batch, std::vector<std::string> extra = {}) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under AddressSanitizer the process's memory is the sanitizer's, not the plan's";
 #endif
   const std::string out = "/tmp/memfit-test-accuracy-" + model + "-" + std::to_string(batch);
-  auto r = run_memfit({"train", "--model", model, "--batch", std::to_string(batch), "--steps", "20", "--subset", "2000",
-                       "--test-subset", "512", "--progress", "lines", "--json", "--out", out});
+  std::vector<std::string> args = {"train", "--model", model, "--batch", std::to_string(batch), "--steps", "20",
+                                   "--subset", "2000", "--progress", "lines", "--json", "--out", out};
+  if (extra.empty()) extra = {"--test-subset", "512"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_memfit(args);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string j = last_json_line(r.out);
   const size_t planned = json_uint(j, "planned_peak_bytes");
@@ -48,6 +54,14 @@ TEST(PlanAccuracy, ConvNetBatch64) { check("convnet", 64); }
 TEST(PlanAccuracy, ConvNetBatch256) { check("convnet", 256); }
 TEST(PlanAccuracy, ResNet18Batch16) { check("resnet18", 16); }
 TEST(PlanAccuracy, ResNet18Batch64) { check("resnet18", 64); }
+
+// A language model on its default text (the English fortunes that make
+// deps prepares): AdamW, windows of 128 tokens, an evaluation of 32 windows.
+TEST(PlanAccuracy, GptCharBatch8) {
+  if (!std::filesystem::exists(std::string(MEMFIT_TEST_DATA) + "/../deps/fortunes/en.txt"))
+    GTEST_SKIP() << "deps/fortunes/en.txt is missing: make deps makes it";
+  check("gpt-char", 8, {"--optimizer", "adamw", "--block-size", "128", "--test-subset", "32"});
+}
 
 TEST(PlanAccuracy, ResumeStaysInThePlan) {
   // Resuming reads the checkpoint (weights and optimizer state) through a
