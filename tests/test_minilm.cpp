@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "read_tensor.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "models/bert.hpp"
@@ -48,11 +49,7 @@ const io::SafetensorsFile& fixture() {
 
 template <class T>
 std::vector<T> read(const io::SafetensorsFile& f, const std::string& name) {
-  const io::TensorInfo& t = f.at(name);
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  EXPECT_EQ(t.nbytes(), v.size() * sizeof(T)) << name;
-  std::memcpy(v.data(), f.data(t), t.nbytes());
-  return v;
+  return memfit::testing::read_tensor<T>(f, name);
 }
 
 // The model file's tensors that no memfit parameter takes: BertModel's

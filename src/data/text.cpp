@@ -210,30 +210,49 @@ std::string CharTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 // ---- fortunes and splits -------------------------------------------------------
 
-std::vector<std::string> split_fortunes(std::string_view text) {
-  std::vector<std::string> out;
-  std::string cur;
-  auto flush = [&] {
-    while (!cur.empty() && (cur.back() == '\n' || cur.back() == '\r')) cur.pop_back();
-    if (!cur.empty()) out.push_back(std::move(cur));
-    cur.clear();
-  };
+namespace {
+
+// Calls fn(line) for each line of text, without its "\n" or a trailing "\r".
+template <class Fn>
+void for_each_line(std::string_view text, Fn&& fn) {
   size_t i = 0;
   while (i < text.size()) {
     size_t e = text.find('\n', i);
     if (e == std::string_view::npos) e = text.size();
     std::string_view line = text.substr(i, e - i);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line == "%") {
+    fn(line);
+    i = e + 1;
+  }
+}
+
+// The runs of lines between separator lines (trailing newlines trimmed,
+// empty runs dropped).
+template <class IsSeparator>
+std::vector<std::string> split_at(std::string_view text, IsSeparator&& is_separator) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    while (!cur.empty() && cur.back() == '\n') cur.pop_back();
+    if (!cur.empty()) out.push_back(std::move(cur));
+    cur.clear();
+  };
+  for_each_line(text, [&](std::string_view line) {
+    if (is_separator(line)) {
       flush();
     } else {
       cur.append(line);
       cur += '\n';
     }
-    i = e + 1;
-  }
+  });
   flush();
   return out;
+}
+
+}  // namespace
+
+std::vector<std::string> split_fortunes(std::string_view text) {
+  return split_at(text, [](std::string_view line) { return line == "%"; });
 }
 
 EntrySplit split_entries(std::vector<std::string> entries, double fraction, uint64_t seed) {
@@ -259,53 +278,25 @@ std::string join_entries(const std::vector<std::string>& entries) {
   return t;
 }
 
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("cannot read " + path);
+  return ss.str();
+}
+
 std::vector<std::string> split_paragraphs(std::string_view text) {
-  std::vector<std::string> out;
-  std::string cur;
-  auto flush = [&] {
-    while (!cur.empty() && (cur.back() == '\n' || cur.back() == '\r')) cur.pop_back();
-    if (!cur.empty()) out.push_back(std::move(cur));
-    cur.clear();
-  };
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t e = text.find('\n', i);
-    if (e == std::string_view::npos) e = text.size();
-    const std::string_view line = text.substr(i, e - i);
-    if (line.find_first_not_of(" \t\r\f\v") == std::string_view::npos) {
-      flush();
-    } else {
-      cur.append(line);
-      cur += '\n';
-    }
-    i = e + 1;
-  }
-  flush();
-  return out;
+  return split_at(text, [](std::string_view line) { return line.find_first_not_of(" \t\f\v") == std::string_view::npos; });
 }
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read " + p.string());
-  return ss.str();
-}
-
 bool is_fortune_file(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t e = text.find('\n', i);
-    if (e == std::string_view::npos) e = text.size();
-    std::string_view line = text.substr(i, e - i);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line == "%") return true;
-    i = e + 1;
-  }
-  return false;
+  bool found = false;
+  for_each_line(text, [&](std::string_view line) { found = found || line == "%"; });
+  return found;
 }
 
 void add_documents(Corpus& c, const std::string& text, const std::string& source) {
@@ -324,7 +315,7 @@ Corpus read_corpus(const std::string& path) {
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) throw std::runtime_error("no text at " + path + ": no such file or directory");
   if (fs::is_regular_file(st)) {
-    const std::string text = read_file(path);
+    const std::string text = read_text_file(path);
     if (text.find('\0') != std::string::npos)
       throw std::runtime_error(path + " is not a text file (it holds NUL bytes)");
     add_documents(c, text, path);
@@ -341,7 +332,7 @@ Corpus read_corpus(const std::string& path) {
         ++c.skipped;
         continue;
       }
-      const std::string text = read_file(p);
+      const std::string text = read_text_file(p.string());
       if (text.find('\0') != std::string::npos) {
         ++c.skipped;
         continue;

@@ -57,6 +57,10 @@ class CharTokenizer {
 // (trailing newlines trimmed, empty entries dropped).
 std::vector<std::string> split_fortunes(std::string_view text);
 
+// The bytes of a file; throws std::runtime_error naming it when it cannot
+// be read.
+std::string read_text_file(const std::string& path);
+
 // The paragraphs of a text: runs of lines separated by blank lines
 // (whitespace-only lines count as blank; trailing newlines trimmed).
 std::vector<std::string> split_paragraphs(std::string_view text);

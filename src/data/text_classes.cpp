@@ -20,15 +20,6 @@ namespace {
 
 const uint64_t kLabelledSplitStream = rng::name_hash("data.labelled_split");
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read " + p.string());
-  return ss.str();
-}
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -120,7 +111,7 @@ std::vector<CsvRow> parse_csv(const std::string& text, const std::string& path) 
 }
 
 void read_csv(const std::string& path, LabelledTexts& out) {
-  const std::vector<CsvRow> rows = parse_csv(read_all(path), path);
+  const std::vector<CsvRow> rows = parse_csv(read_text_file(path), path);
   if (rows.empty()) throw std::runtime_error(path + ": no header row");
   size_t ti = SIZE_MAX, li = SIZE_MAX;
   for (size_t k = 0; k < rows[0].fields.size(); ++k) {
@@ -150,7 +141,7 @@ void read_folders(const std::string& dir, LabelledTexts& out) {
     for (const fs::directory_entry& e : fs::directory_iterator(c))
       if (e.is_regular_file() && e.path().filename().string().front() != '.') files.push_back(e.path());
     std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) add(out, read_all(f), c.filename().string(), f.string());
+    for (const fs::path& f : files) add(out, read_text_file(f.string()), c.filename().string(), f.string());
   }
 }
 

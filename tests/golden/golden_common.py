@@ -57,3 +57,12 @@ def read_safetensors(path):
             raise ValueError(f"{path}: tensor {name}: offsets {lo}..{hi} do not hold {t['dtype']} {t['shape']}")
         out[name] = np.frombuffer(data[lo:hi], dtype=dt).reshape(t["shape"]).copy()
     return out
+
+
+def adamw_with_decay_groups(params, lr, weight_decay):
+    """AdamW (betas 0.9/0.999, eps 1e-8) decaying the 2-d weights only, as
+    memfit's decay_bias_and_norm=false: biases and norm weights no decay."""
+    decay = [t for t in params if t.dim() >= 2]
+    no_decay = [t for t in params if t.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.999), eps=1e-8)

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_common import start  # noqa: E402
+from golden_common import adamw_with_decay_groups, start  # noqa: E402
 from make_golden import write_safetensors  # noqa: E402
 
 SEED = 31
@@ -182,11 +182,7 @@ def main():
               "embeddings.word_embeddings.weight", "encoder.layer.0.attention.self.query.weight"):
         out["cls.grad." + k] = pc[k].grad.numpy().astype(np.float32)
 
-    params = list(p.values())
-    decay = [t for t in params if t.dim() >= 2]
-    no_decay = [t for t in params if t.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=(0.9, 0.999), eps=1e-8)
+    opt = adamw_with_decay_groups(list(p.values()), LR, WD)
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from golden_common import adamw_with_decay_groups  # noqa: E402
 from make_golden import write_safetensors  # noqa: E402
 
 SEED = 7
@@ -108,11 +109,7 @@ def main():
     for k, v in p.items():
         out["grad." + k] = v.grad.numpy().copy()
 
-    params = list(p.values())
-    decay = [t for t in params if t.dim() >= 2]
-    no_decay = [t for t in params if t.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=(0.9, 0.999), eps=1e-8)
+    opt = adamw_with_decay_groups(list(p.values()), LR, WD)
     losses = []
     for _ in range(STEPS):
         opt.zero_grad()
