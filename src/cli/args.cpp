@@ -54,14 +54,25 @@ void Args::add(const std::string& name, std::function<std::string(const std::str
   opts_.push_back({name, meta, help, true, std::move(parse)});
 }
 
+void Args::add_positional(const std::string& meta, std::string* out, const std::string& help) {
+  positionals_.push_back({meta, help, out});
+}
+
 std::optional<std::string> Args::parse(const std::vector<std::string>& argv) {
+  size_t npos = 0;
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       help_ = true;
       continue;
     }
-    if (a.rfind("--", 0) != 0) return "unexpected argument '" + a + "'";
+    if (a.rfind("--", 0) != 0) {
+      if (npos < positionals_.size()) {
+        *positionals_[npos++].out = a;
+        continue;
+      }
+      return "unexpected argument '" + a + "'";
+    }
     std::string name = a.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -83,6 +94,7 @@ std::optional<std::string> Args::parse(const std::vector<std::string>& argv) {
     if (!err.empty()) return err;
     o->seen = true;
   }
+  if (!help_ && npos < positionals_.size()) return "missing " + positionals_[npos].meta;
   return std::nullopt;
 }
 
@@ -94,7 +106,15 @@ bool Args::given(const std::string& name) const {
 
 std::string Args::usage() const {
   std::ostringstream s;
-  s << "usage: memfit " << command_ << " [options]\n\n" << summary_ << "\n\noptions:\n";
+  s << "usage: memfit " << command_ << " [options]";
+  for (auto& p : positionals_) s << " " << p.meta;
+  s << "\n\n" << summary_ << "\n\n";
+  for (auto& p : positionals_) {
+    std::string left = "  " + p.meta;
+    s << left << std::string(left.size() < 28 ? 28 - left.size() : 1, ' ') << p.help << "\n";
+  }
+  if (!positionals_.empty()) s << "\n";
+  s << "options:\n";
   for (auto& o : opts_) {
     std::string left = "  --" + o.name + (o.meta.empty() ? "" : " " + o.meta);
     s << left;

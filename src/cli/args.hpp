@@ -23,6 +23,10 @@ class Args {
   void add(const std::string& name, std::function<std::string(const std::string&)> parse, const std::string& meta,
            const std::string& help);
 
+  // A positional argument (in the order added): required, named `meta` in
+  // the usage line and in the error when it is missing.
+  void add_positional(const std::string& meta, std::string* out, const std::string& help);
+
   // Returns an error message ("unknown flag --x", "--batch expects an
   // integer, got 'abc'"), or nullopt on success. Sets help_requested() on -h/--help.
   std::optional<std::string> parse(const std::vector<std::string>& argv);
@@ -39,6 +43,11 @@ class Args {
   };
   std::string command_, summary_;
   std::vector<Opt> opts_;
+  struct Positional {
+    std::string meta, help;
+    std::string* out;
+  };
+  std::vector<Positional> positionals_;
   bool help_ = false;
 };
 

@@ -1,9 +1,16 @@
-// The memfit command: `memfit train` (the main job) and `memfit plan` (the
-// memory plan of a run, without running it).
+// The memfit command: `memfit train` (the main job), `memfit plan` (the
+// memory plan of a run, without running it), `memfit generate` (text from a
+// trained language model) and `memfit tokenize` (a text's
+// token ids, for users and for checking a tokenizer).
+#include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +18,7 @@
 
 #include "cli/args.hpp"
 #include "data/dataset.hpp"
+#include "data/tokenizer.hpp"
 #include "memfit/graph.hpp"
 #include "models/model.hpp"
 #include "models/model_file.hpp"
@@ -35,6 +43,7 @@ const char* kTopUsage =
     "  train     train a model (default: the ConvNet on Fashion-MNIST)\n"
     "  plan      print the memory plan of a training run without running it\n"
     "  generate  sample text from a trained language model's run directory\n"
+    "  tokenize  print the token ids of a text file (or the text of ids)\n"
     "\n"
     "`memfit <command> --help` lists a command's options.\n";
 
@@ -378,6 +387,108 @@ int cmd_generate(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// The whole of a file, or of stdin for "-".
+std::string read_input(const std::string& file) {
+  std::ostringstream ss;
+  if (file == "-") {
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) throw std::runtime_error("no file at " + file);
+  if (std::filesystem::is_directory(file, ec)) throw std::runtime_error(file + " is a directory, not a file");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + file);
+  ss << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("cannot read " + file);
+  return ss.str();
+}
+
+bool is_tokenizer_spec(const std::string& s) {
+  return s == "char" || s == "gpt2" || s == "wordpiece" || s.rfind("gpt2:", 0) == 0 || s.rfind("wordpiece:", 0) == 0;
+}
+
+int cmd_tokenize(const std::vector<std::string>& argv) {
+  std::string spec = "char", file, save;
+  bool decode = false, count = false;
+  cli::Args a("tokenize",
+              "Print the token ids of FILE, space-separated on one line: the whole file is one text, as training\n"
+              "tokenizes a document (a newline is text like any other). With --decode, FILE holds ids (separated\n"
+              "by whitespace) and the text is printed.");
+  a.add_positional("FILE", &file, "a UTF-8 text file (ids with --decode); - reads stdin");
+  a.add("tokenizer", &spec, "SPEC|FILE",
+        "char (FILE's own alphabet; default), gpt2 (GPT-2's BPE; ranks from $MEMFIT_GPT2_RANKS or "
+        "deps/gpt2/gpt2.tiktoken), gpt2:PATH (.tiktoken file or folder with vocab.json + merges.txt), "
+        "wordpiece:VOCAB.txt (BERT uncased), or a saved tokenizer (a run's tokenizer.json)");
+  a.add_flag("decode", &decode, "FILE holds ids: print their text");
+  a.add_flag("count", &count, "print the number of tokens and the speed instead of the ids");
+  a.add("save", &save, "PATH", "write the tokenizer to PATH (self-contained JSON, as a run directory keeps it)");
+  if (auto err = a.parse(argv)) return usage_error(a, *err);
+  if (a.help_requested()) {
+    std::cout << a.usage();
+    return 0;
+  }
+  const std::string text = read_input(file);
+  const std::string source = file == "-" ? "stdin" : file;
+  std::unique_ptr<data::Tokenizer> tok;
+  try {
+    if (is_tokenizer_spec(spec)) {
+      if (spec == "char" && decode)
+        return usage_error(a, "--decode with the char tokenizer needs the alphabet the ids index: --tokenizer "
+                              "RUN/tokenizer.json (a saved tokenizer)");
+      tok = data::make_tokenizer(spec, {text}, source);
+    } else if (std::filesystem::is_regular_file(spec)) {
+      tok = data::load_tokenizer(spec);
+    } else {
+      return usage_error(a, "--tokenizer: '" + spec +
+                                "' is neither a tokenizer (char, gpt2, gpt2:PATH, wordpiece:VOCAB.txt) nor a saved "
+                                "tokenizer file");
+    }
+  } catch (const std::invalid_argument& e) {
+    return usage_error(a, std::string("--tokenizer: ") + e.what());
+  }
+  if (!save.empty()) tok->save(save);
+  if (decode) {
+    std::vector<int32_t> ids;
+    std::istringstream in(text);
+    std::string w;
+    while (in >> w) {
+      int32_t id = 0;
+      const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), id);
+      if (ec != std::errc() || end != w.data() + w.size())
+        throw std::runtime_error(source + ": '" + w + "' is not a token id (token " + std::to_string(ids.size() + 1) + ")");
+      ids.push_back(id);
+    }
+    std::string out;
+    try {
+      out = tok->decode(ids);
+    } catch (const std::out_of_range& e) {
+      throw std::runtime_error(source + ": " + e.what());
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = tok->encode(text, source);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (count) {
+    std::printf("%zu tokens, %zu bytes, %.3f s (%.1f MB/s), %s tokenizer, vocabulary %zu\n", ids.size(), text.size(),
+                s, s > 0 ? double(text.size()) / s / 1e6 : 0.0, tok->kind().c_str(), tok->vocab_size());
+    return 0;
+  }
+  std::string out;
+  out.reserve(ids.size() * 6 + 1);
+  char buf[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ' ';
+    const auto r = std::to_chars(buf, buf + sizeof buf, ids[i]);
+    out.append(buf, r.ptr);
+  }
+  out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -392,6 +503,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return cmd_train(args);
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "generate") return cmd_generate(args);
+    if (cmd == "tokenize") return cmd_tokenize(args);
   } catch (const train::BudgetError& e) {
     std::cerr << "memfit: over budget: " << e.what() << "\n";
     return 3;

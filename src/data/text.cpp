@@ -135,14 +135,17 @@ CharTokenizer CharTokenizer::from_texts(const std::vector<std::string_view>& par
 }
 
 CharTokenizer CharTokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read the tokenizer file " + path);
+  const std::string text = detail::read_file_bounded(path, size_t(64) << 20, "tokenizer");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(path + ": not a tokenizer file (" + e.what() + ")");
   }
+  return from_saved(j, path);
+}
+
+CharTokenizer CharTokenizer::from_saved(const nlohmann::json& j, const std::string& path) {
   if (!j.is_object() || j.value("tokenizer", "") != "char" || !j.contains("alphabet") || !j["alphabet"].is_array())
     throw std::runtime_error(path + ": not a char tokenizer file (expected {\"tokenizer\": \"char\", \"alphabet\": [...]})");
   std::u32string a;
@@ -162,22 +165,7 @@ void CharTokenizer::save(const std::string& path) const {
   j["tokenizer"] = "char";
   j["alphabet"] = nlohmann::json::array();
   for (char32_t c : alphabet_) j["alphabet"].push_back(static_cast<uint32_t>(c));
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << j.dump() << "\n";
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("cannot write the tokenizer file " + path);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot write the tokenizer file " + path + ": " + ec.message());
-  }
+  detail::write_file_atomic(path, j.dump() + "\n", "tokenizer");
 }
 
 std::vector<int32_t> CharTokenizer::encode(std::string_view text, const std::string& source) const {

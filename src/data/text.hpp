@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "data/dataset.hpp"
+#include "data/tokenizer.hpp"
 
 namespace memfit::data {
 
@@ -26,8 +28,9 @@ void check_utf8(std::string_view text, const std::string& source);
 
 // One id per distinct code point of the corpus, in code-point order (ids
 // 0..V-1). Saved with a run (JSON: {"tokenizer": "char", "alphabet": [code
-// points]}) so that resume and generation use the same ids.
-class CharTokenizer {
+// points]}) so that resume and generation use the same ids. A Tokenizer
+// (data/tokenizer.hpp) of kind "char", without special tokens.
+class CharTokenizer final : public Tokenizer {
  public:
   static CharTokenizer from_text(std::string_view text, const std::string& source);
   // The alphabet of several texts together (a corpus's training and
@@ -36,17 +39,20 @@ class CharTokenizer {
   // Throws std::runtime_error naming the file for a missing, unreadable or
   // malformed one.
   static CharTokenizer load(const std::string& path);
+  // A file save() wrote, parsed (load and load_tokenizer's part).
+  static CharTokenizer from_saved(const nlohmann::json& j, const std::string& path);
   // Written to a temporary file and renamed: a failed write leaves any
   // earlier file as it was.
-  void save(const std::string& path) const;
+  void save(const std::string& path) const override;
 
-  size_t vocab_size() const { return alphabet_.size(); }
+  std::string kind() const override { return "char"; }
+  size_t vocab_size() const override { return alphabet_.size(); }
   const std::u32string& alphabet() const { return alphabet_; }
   // Throws std::runtime_error naming `source`, the line and the character
   // for one outside the alphabet.
-  std::vector<int32_t> encode(std::string_view text, const std::string& source) const;
+  std::vector<int32_t> encode(std::string_view text, const std::string& source) const override;
   // Throws std::out_of_range for an id outside [0, vocab_size()).
-  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const std::vector<int32_t>& ids) const override;
 
  private:
   explicit CharTokenizer(std::u32string alphabet);
