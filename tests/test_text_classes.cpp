@@ -4,6 +4,7 @@
 // and `memfit train` of the LSTM classifier and a tiny BERT on such data.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -154,4 +155,32 @@ TEST(TextClassify, LstmAndBertTrainFromTheCommandLine) {
   const RunResult longer = run_memfit("train --model bert-tiny --data " + dir + " --max-len 100 --steps 1 --out " + dir + "/x");
   EXPECT_NE(longer.code, 0);
   EXPECT_NE(longer.out.find("--max-len 100 is longer than model 'bert-tiny' takes (64 tokens)"), std::string::npos) << longer.out;
+}
+
+// The real pretrained encoder fine-tuned from the command line: all-MiniLM-
+// L6-v2's weights (make deps installs them) under a new head, its own
+// WordPiece vocabulary framing each text as [CLS] text [SEP], the embeddings
+// frozen. Three steps: this checks the path, not the accuracy.
+TEST(TextClassify, MiniLmFineTunesWithItsWordPieceVocabulary) {
+  const std::string m = MEMFIT_MINILM_DIR;
+  if (!fs::exists(m + "/model.safetensors")) GTEST_SKIP() << "all-MiniLM-L6-v2 is not at " << m << ": make deps installs it";
+  const std::string dir = temp_dir("minilm-classify");
+  {
+    std::ofstream f(dir + "/all.jsonl");
+    const char* texts[2][3] = {{"the team won the match", "a late goal in the final", "the runner broke the record"},
+                               {"bake the bread for an hour", "a soup of lentils and onions", "fresh pasta with basil"}};
+    for (int i = 0; i < 60; ++i)
+      f << "{\"text\": \"" << texts[i % 2][i / 2 % 3] << "\", \"label\": \"" << (i % 2 ? "food" : "sports") << "\"}\n";
+  }
+  const RunResult r = run_memfit("train --model minilm --init-from " + m + "/model.safetensors --reinit classifier "
+                                 "--tokenizer wordpiece:" + m + "/vocab.txt --data " + dir + "/all.jsonl --freeze embeddings "
+                                 "--optimizer adamw --lr 1e-4 --batch 8 --steps 3 --threads 2 --progress lines --json --out " +
+                                 dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("initialised 101 tensors from"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wordpiece tokens (vocabulary 30522)"), std::string::npos) << r.out;
+  // The longest texts are 7 WordPiece tokens ("bake" is "ba ##ke", "lentils"
+  // "lent ##ils"); with [CLS] and [SEP], 9.
+  EXPECT_NE(r.out.find("2 classes, 9 tokens each"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::isfinite(json_number(r.out, "final_train_loss"))) << r.out;
 }

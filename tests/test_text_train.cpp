@@ -14,6 +14,7 @@
 
 #include "cli_util.hpp"
 #include "data/text.hpp"
+#include "data/tokenizer.hpp"
 #include "same_tensors.hpp"
 
 using namespace memfit::testing;
@@ -134,4 +135,24 @@ TEST(TextTrain, BadTextOptionsAreClearErrors) {
                                  "/other.txt --block-size 4 --resume " + dir + "/r --out " + dir + "/r2");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("it was trained with --data " + corpus), std::string::npos) << r.out;
+}
+
+// GPT-2's BPE as the tokenizer: the vocabulary follows it (50257), each
+// document ends with <|endoftext|>, and generation decodes its byte tokens.
+TEST(TextTrain, Gpt2TokenizerTrainsAndGenerates) {
+  if (!fs::exists(std::string(MEMFIT_TEST_DATA) + "/../deps/gpt2/gpt2.tiktoken"))
+    GTEST_SKIP() << "deps/gpt2/gpt2.tiktoken is missing: make deps installs it";
+  const std::string dir = temp_dir("text-gpt2");
+  const std::string corpus = write_corpus(dir);
+  const RunResult r = run_memfit("train --model gpt-tiny --tokenizer gpt2 --block-size 16 --batch 8 --optimizer adamw "
+                                 "--lr 1e-2 --steps 60 --eval-every 0 --threads 2 --progress lines --json --data " +
+                                 corpus + " --out " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("gpt2 tokens (vocabulary 50257)"), std::string::npos) << r.out;
+  // Each entry ("the cat sat.") is its words, the period and <|endoftext|>:
+  // some 20 distinct tokens of 50257, so the loss leaves chance (10.8) fast.
+  EXPECT_LT(json_number(r.out, "final_train_loss"), std::log(50257.0) - 3.0) << r.out;
+  const RunResult g = run_memfit("generate --run " + dir + "/run --prompt 'the' --tokens 8 --seed 3 --threads 2 --json");
+  ASSERT_EQ(g.code, 0) << g.out;
+  EXPECT_FALSE(json_at(g.out, "text").get<std::string>().empty()) << g.out;
 }

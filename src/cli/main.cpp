@@ -89,7 +89,9 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
       },
       "N", "debug: N guard bytes after every planned buffer, checked after every step");
   a.add("subset", subset_flag("subset", &o.subset), "N|F", "train on N samples or a fraction F (0.1, 10%)");
-  a.add("tokenizer", &o.tokenizer, "char", "language models: the tokenizer of --data's text (default char: its own alphabet)");
+  a.add("tokenizer", &o.tokenizer, "char|gpt2|wordpiece:VOCAB.txt",
+        "text models: the tokenizer of --data's text (default char: its own alphabet; gpt2: GPT-2's BPE; wordpiece: "
+        "BERT uncased from a vocab.txt); saved in the run directory");
   a.add("block-size", &o.block_size, "T", "language models: tokens per training window (default: the model's block size)");
   a.add("val-fraction", &o.val_fraction, "F",
         "language models: share of the text's documents held out for evaluation (default 0.1)");

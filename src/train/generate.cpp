@@ -10,7 +10,7 @@
 #include <ostream>
 #include <stdexcept>
 
-#include "data/text.hpp"
+#include "data/tokenizer.hpp"
 #include "kernels/kernel.hpp"
 #include "runtime/device.hpp"
 #include "memfit/rng.hpp"
@@ -68,7 +68,8 @@ GenerateResult generate(const GenerateOptions& o, std::ostream& log,
   const models::Model model = models::resolve(model_name);
   if (model.task != models::Task::LanguageModel)
     throw std::runtime_error("the run in " + o.run + " trained '" + model_name + "', not a language model");
-  const data::CharTokenizer tok = data::CharTokenizer::load(tok_file.string());
+  const std::unique_ptr<data::Tokenizer> tokp = data::load_tokenizer(tok_file.string());
+  const data::Tokenizer& tok = *tokp;
   const int64_t V = static_cast<int64_t>(tok.vocab_size());
   int64_t T = model.max_sequence;
   if (auto it = meta.find("block_size"); it != meta.end() && std::stoll(it->second) > 0) T = std::stoll(it->second);
@@ -102,10 +103,12 @@ GenerateResult generate(const GenerateOptions& o, std::ostream& log,
   log << format_report(r.report, detect_budget(std::nullopt), model_name + " (generate)", 1, "no optimizer", "cpu fp32");
 
   std::vector<int32_t> ids = o.prompt.empty() ? std::vector<int32_t>{} : tok.encode(o.prompt, "--prompt");
-  if (ids.empty()) {
-    const auto& a = tok.alphabet();
-    const auto nl = std::find(a.begin(), a.end(), U'\n');
-    ids.push_back(nl == a.end() ? 0 : static_cast<int32_t>(nl - a.begin()));
+  if (ids.empty()) {  // a new line, as a document starts after one; else end-of-text (gpt2) or id 0
+    try {
+      ids = tok.encode("\n", "the start");
+    } catch (const std::runtime_error&) {
+    }
+    if (ids.empty()) ids.push_back(tok.eot_id() >= 0 ? tok.eot_id() : 0);
   }
   std::vector<int32_t> window(static_cast<size_t>(T), 0);
   std::vector<float> logits(static_cast<size_t>(T * V));

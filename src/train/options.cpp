@@ -52,7 +52,9 @@ void validate(const TrainOptions& o) {
     fail("--recompute expects none, cheap or segments, got '" + o.recompute + "'");
   if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")
     fail("--data-in expects memory, disk or auto, got '" + o.data_in + "'");
-  if (o.tokenizer != "char") fail("--tokenizer expects char, got '" + o.tokenizer + "'");
+  if (o.tokenizer != "char" && o.tokenizer != "gpt2" && o.tokenizer.rfind("gpt2:", 0) != 0 &&
+      o.tokenizer.rfind("wordpiece:", 0) != 0)
+    fail("--tokenizer expects char, gpt2, gpt2:PATH or wordpiece:VOCAB.txt, got '" + o.tokenizer + "'");
   if (o.max_len < 0) fail("--max-len must be positive, got " + std::to_string(o.max_len));
   if (o.block_size < 0) fail("--block-size must be positive, got " + std::to_string(o.block_size));
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))

@@ -10,6 +10,7 @@
 #include "data/idx.hpp"
 #include "data/image_folder.hpp"
 #include "data/text_classes.hpp"
+#include "data/tokenizer.hpp"
 #include "models/model.hpp"
 
 namespace fs = std::filesystem;
@@ -21,6 +22,19 @@ bool has_idx(const std::string& dir) {
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"})
     if (fs::exists(fs::path(dir) / f)) return true;
   return false;
+}
+
+// The run's tokenizer: the one saved in --resume's run directory, else
+// --tokenizer's, built over the texts for char.
+std::shared_ptr<const data::Tokenizer> open_tokenizer(const TrainOptions& o, const std::vector<std::string_view>& texts) {
+  const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
+  if (!saved.empty() && fs::exists(saved)) return data::load_tokenizer(saved.string());
+  return data::make_tokenizer(o.tokenizer, texts, o.data);
+}
+
+std::string vocabulary_note(const data::Tokenizer& t) {
+  return t.kind() == "char" ? "a " + std::to_string(t.vocab_size()) + "-character alphabet"
+                            : t.kind() + " tokens (vocabulary " + std::to_string(t.vocab_size()) + ")";
 }
 
 // A language model's text data.
@@ -42,28 +56,47 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
   const size_t files = corpus.files.size(), documents = corpus.documents.size();
   data::EntrySplit split = data::split_entries(std::move(corpus.documents), o.val_fraction, o.seed);
   const size_t held_out = split.held_out.size();
-  std::string train_text = data::join_entries(split.train);
-  split.train = {};
-  std::string val_text = data::join_entries(split.held_out);
-  split.held_out = {};
-  const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
-  auto tok = std::make_shared<data::CharTokenizer>(
-      !saved.empty() && fs::exists(saved) ? data::CharTokenizer::load(saved.string())
-                                          : data::CharTokenizer::from_texts({train_text, val_text}, o.data));
-  auto train_tokens = std::make_shared<std::vector<int32_t>>(tok->encode(train_text, o.data));
-  train_text = {};
+  // Documents end with a blank line (join_entries); a tokenizer with an
+  // end-of-text token (gpt2) ends each with it instead, as GPT-2 was trained.
+  std::shared_ptr<const data::Tokenizer> tok;
+  auto tokens_of = [&](std::vector<std::string>& docs) {
+    auto ids = std::make_shared<std::vector<int32_t>>();
+    if (tok->eot_id() >= 0) {
+      for (std::string& doc : docs) {
+        const std::vector<int32_t> v = tok->encode(doc, o.data);
+        ids->insert(ids->end(), v.begin(), v.end());
+        ids->push_back(tok->eot_id());
+        doc = {};
+      }
+    } else {
+      const std::string text = data::join_entries(docs);
+      docs = {};
+      *ids = tok->encode(text, o.data);
+    }
+    docs = {};
+    return ids;
+  };
+  {
+    std::vector<std::string_view> all{"\n"};  // the separator join_entries adds
+    if (o.tokenizer == "char" && o.resume.empty()) {
+      for (const auto* part : {&split.train, &split.held_out})
+        for (const std::string& doc : *part) all.push_back(doc);
+    }
+    tok = open_tokenizer(o, all);
+  }
+  auto train_tokens = tokens_of(split.train);
   const int64_t vocab = static_cast<int64_t>(tok->vocab_size());
   d.train_base = std::make_unique<data::TokenWindows>(train_tokens, block, vocab, o.seed);
   size_t val_tokens = 0;
-  if (!val_text.empty()) {
-    auto vt = std::make_shared<std::vector<int32_t>>(tok->encode(val_text, o.data));
+  if (!split.held_out.empty()) {
+    auto vt = tokens_of(split.held_out);
     val_tokens = vt->size();
     if (static_cast<int64_t>(vt->size()) > block) d.test_base = std::make_unique<data::TokenWindows>(vt, block, vocab);
   }
   d.tokenizer = std::move(tok);
   d.text_note = std::to_string(files) + (files == 1 ? " file, " : " files, ") + std::to_string(documents) +
                 " documents (" + std::to_string(held_out) + " held out), " + std::to_string(train_tokens->size()) + " + " +
-                std::to_string(val_tokens) + " tokens of a " + std::to_string(vocab) + "-character alphabet";
+                std::to_string(val_tokens) + " tokens, " + vocabulary_note(*d.tokenizer);
 }
 
 // A text classifier's data: labelled texts (data/text_classes.hpp). A file
@@ -97,13 +130,12 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
   if (names.size() < 2)
     throw std::runtime_error(o.data + ": the examples have " + std::to_string(names.size()) +
                              " class; a classifier needs two or more");
-  const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
   std::vector<std::string_view> parts(train.texts.begin(), train.texts.end());
   parts.insert(parts.end(), test.texts.begin(), test.texts.end());
-  auto tok = std::make_shared<data::CharTokenizer>(!saved.empty() && fs::exists(saved)
-                                                       ? data::CharTokenizer::load(saved.string())
-                                                       : data::CharTokenizer::from_texts(parts, o.data));
+  const std::shared_ptr<const data::Tokenizer> tok = open_tokenizer(o, parts);
   parts.clear();
+  // BERT's tokenizer frames each text as [CLS] text [SEP].
+  const bool framed = tok->cls_id() >= 0 && tok->sep_id() >= 0;
   const int64_t limit = model.max_sequence > 0 ? model.max_sequence : INT64_MAX;
   if (o.max_len > limit)
     throw std::invalid_argument("--max-len " + std::to_string(o.max_len) + " is longer than model '" + o.model +
@@ -121,7 +153,7 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
     for (size_t i = 0; i < t.size(); ++i) {
       e.ids[i] = tok->encode(t.texts[i], t.source);
       e.labels[i] = class_of.at(t.labels[i]);
-      longest = std::max(longest, e.ids[i].size());
+      longest = std::max(longest, e.ids[i].size() + (framed ? 2 : 0));
     }
     t = {};
     return e;
@@ -132,16 +164,24 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
   // limit): short texts are not padded to a length none of them has.
   const int64_t max_len =
       o.max_len > 0 ? o.max_len : std::min<int64_t>({static_cast<int64_t>(longest), 128, limit});
-  auto tr_set = std::make_unique<data::TokenizedTexts>(tr_ids.ids, std::move(tr_ids.labels), max_len, vocab, names, 0);
+  size_t framed_cut = 0;  // training examples cut when framed (TokenizedTexts then sees them fit)
+  if (framed)
+    for (Encoded* e : {&tr_ids, &te_ids})
+      for (auto& ids : e->ids) {
+        if (e == &tr_ids) framed_cut += static_cast<int64_t>(ids.size()) + 2 > max_len;
+        ids = data::with_cls_sep(*tok, ids, static_cast<size_t>(max_len));
+      }
+  const int32_t pad = tok->pad_id() >= 0 ? tok->pad_id() : 0;
+  auto tr_set = std::make_unique<data::TokenizedTexts>(tr_ids.ids, std::move(tr_ids.labels), max_len, vocab, names, pad);
   tr_ids.ids = {};
-  const size_t cut = tr_set->truncated();
+  const size_t cut = tr_set->truncated() + framed_cut;
   d.train_base = std::move(tr_set);
-  if (n_test) d.test_base = std::make_unique<data::TokenizedTexts>(te_ids.ids, std::move(te_ids.labels), max_len, vocab, names, 0);
+  if (n_test) d.test_base = std::make_unique<data::TokenizedTexts>(te_ids.ids, std::move(te_ids.labels), max_len, vocab, names, pad);
   d.tokenizer = std::move(tok);
   d.text_note = std::to_string(n_train) + " + " + std::to_string(n_test) + " examples" +
                 (split ? "" : " (held out by --val-fraction)") + ", " + std::to_string(names.size()) + " classes, " +
                 std::to_string(max_len) + " tokens each" + (cut ? " (" + std::to_string(cut) + " truncated)" : "") +
-                ", a " + std::to_string(vocab) + "-character alphabet";
+                ", " + vocabulary_note(*d.tokenizer);
 }
 
 // MNIST-style IDX files or an image folder.

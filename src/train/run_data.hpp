@@ -10,6 +10,7 @@
 #include "data/idx_stream.hpp"
 #include "data/loader.hpp"
 #include "data/text.hpp"
+#include "data/tokenizer.hpp"
 #include "train/options.hpp"
 #include "train/report.hpp"
 
@@ -27,7 +28,7 @@ struct Datasets {
   data::StreamedIdxDataset* test_stream = nullptr;
   // A language model's text: its tokenizer (saved with the run) and what
   // was read, for the plan's data row.
-  std::shared_ptr<const data::CharTokenizer> tokenizer;
+  std::shared_ptr<const data::Tokenizer> tokenizer;
   std::string text_note;
 };
 
