@@ -172,8 +172,9 @@ TEST(TextClassify, MiniLmFineTunesWithItsWordPieceVocabulary) {
     for (int i = 0; i < 60; ++i)
       f << "{\"text\": \"" << texts[i % 2][i / 2 % 3] << "\", \"label\": \"" << (i % 2 ? "food" : "sports") << "\"}\n";
   }
-  const RunResult r = run_memfit("train --model minilm --init-from " + m + "/model.safetensors --reinit classifier "
-                                 "--tokenizer wordpiece:" + m + "/vocab.txt --data " + dir + "/all.jsonl --freeze embeddings "
+  // The folder brings both the weights and the vocabulary.
+  const RunResult r = run_memfit("train --model minilm --init-from " + m + " --reinit classifier "
+                                 "--data " + dir + "/all.jsonl --freeze embeddings "
                                  "--optimizer adamw --lr 1e-4 --batch 8 --steps 3 --threads 2 --progress lines --json --out " +
                                  dir + "/run");
   ASSERT_EQ(r.code, 0) << r.out;

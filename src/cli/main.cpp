@@ -185,7 +185,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 5 epochs.");
   add_common(a, o, memory);
   add_memory_policy(a, o);
-  a.add("init-from", &o.init_from, "FILE", "start from these weights (safetensors; PyTorch names)");
+  a.add("init-from", &o.init_from, "FILE|DIR",
+        "start from these weights (safetensors; PyTorch names), or a pretrained model's folder (its "
+        "model.safetensors, and a BERT's vocab.txt as the tokenizer)");
   a.add(
       "reinit", [&o](const std::string& v) {
         o.reinit.push_back(v);

@@ -111,12 +111,29 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
   if (!taken.empty()) log << "resuming with the checkpoint's data options:" << taken << "\n";
 }
 
+// --init-from a folder of a pretrained model (a Hugging Face model folder:
+// model.safetensors, and a BERT's vocab.txt): its weights, and its WordPiece
+// vocabulary as the tokenizer unless --tokenizer is given.
+void adopt_init_folder(TrainOptions& o, std::ostream& log) {
+  if (o.init_from.empty() || !fs::is_directory(o.init_from)) return;
+  const fs::path dir = o.init_from;
+  if (!fs::exists(dir / "model.safetensors"))
+    throw std::runtime_error("--init-from " + o.init_from + ": the folder holds no model.safetensors");
+  o.init_from = (dir / "model.safetensors").string();
+  const bool given = std::find(o.given.begin(), o.given.end(), "tokenizer") != o.given.end();
+  if (!given && o.resume.empty() && fs::exists(dir / "vocab.txt")) {
+    o.tokenizer = "wordpiece:" + (dir / "vocab.txt").string();
+    log << "memfit: tokenizer " << o.tokenizer << " (the --init-from folder's vocabulary)\n";
+  }
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   TrainOptions o = opt;
   SignalScope signals(o.handle_signals);
   default_text_data(o);
+  adopt_init_folder(o, log);
   adopt_resume_options(o, log);
   validate(o);
   for (int attempt = 0;; ++attempt) {
