@@ -5,6 +5,8 @@
 // through the step graph with a verified plan and guard bytes.
 #include <gtest/gtest.h>
 
+#include "train_steps.hpp"
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -333,15 +335,7 @@ TEST(Bert, TinyTrainsThroughTheStepGraph) {
     Executor ex(sg->g, cfg);
     ex.init_params(2);
     feed(ex, *sg, batch_of({12, 9, 7, 4, 2, 1}, 12));
-    kernels::StepContext ctx;
-    ctx.lr = 3e-3;
-    double first = 0, last = 0;
-    for (int step = 0; step < 30; ++step) {
-      ctx.step = step;
-      ex.run(ctx);
-      last = ex.fetch_scalar(sg->loss);
-      if (step == 0) first = last;
-    }
+    const auto [first, last] = memfit::testing::first_and_last_loss(ex, sg->loss, 30, 3e-3);
     EXPECT_TRUE(ex.guards_intact()) << ex.broken_guard();
     EXPECT_NEAR(first, std::log(double(kClasses)), 0.3) << "dropout " << p;
     EXPECT_LT(last, 0.3 * first) << "dropout " << p << ": from " << first;

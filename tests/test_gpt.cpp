@@ -4,6 +4,8 @@
 // sequence on the CPU.
 #include <gtest/gtest.h>
 
+#include "train_steps.hpp"
+
 #include <cmath>
 #include <map>
 #include <set>
@@ -129,15 +131,7 @@ TEST(Gpt, TinyModelLearnsAPeriodicSequence) {
     }
   ex.feed(sg->inputs[0].value, tok.data(), tok.size() * sizeof(int32_t));
   ex.feed(sg->inputs[1].value, tgt.data(), tgt.size() * sizeof(int32_t));
-  kernels::StepContext ctx;
-  ctx.lr = 3e-3;
-  double first = 0, last = 0;
-  for (int step = 0; step < 60; ++step) {
-    ctx.step = step;
-    ex.run(ctx);
-    last = ex.fetch_scalar(sg->loss);
-    if (step == 0) first = last;
-  }
+  const auto [first, last] = memfit::testing::first_and_last_loss(ex, sg->loss, 60, 3e-3);
   EXPECT_NEAR(first, std::log(20.0), 0.5);
   EXPECT_LT(last, 0.3) << "from " << first;
 }
