@@ -87,14 +87,13 @@ ValueId layer(Builder& b, ValueId h, const BertConfig& c, ValueId mask, int64_t 
     ValueId ctx;
     {
       auto ss = b.scope("self");
-      auto heads = [&](const std::string& name) {
-        const ValueId x = reshape(b, dense(b, h, C, name), {B, T, H, D});
-        return permute(b, x, {0, 2, 1, 3});  // [B, H, T, D]
-      };
+      // [B, T, H, D]: the heads read where the projections wrote them.
+      auto heads = [&](const std::string& name) { return reshape(b, dense(b, h, C, name), {B, T, H, D}); };
       const ValueId q = heads("query"), k = heads("key"), v = heads("value");
       // Scores scaled by 1/sqrt(D); padded keys (mask 0) take no weight.
-      const ValueId y = attention(b, q, k, v, {.dropout = c.attention_dropout, .mask = mask, .name = "attn"});
-      ctx = reshape(b, permute(b, y, {0, 2, 1, 3}), {B, T, C});
+      const ValueId y = attention(b, q, k, v,
+                                  {.dropout = c.attention_dropout, .mask = mask, .name = "attn", .layout = "bthd"});
+      ctx = reshape(b, y, {B, T, C});
     }
     auto os = b.scope("output");
     const ValueId a = dropout(b, dense(b, ctx, C, "dense"), c.hidden_dropout, "dropout");

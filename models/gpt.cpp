@@ -39,13 +39,12 @@ ValueId block(Builder& b, ValueId h, const GptConfig& c, int64_t T, int64_t B) {
   ValueId a = norm(b, h, "ln_1", c.bias);
   {
     auto sc = b.scope("attn");
-    const ValueId qkv = conv1d(b, a, 3 * C, "c_attn", std, c.bias);  // [B, T, 3C]
-    auto heads = [&](int64_t part) {
-      const ValueId x = reshape(b, slice(b, qkv, -1, part * C, C), {B, T, H, D});
-      return permute(b, x, {0, 2, 1, 3});  // [B, H, T, D]
-    };
-    ValueId y = attention(b, heads(0), heads(1), heads(2), {.causal = true, .dropout = c.dropout, .name = "attn"});
-    y = reshape(b, permute(b, y, {0, 2, 1, 3}), {B, T, C});
+    const ValueId qkv = conv1d(b, a, 3 * C, "c_attn", std, c.bias);  // [B, T, 3C]: q, k, v side by side
+    // The heads read where c_attn wrote them, and written where c_proj reads
+    // them: no permute copies (reshapes are views).
+    ValueId y = attention_packed(b, reshape(b, qkv, {B, T, 3, H, D}),
+                                 {.causal = true, .dropout = c.dropout, .name = "attn"});
+    y = reshape(b, y, {B, T, C});
     a = conv1d(b, y, C, "c_proj", proj_std, c.bias);
   }
   if (c.dropout > 0) a = dropout(b, a, c.dropout, "resid_dropout");

@@ -88,6 +88,35 @@ TEST(Attention, ShapesTraitsFlops) {
             std::string::npos);
 }
 
+TEST(Attention, LayoutShapes) {
+  Graph g;
+  Builder b(g);
+  ValueId q = g.input("q", {2, 5, 3, 8}), k = g.input("k", {2, 7, 3, 8}), v = g.input("v", {2, 7, 3, 6});
+  EXPECT_EQ(g.value(attention(b, q, k, v, {.layout = "bthd"})).shape, (Shape{2, 5, 3, 6}));
+  ValueId qkv = g.input("qkv", {2, 5, 3, 4, 8});
+  const ValueId o = attention_packed(b, qkv, {.causal = true});
+  EXPECT_EQ(g.value(o).shape, (Shape{2, 5, 4, 8}));
+  const Node& n = g.node(g.value(o).producer);
+  EXPECT_EQ(g.value(n.outputs[1]).shape, (Shape{2, 4, 5}));
+  EXPECT_DOUBLE_EQ(n.attrs.f("scale"), 1.0 / std::sqrt(8.0));
+  // One qkv of T = 5 queries and keys: 2 products of T T (D + D), halved.
+  const double rows = 2.0 * 4 * 5 * 5;
+  EXPECT_DOUBLE_EQ(op_def("attention").flops(g, n), 0.5 * (2.0 * rows * 16 + 10.0 * rows));
+  auto fails = [&](std::vector<Shape> shapes, const std::string& layout) {
+    return message_of([&] {
+      Graph h;
+      std::vector<ValueId> in;
+      const char* names[] = {"a", "b", "c", "d"};
+      for (const Shape& s : shapes) in.push_back(h.input(names[in.size()], s));
+      h.add_node("attention", in, {{"layout", layout}}, "attl");
+    });
+  };
+  EXPECT_NE(fails({{2, 5, 2, 4, 8}}, "packed").find("[B, T, 3, H, D]"), std::string::npos);
+  EXPECT_NE(fails({{2, 5, 3, 8}, {2, 7, 4, 8}, {2, 7, 3, 6}}, "bthd").find("attl"), std::string::npos);
+  EXPECT_NE(fails({{2, 5, 3, 8}, {2, 7, 3, 8}, {2, 7, 3, 6}}, "hbtd").find("layout"), std::string::npos);
+  EXPECT_NE(fails({{2, 5, 3, 4, 8}, {2, 5, 3, 4, 8}}, "packed").find("mask"), std::string::npos);
+}
+
 TEST(Attention, EvaluationGraphDropsNothing) {
   for (bool training : {true, false}) {
     Graph g;
@@ -149,6 +178,26 @@ TEST(AttentionGrad, MaskWithPaddedRows) {
 TEST(AttentionGrad, Dropout) {
   check_grads({.B = 2, .H = 2, .T = 4, .S = 6, .D = 3, .Dv = 2, .dropout = 0.3});
   check_grads({.B = 1, .H = 2, .T = 5, .S = 5, .D = 4, .Dv = 3, .causal = true, .dropout = 0.5, .mask = {1, 1, 0, 1, 1}});
+}
+
+// The bthd layout (q [B, T, H, D] ...) and the packed one (qkv [B, T, 3, H,
+// D]) through the same double gradient check: the kernels address rows
+// differently, and the packed backward writes dq, dk, dv into one tensor.
+TEST(AttentionGrad, HeadsInRowsLayout) {
+  const int64_t B = 2, H = 2, T = 3, S = 5, D = 4, Dv = 3;
+  grad_check({{.shape = {B, T, H, D}}, {.shape = {B, S, H, D}}, {.shape = {B, S, H, Dv}},
+              {.shape = {B, S}, .dtype = DType::i32, .differentiable = false, .values = {1, 1, 0, 1, 1, 0, 1, 1, 1, 0}}},
+             [](Builder& b, const std::vector<ValueId>& in) {
+               return attention(b, in[0], in[1], in[2], {.dropout = 0.3, .mask = in[3], .layout = "bthd"});
+             });
+}
+TEST(AttentionGrad, PackedQkv) {
+  for (bool causal : {false, true})
+    grad_check({{.shape = {2, 4, 3, 2, 3}}, {.shape = {2, 4}, .dtype = DType::i32, .differentiable = false,
+                                              .values = {1, 1, 1, 0, 0, 0, 0, 0}}},
+               [causal](Builder& b, const std::vector<ValueId>& in) {
+                 return attention_packed(b, in[0], {.causal = causal, .dropout = 0.2, .mask = in[1]});
+               });
 }
 
 // ------------------------------------------- kernels: fast vs reference ----
@@ -350,6 +399,91 @@ TEST(AttentionKernels, SameBitsEveryRunAndThreadCount) {
     EXPECT_EQ(a.dk, r->dk);
     EXPECT_EQ(a.dv, r->dv);
   }
+}
+
+namespace {
+
+// x [B, H, N, W] (bhtd) -> [B, N, H, W] (bthd).
+std::vector<float> heads_in_rows(const std::vector<float>& x, int64_t B, int64_t H, int64_t N, int64_t W) {
+  std::vector<float> y(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t w = 0; w < W; ++w)
+          y[static_cast<size_t>(((b * N + n) * H + h) * W + w)] = x[static_cast<size_t>(((b * H + h) * N + n) * W + w)];
+  return y;
+}
+
+// Part `part` of qkv [B, T, 3, H, D] as [B, T, H, D] (bthd).
+std::vector<float> part_of(const std::vector<float>& qkv, int64_t B, int64_t T, int64_t H, int64_t D, int64_t part) {
+  std::vector<float> y(static_cast<size_t>(B * T * H * D));
+  for (int64_t bt = 0; bt < B * T; ++bt)
+    for (int64_t e = 0; e < H * D; ++e)
+      y[static_cast<size_t>(bt * H * D + e)] = qkv[static_cast<size_t>((bt * 3 + part) * H * D + e)];
+  return y;
+}
+
+}  // namespace
+
+// Every layout runs the same arithmetic in the same order: the bthd and
+// packed kernels (fast and reference) give the bhtd results bit for bit,
+// permuted, with a mask, causal, dropout and T not a multiple of the block.
+TEST(AttentionKernels, LayoutsGiveTheSameBits) {
+  const int64_t B = 2, H = 3, T = 70, D = 16;
+  AttentionParams p = params(B, H, T, T, D, D, true);
+  p.dropout = 0.1;
+  p.mask = true;
+  std::vector<int32_t> mask(static_cast<size_t>(B * T), 1);
+  for (int64_t j = 0; j < T; j += 3) mask[static_cast<size_t>(T + j)] = 0;
+  const Inputs x = make_inputs(p, 41, mask);
+  kernels::StepContext ctx;
+  ctx.seed = 5;
+  ctx.step = 2;
+  const Result<float> want = run_fast(p, x, ctx);
+  const Result<double> want_ref = run_ref(p, x, ctx);
+  auto rows = [&](const std::vector<float>& t) { return heads_in_rows(t, B, H, T, D); };
+  auto rows_d = [&](const std::vector<double>& t) {
+    return heads_in_rows(std::vector<float>(t.begin(), t.end()), B, H, T, D);
+  };
+
+  // bthd: q, k, v, dout permuted; the results come back permuted.
+  AttentionParams pr = p;
+  pr.layout = kernels::AttentionLayout::BTHD;
+  const Inputs xr{rows(x.q), rows(x.k), rows(x.v), rows(x.dout), mask};
+  const Result<float> got = run_fast(pr, xr, ctx);
+  EXPECT_EQ(got.out, rows(want.out));
+  EXPECT_EQ(got.lse, want.lse);
+  EXPECT_EQ(got.dq, rows(want.dq));
+  EXPECT_EQ(got.dk, rows(want.dk));
+  EXPECT_EQ(got.dv, rows(want.dv));
+  const Result<double> got_ref = run_ref(pr, xr, ctx);
+  EXPECT_EQ(std::vector<float>(got_ref.out.begin(), got_ref.out.end()), rows_d(want_ref.out));
+  EXPECT_EQ(std::vector<float>(got_ref.dk.begin(), got_ref.dk.end()), rows_d(want_ref.dk));
+
+  // packed: one qkv input, one dqkv output.
+  AttentionParams pp = p;
+  pp.layout = kernels::AttentionLayout::Packed;
+  std::vector<float> qkv(static_cast<size_t>(B * T * 3 * H * D));
+  for (int64_t part = 0; part < 3; ++part) {
+    const std::vector<float> src = rows(part == 0 ? x.q : part == 1 ? x.k : x.v);
+    for (int64_t bt = 0; bt < B * T; ++bt)
+      for (int64_t e = 0; e < H * D; ++e)
+        qkv[static_cast<size_t>((bt * 3 + part) * H * D + e)] = src[static_cast<size_t>(bt * H * D + e)];
+  }
+  std::vector<float> dout = rows(x.dout), out(static_cast<size_t>(B * T * H * D), NAN),
+                     lse(static_cast<size_t>(B * H * T), NAN), dqkv(qkv.size(), NAN);
+  auto f = kernels::cpu::make_attention(pp);
+  auto bk = kernels::cpu::make_attention_bwd(pp);
+  std::vector<double> s1(f->scratch_bytes() / 8 + 8), s2(bk->scratch_bytes() / 8 + 8);
+  f->bind({qkv.data(), mask.data()}, {out.data(), lse.data()}, s1.data());
+  f->run(ctx);
+  bk->bind({qkv.data(), out.data(), lse.data(), dout.data(), mask.data()}, {dqkv.data()}, s2.data());
+  bk->run(ctx);
+  EXPECT_EQ(out, rows(want.out));
+  EXPECT_EQ(lse, want.lse);
+  EXPECT_EQ(part_of(dqkv, B, T, H, D, 0), rows(want.dq));
+  EXPECT_EQ(part_of(dqkv, B, T, H, D, 1), rows(want.dk));
+  EXPECT_EQ(part_of(dqkv, B, T, H, D, 2), rows(want.dv));
 }
 
 // ------------------------------------------------------------- PyTorch ----

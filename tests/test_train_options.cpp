@@ -52,7 +52,7 @@ TEST(TrainOptions, EachBadOptionHasItsMessage) {
       {[](TrainOptions& o) { o.accumulate = 3; }, "--accumulate must be positive and divide --batch"},
       {[](TrainOptions& o) { o.profile = -1; }, "--profile must be positive"},
       {[](TrainOptions& o) { o.optimizer.kind = "rmsprop"; }, "--optimizer expects sgd, adam or adamw, got 'rmsprop'"},
-      {[](TrainOptions& o) { o.recompute = "all"; }, "--recompute expects none, cheap or segments, got 'all'"},
+      {[](TrainOptions& o) { o.recompute = "all"; }, "--recompute expects none, auto, cheap or segments, got 'all'"},
       {[](TrainOptions& o) { o.data_in = "ram"; }, "--data-in expects memory, disk or auto, got 'ram'"},
   };
   for (const Case& c : cases) {

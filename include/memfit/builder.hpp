@@ -142,14 +142,22 @@ ValueId softmax(Builder& b, ValueId x);
 // (nonzero attends, kNone: none); scale <= 0: 1/sqrt(D); dropout: p on the
 // probabilities, counter-based (off in an evaluation builder). Neither pass
 // stores the [T, S] probabilities. A query row left with no key gives 0.
+// layout "bthd": q [B, T, H, D], k [B, S, H, D], v [B, S, H, Dv] -> [B, T,
+// H, Dv], the heads of a Linear's [B, T, H D] output read where they are (no
+// permute copies on either side).
 struct AttentionOpts {
   bool causal = false;
   double dropout = 0.0;
   ValueId mask = kNone;
   double scale = 0.0;
   std::string name = "attn";
+  std::string layout = "bhtd";  // bhtd | bthd
 };
 ValueId attention(Builder& b, ValueId q, ValueId k, ValueId v, AttentionOpts o = {});
+// The same on one fused projection's output: qkv [B, T, 3, H, D] (q, k, v
+// side by side, T = S) -> [B, T, H, D]; its gradient comes back in that
+// layout too (o.layout is ignored).
+ValueId attention_packed(Builder& b, ValueId qkv, AttentionOpts o = {});
 // LSTM (PyTorch nn.LSTM, batch_first, gate order i, f, g, o, h0 = c0 = 0):
 // x [N, T, I] -> y [N, T, hidden] of the last layer, and every layer's state
 // at each sequence's own last step. `layers` layers are chained (layer k reads

@@ -65,6 +65,10 @@ struct OpTraits {
   // Heavy (a product: conv, linear, matmul): recomputation keeps its
   // outputs rather than run it again.
   bool heavy = false;
+  // Cheap to run again (element-wise or a normalisation over a row): the
+  // default recomputation ("auto") rebuilds its outputs in backward instead
+  // of keeping them, where backward keeps its inputs anyway.
+  bool rebuild = false;
   // An integer attribute that a recomputed copy of the node sets to 0, so
   // that running it twice changes no state (batch norm's running
   // statistics: "update_stats"). Empty: none.

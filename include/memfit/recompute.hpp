@@ -24,6 +24,10 @@ RecomputeStats apply_recompute(Graph& g, const std::function<bool(const Graph&, 
 
 // Policies:
 //  "none"     keep everything
+//  "auto"     (the default) rebuild the outputs of cheap ops (traits.rebuild:
+//             GELU, layer norm) whose forward inputs backward keeps anyway,
+//             right before their backward reader: less memory, nothing
+//             extra kept, one element-wise pass more
 //  "cheap"    keep outputs of conv/linear/matmul (and graph inputs); recompute
 //             element-wise ops, batch norm, pooling from them: a few % more time
 //  "segments" keep the heavy outputs that end ~sqrt(n) segments of equal

@@ -154,7 +154,9 @@ RecomputeStats compress_saved(Graph& g, DType to, size_t min_bytes) {
   return st;
 }
 
-bool valid_recompute_policy(const std::string& p) { return p == "none" || p == "cheap" || p == "segments"; }
+bool valid_recompute_policy(const std::string& p) {
+  return p == "none" || p == "auto" || p == "cheap" || p == "segments";
+}
 
 RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
   if (policy == "none") {
@@ -162,13 +164,24 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
     s.saved_bytes_before = s.saved_bytes_after = saved_bytes(g);
     return s;
   }
+  // Forward values backward reads as they are.
+  std::set<ValueId> read_back;
+  for (const Node& n : g.nodes())
+    if (n.phase != Phase::Forward)
+      for (ValueId u : n.inputs)
+        if (is_fwd_value(g, u)) read_back.insert(u);
+  if (policy == "auto") {
+    // Rebuilt only from values backward holds anyway (or parameters and
+    // inputs): no chain, nothing kept longer for it.
+    return apply_recompute(g, [&read_back](const Graph& gr, ValueId v) {
+      const Node& p = gr.node(gr.value(v).producer);
+      if (!op_def(p.op).traits.rebuild) return true;
+      for (ValueId u : p.inputs)
+        if (is_fwd_value(gr, u) && !read_back.count(u)) return true;
+      return false;
+    });
+  }
   if (policy == "cheap") {
-    // Forward values backward reads as they are.
-    std::set<ValueId> read_back;
-    for (const Node& n : g.nodes())
-      if (n.phase != Phase::Forward)
-        for (ValueId u : n.inputs)
-          if (is_fwd_value(g, u)) read_back.insert(u);
     auto kept = [](const Graph& gr, ValueId v) { return is_heavy(gr.node(gr.value(v).producer).op); };
     // A value is recomputed from kept inputs; an input kept only for it
     // (backward does not read it otherwise) costs its bytes. Recomputing
@@ -218,7 +231,7 @@ RecomputeStats apply_recompute_policy(Graph& g, const std::string& policy) {
       return kept.count(gr.value(v).producer) != 0 || branch.count(v) != 0;
     });
   }
-  throw GraphError("unknown recompute policy '" + policy + "' (expected none, cheap or segments)");
+  throw GraphError("unknown recompute policy '" + policy + "' (expected none, auto, cheap or segments)");
 }
 
 }  // namespace memfit

@@ -111,8 +111,9 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       },
       "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
-  a.add("recompute", &o.recompute, "none|cheap|segments",
-        "recompute activations in backward instead of keeping them (default none)");
+  a.add("recompute", &o.recompute, "none|auto|cheap|segments",
+        "recompute activations in backward instead of keeping them (default auto: GELU and layer-norm outputs, "
+        "from inputs backward keeps anyway)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
   a.add(
       "precision", [&o](const std::string& v) {

@@ -215,19 +215,37 @@ ValueId gelu(Builder& b, ValueId x, bool tanh) {
 
 ValueId softmax(Builder& b, ValueId x) { return b.g.add1("softmax", {x}, {}, b.auto_name("softmax")); }
 
-ValueId attention(Builder& b, ValueId q, ValueId k, ValueId v, AttentionOpts o) {
-  const std::string layer = b.full(o.name);
-  const Shape& qs = b.g.value(q).shape;
-  if (qs.size() != 4 || qs[3] < 1)
-    throw GraphError("layer '" + layer + "' (attention): q must be [B, H, T, D], got " + shape_str(qs));
-  const double scale = o.scale > 0.0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(qs[3]));
-  std::vector<ValueId> ins{q, k, v};
+namespace {
+
+ValueId add_attention(Builder& b, std::vector<ValueId> ins, int64_t D, const std::string& layout, const AttentionOpts& o,
+                      const std::string& layer) {
+  const double scale = o.scale > 0.0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(D));
   if (o.mask != kNone) ins.push_back(o.mask);
   Attrs a{{"causal", int64_t(o.causal)},
           {"scale", scale},
           {"dropout", b.training ? o.dropout : 0.0},
           {"stream", static_cast<int64_t>(rng::name_hash(layer))}};
+  if (layout != "bhtd") a.set("layout", layout);
   return b.g.add_node("attention", std::move(ins), std::move(a), layer)[0];
+}
+
+}  // namespace
+
+ValueId attention(Builder& b, ValueId q, ValueId k, ValueId v, AttentionOpts o) {
+  const std::string layer = b.full(o.name);
+  const Shape& qs = b.g.value(q).shape;
+  if (qs.size() != 4 || qs[3] < 1)
+    throw GraphError("layer '" + layer + "' (attention): q must be " +
+                     (o.layout == "bthd" ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + shape_str(qs));
+  return add_attention(b, {q, k, v}, qs[3], o.layout, o, layer);
+}
+
+ValueId attention_packed(Builder& b, ValueId qkv, AttentionOpts o) {
+  const std::string layer = b.full(o.name);
+  const Shape& s = b.g.value(qkv).shape;
+  if (s.size() != 5 || s[2] != 3 || s[4] < 1)
+    throw GraphError("layer '" + layer + "' (attention): qkv must be [B, T, 3, H, D], got " + shape_str(s));
+  return add_attention(b, {qkv}, s[4], "packed", o, layer);
 }
 
 }  // namespace memfit

@@ -3,8 +3,16 @@
 // and the fast CPU kernels (kernels/cpu/attention.hpp).
 //
 // Dimension letters: B batch, H heads, T queries, S keys, D query/key width,
-// Dv value width. Dense row-major: q[B,H,T,D], k[B,H,S,D], v[B,H,S,Dv],
-// mask[B,S] (i32), out/dout[B,H,T,Dv], lse[B,H,T].
+// Dv value width. mask[B,S] (i32) and lse[B,H,T] are dense; q, k, v, out
+// and dout are rows of D (Dv) contiguous elements placed as the layout says:
+//   bhtd    q[B,H,T,D], k[B,H,S,D], v[B,H,S,Dv], out/dout[B,H,T,Dv]
+//   bthd    q[B,T,H,D], k[B,S,H,D], v[B,S,H,Dv], out/dout[B,T,H,Dv]: the
+//           heads of a Linear's output as they are, no permute on either side
+//   packed  one input qkv[B,T,3,H,D] (T = S, Dv = D: q, k, v side by side as
+//           one fused projection writes them) and out/dout[B,T,H,D]; the
+//           backward writes dqkv in the same layout
+// The gradients dq, dk, dv have the layout of q, k, v. The arithmetic is the
+// same in every layout (same order, same bits); only addresses differ.
 //
 // attention      in: q, k, v[, mask]   out: out, lse
 //   Row (b, h, i) attends key j iff mask[b, j] != 0 (when there is a mask)
@@ -32,6 +40,15 @@
 
 namespace memfit::kernels {
 
+enum class AttentionLayout : uint8_t { BHTD, BTHD, Packed };
+
+// Where row t of head (b, h) of one operand starts, in elements of its
+// buffer: off + b sb + h sh + t st (st: the distance between rows).
+struct RowMap {
+  int64_t sb, sh, st, off = 0;
+  int64_t at(int64_t b, int64_t h, int64_t t) const { return off + b * sb + h * sh + t * st; }
+};
+
 struct AttentionParams {
   int64_t B, H, T, S, D, Dv;
   double scale = 1.0;
@@ -39,6 +56,28 @@ struct AttentionParams {
   bool mask = false;   // a key mask is the last input
   double dropout = 0.0;
   uint64_t stream = 0;
+  AttentionLayout layout = AttentionLayout::BHTD;
+
+  bool packed() const { return layout == AttentionLayout::Packed; }
+  // Inputs (and backward outputs) that carry q, k, v: 3, or 1 when packed.
+  size_t qkv_inputs() const { return packed() ? 1 : 3; }
+  size_t k_input() const { return packed() ? 0 : 1; }
+  size_t v_input() const { return packed() ? 0 : 2; }
+  // Row maps of q (and dq), k (dk), v (dv), out (dout); N rows of W wide.
+  RowMap map(int64_t N, int64_t W, int64_t part) const {
+    switch (layout) {
+      case AttentionLayout::BHTD: return {H * N * W, N * W, W};
+      case AttentionLayout::BTHD: return {N * H * W, W, H * W};
+      case AttentionLayout::Packed: return {N * 3 * H * W, W, 3 * H * W, part * H * W};
+    }
+    return {0, 0, 0};
+  }
+  RowMap q_map() const { return map(T, D, 0); }
+  RowMap k_map() const { return map(S, D, 1); }
+  RowMap v_map() const { return map(S, Dv, 2); }
+  RowMap o_map() const {
+    return layout == AttentionLayout::BHTD ? RowMap{H * T * Dv, T * Dv, Dv} : RowMap{T * H * Dv, Dv, H * Dv};
+  }
 
   // Last key row i may attend under causal (exclusive bound), before the mask.
   int64_t key_end(int64_t i) const {

@@ -46,7 +46,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitPrecision& fp : precisions)
-    for (const char* rc : {"none", "cheap", "segments"}) {
+    for (const char* rc : {"auto", "cheap", "segments"}) {
       StepSpec s = base;
       s.batch = batch / k;
       s.accumulation = k;

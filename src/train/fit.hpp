@@ -14,7 +14,7 @@ namespace memfit::train {
 
 struct FitCandidate {
   int64_t micro = 0, accumulate = 1;
-  std::string recompute = "none";
+  std::string recompute = "auto";
   std::string data_in;           // "memory" | "disk" when residency was searched, else ""
   DType precision = DType::f32;  // activations (StepSpec::precision)
   DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)

@@ -49,7 +49,7 @@ void validate(const TrainOptions& o) {
   if (o.profile < 0) fail("--profile must be positive");
   if (!valid_optimizer(o.optimizer)) fail("--optimizer expects sgd, adam or adamw, got '" + o.optimizer.kind + "'");
   if (!valid_recompute_policy(o.recompute))
-    fail("--recompute expects none, cheap or segments, got '" + o.recompute + "'");
+    fail("--recompute expects none, auto, cheap or segments, got '" + o.recompute + "'");
   if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")
     fail("--data-in expects memory, disk or auto, got '" + o.data_in + "'");
   if (o.tokenizer != "char" && o.tokenizer != "gpt2" && o.tokenizer.rfind("gpt2:", 0) != 0 &&

@@ -24,7 +24,7 @@ struct TrainOptions {
   std::vector<std::string> reinit;  // with init_from: layers that keep their fresh init
   std::vector<std::string> freeze;  // parameter patterns that do not train
   bool bias_only = false;      // train biases only
-  std::string recompute = "none";  // none | cheap | segments
+  std::string recompute = "auto";  // none | auto | cheap | segments
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
   DType precision = DType::f32;  // activations: f32, bf16 or f16 (StepSpec::precision)
   bool precision_set = false;    // given by --precision: the fit keeps it

@@ -47,7 +47,7 @@ struct MemoryReport {
   std::string precision;        // "fp32" | "bf16" | "fp16" (activation storage)
   std::string saved_activations;  // "fp32" | "bf16"
   int64_t micro_batch = 0, accumulate = 1;  // the policy this plan runs with
-  std::string recompute = "none";
+  std::string recompute = "auto";
   bool fitted = false;            // chosen by the fit (over budget as asked)
   // The machine the plan is for: its processor, the instruction set oneDNN
   // and memfit's own loops run, and (bf16/fp16 runs) how the convolutions

@@ -203,7 +203,7 @@ class Planner {
   void print() {
     const StepGraph& tg = *p_.train_g;
     MemoryReport& rep = p_.report;
-    if (o_.recompute != "none") {
+    if (o_.recompute != "none" && (o_.recompute != "auto" || tg.recompute.cloned_nodes > 0)) {
       char buf[200];
       std::snprintf(buf, sizeof buf, "  recompute %s: saved activations %s -> %s, +%.2f GFLOP per micro-batch (%d nodes)\n",
                     o_.recompute.c_str(), format_bytes(tg.recompute.saved_bytes_before).c_str(),

@@ -35,7 +35,7 @@ struct StepSpec {
   // frozen; bias_only freezes every parameter that is not a bias.
   std::vector<std::string> freeze;
   bool bias_only = false;
-  std::string recompute = "none";  // none | cheap | segments (memfit/recompute.hpp)
+  std::string recompute = "auto";  // none | auto | cheap | segments (memfit/recompute.hpp)
   int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
   bool with_loss = true;    // false: no loss (evaluation)
   // Evaluation: xent_metrics over the logits and the target as outputs

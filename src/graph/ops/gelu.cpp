@@ -23,6 +23,7 @@ void check_float(const Graph& g, const Node& n) {
 void register_gelu_ops() {
   OpDef gelu = simple_op("gelu", 0);  // y may overwrite x where x dies here (inference)
   gelu.traits.no_gradient = false;
+  gelu.traits.rebuild = true;  // its backward keeps x: y is one pass over it
   gelu.infer = [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 1) shape_fail(g, n, "gelu takes one input");
     check_float(g, n);

@@ -23,6 +23,7 @@ void register_layernorm_ops() {
   // y may overwrite x where x is not needed afterwards (inference): each
   // element is read before it is written.
   ln.traits.inplace_input = 0;
+  ln.traits.rebuild = true;  // its backward keeps x: y (and the statistics) are three passes over a row
   ln.infer = [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 3) shape_fail(g, n, "layer_norm takes x, gamma, beta");
     const int64_t R = last_axis_rows(g, n);

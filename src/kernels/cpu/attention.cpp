@@ -144,17 +144,18 @@ void gemm(int64_t R, int64_t K, int64_t N, const float* a, int64_t ar, int64_t a
 }
 #endif
 
-// dst[d, c] = src[c, d] for c < C, d < W (src rows of W, dst rows of kBk):
-// whole 16 x 16 tiles in registers, the edges element by element.
-void transpose_block(const float* src, int64_t C, int64_t W, float* dst) {
+// dst[d, c] = src[c, d] for c < C, d < W (src rows of W at a distance of
+// lds, dst rows of kBk): whole 16 x 16 tiles in registers, the edges element
+// by element.
+void transpose_block(const float* src, int64_t C, int64_t W, int64_t lds, float* dst) {
   int64_t c16 = 0, d16 = 0;
 #if MEMFIT_BF16_SIMD
   c16 = C / 16 * 16, d16 = W / 16 * 16;
   for (int64_t c = 0; c < c16; c += 16)
-    for (int64_t d = 0; d < d16; d += 16) transpose16(src + c * W + d, W, dst + d * kBk + c, kBk);
+    for (int64_t d = 0; d < d16; d += 16) transpose16(src + c * lds + d, lds, dst + d * kBk + c, kBk);
 #endif
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t d = c < c16 ? d16 : 0; d < W; ++d) dst[d * kBk + c] = src[c * W + d];
+    for (int64_t d = c < c16 ? d16 : 0; d < W; ++d) dst[d * kBk + c] = src[c * lds + d];
 }
 
 // bias[c] = 0 where key j0 + c is attended by the mask, -inf where not.
@@ -230,12 +231,13 @@ class Attention final : public Kernel {
  private:
   void block(int64_t bh, int64_t i0, const AttentionDraw& dr, float* ws) const {
     const AttentionParams& p = p_;
-    const int64_t D = p.D, Dv = p.Dv, R = std::min(kBq, p.T - i0), b = bh / p.H;
-    const float* q = in<float>(0) + (bh * p.T + i0) * D;
-    const float* k = in<float>(1) + bh * p.S * D;
-    const float* v = in<float>(2) + bh * p.S * Dv;
-    const int32_t* mask = p.mask ? in<int32_t>(3) : nullptr;
-    float* o = out<float>(0) + (bh * p.T + i0) * Dv;
+    const int64_t D = p.D, Dv = p.Dv, R = std::min(kBq, p.T - i0), b = bh / p.H, h = bh % p.H;
+    const RowMap qm = p.q_map(), km = p.k_map(), vm = p.v_map(), om = p.o_map();
+    const float* q = in<float>(0) + qm.at(b, h, i0);
+    const float* k = in<float>(p.k_input()) + km.at(b, h, 0);
+    const float* v = in<float>(p.v_input()) + vm.at(b, h, 0);
+    const int32_t* mask = p.mask ? in<int32_t>(p.qkv_inputs()) : nullptr;
+    float* o = out<float>(0) + om.at(b, h, i0);
     float* lse = out<float>(1) + bh * p.T + i0;
     float *kt = ws, *s = kt + D * kBk, *acc = s + kBq * kBk, *m = acc + kBq * Dv, *l = m + kBq, *bias = l + kBq,
           *f = bias + kBk;
@@ -246,9 +248,9 @@ class Attention final : public Kernel {
     const int64_t jend = p.key_end(i0 + R - 1);
     for (int64_t j0 = 0; j0 < jend; j0 += kBk) {
       const int64_t C = std::min(kBk, jend - j0);
-      transpose_block(k + j0 * D, C, D, kt);
+      transpose_block(k + j0 * km.st, C, D, km.st, kt);
       mask_bias(p, mask, b, j0, C, bias);
-      gemm(R, D, C, q, D, 1, kt, kBk, s, kBk, false);
+      gemm(R, D, C, q, qm.st, 1, kt, kBk, s, kBk, false);
       for (int64_t r = 0; r < R; ++r) {
         float* sr = s + r * kBk;
         const float mx = scale_row(sr, bias, C, p.key_end(i0 + r) - j0, scale);
@@ -281,10 +283,10 @@ class Attention final : public Kernel {
           for (int64_t c = 0; c < C; ++c) sr[c] *= f[c];
         }
       }
-      gemm(R, C, Dv, s, kBk, 1, v + j0 * Dv, Dv, acc, Dv, true);
+      gemm(R, C, Dv, s, kBk, 1, v + j0 * vm.st, vm.st, acc, Dv, true);
     }
     for (int64_t r = 0; r < R; ++r) {
-      float* orow = o + r * Dv;
+      float* orow = o + r * om.st;
       if (l[r] == 0.0f) {
         std::fill(orow, orow + Dv, 0.0f);
         lse[r] = kNinf;
@@ -322,20 +324,28 @@ class AttentionBwd final : public Kernel {
  private:
   void head(int64_t bh, const AttentionDraw& dr, float* ws) const {
     const AttentionParams& p = p_;
-    const int64_t D = p.D, Dv = p.Dv, S = p.S, b = bh / p.H;
-    const float* q = in<float>(0) + bh * p.T * D;
-    const float* k = in<float>(1) + bh * S * D;
-    const float* v = in<float>(2) + bh * S * Dv;
-    const float* o = in<float>(3) + bh * p.T * Dv;
-    const float* lse = in<float>(4) + bh * p.T;
-    const float* dout = in<float>(5) + bh * p.T * Dv;
-    const int32_t* mask = p.mask ? in<int32_t>(6) : nullptr;
-    float* dq = out<float>(0) + bh * p.T * D;
-    float* dk = out<float>(1) + bh * S * D;
-    float* dv = out<float>(2) + bh * S * Dv;
-    std::fill(dq, dq + p.T * D, 0.0f);
-    std::fill(dk, dk + S * D, 0.0f);
-    std::fill(dv, dv + S * Dv, 0.0f);
+    const int64_t D = p.D, Dv = p.Dv, S = p.S, b = bh / p.H, h = bh % p.H;
+    const size_t n = p.qkv_inputs();
+    // Row distances: lq for q and dq, lk for k and dk, lv, lo for out and dout.
+    const RowMap qm = p.q_map(), km = p.k_map(), vm = p.v_map(), om = p.o_map();
+    const int64_t lq = qm.st, lk = km.st, lv = vm.st, lo = om.st;
+    const float* q = in<float>(0) + qm.at(b, h, 0);
+    const float* k = in<float>(p.k_input()) + km.at(b, h, 0);
+    const float* v = in<float>(p.v_input()) + vm.at(b, h, 0);
+    const float* o = in<float>(n) + om.at(b, h, 0);
+    const float* lse = in<float>(n + 1) + bh * p.T;
+    const float* dout = in<float>(n + 2) + om.at(b, h, 0);
+    const int32_t* mask = p.mask ? in<int32_t>(n + 3) : nullptr;
+    float* dq = out<float>(0) + qm.at(b, h, 0);
+    float* dk = out<float>(p.k_input()) + km.at(b, h, 0);
+    float* dv = out<float>(p.v_input()) + vm.at(b, h, 0);
+    // This head's rows only: in the bthd and packed layouts other heads'
+    // tasks write the rest of each row.
+    for (int64_t i = 0; i < p.T; ++i) std::fill(dq + i * lq, dq + i * lq + D, 0.0f);
+    for (int64_t j = 0; j < S; ++j) {
+      std::fill(dk + j * lk, dk + j * lk + D, 0.0f);
+      std::fill(dv + j * lv, dv + j * lv + Dv, 0.0f);
+    }
     float *kt = ws, *vt = kt + D * kBk, *P = vt + Dv * kBk, *dS = P + kBq * kBk, *delta = dS + kBq * kBk,
           *bias = delta + kBq, *f = bias + kBk;
     const float scale = static_cast<float>(p.scale);
@@ -348,13 +358,13 @@ class AttentionBwd final : public Kernel {
       const int64_t C = std::min(kBk, S - j0);
       const int64_t ifirst = p.causal ? std::max<int64_t>(0, j0 - (S - p.T)) : 0;
       if (ifirst >= p.T) break;  // every later key block starts later still
-      transpose_block(k + j0 * D, C, D, kt);
-      transpose_block(v + j0 * Dv, C, Dv, vt);
+      transpose_block(k + j0 * lk, C, D, lk, kt);
+      transpose_block(v + j0 * lv, C, Dv, lv, vt);
       mask_bias(p, mask, b, j0, C, bias);
       for (int64_t i0 = ifirst / kBq * kBq; i0 < p.T; i0 += kBq) {
         const int64_t R = std::min(kBq, p.T - i0);
         for (int64_t r = 0; r < R; ++r) {
-          const float *dr_ = dout + (i0 + r) * Dv, *or_ = o + (i0 + r) * Dv;
+          const float *dr_ = dout + (i0 + r) * lo, *or_ = o + (i0 + r) * lo;
           V acc = simd::zero();
           for (int64_t c0 = 0; c0 < Dv; c0 += 16) {
             const Mask mk = lanes_c(Dv - c0);
@@ -362,8 +372,8 @@ class AttentionBwd final : public Kernel {
           }
           delta[r] = lane_sum(acc);
         }
-        gemm(R, D, C, q + i0 * D, D, 1, kt, kBk, P, kBk, false);
-        gemm(R, Dv, C, dout + i0 * Dv, Dv, 1, vt, kBk, dS, kBk, false);
+        gemm(R, D, C, q + i0 * lq, lq, 1, kt, kBk, P, kBk, false);
+        gemm(R, Dv, C, dout + i0 * lo, lo, 1, vt, kBk, dS, kBk, false);
         for (int64_t r = 0; r < R; ++r) {
           float *pr = P + r * kBk, *dr_ = dS + r * kBk;
           const float l = lse[i0 + r];
@@ -389,9 +399,9 @@ class AttentionBwd final : public Kernel {
             }
           }
         }
-        gemm(C, R, Dv, P, 1, kBk, dout + i0 * Dv, Dv, dv + j0 * Dv, Dv, true);
-        gemm(R, C, D, dS, kBk, 1, k + j0 * D, D, dq + i0 * D, D, true);
-        gemm(C, R, D, dS, 1, kBk, q + i0 * D, D, dk + j0 * D, D, true);
+        gemm(C, R, Dv, P, 1, kBk, dout + i0 * lo, lo, dv + j0 * lv, lv, true);
+        gemm(R, C, D, dS, kBk, 1, k + j0 * lk, lk, dq + i0 * lq, lq, true);
+        gemm(C, R, D, dS, 1, kBk, q + i0 * lq, lq, dk + j0 * lk, lk, true);
       }
     }
   }

@@ -18,9 +18,11 @@ namespace attn_detail {
 // Scores of row i of head (b, h) into s[0, S): scale q_i . k_j where key j is
 // attended, -inf elsewhere. Returns their max (-inf: no key attended).
 template <class T>
-double row_scores(const AttentionParams& p, const T* q, const T* k, const int32_t* mask, int64_t b, int64_t i,
-                  double* s) {
+double row_scores(const AttentionParams& p, const T* q, const T* k, const int32_t* mask, int64_t b, int64_t h,
+                  int64_t i, double* s) {
   const double ninf = -std::numeric_limits<double>::infinity();
+  const RowMap qm = p.q_map(), km = p.k_map();
+  const T* qi = q + qm.at(b, h, i);
   const int64_t end = p.key_end(i);
   double mx = ninf;
   for (int64_t j = 0; j < p.S; ++j) {
@@ -28,8 +30,9 @@ double row_scores(const AttentionParams& p, const T* q, const T* k, const int32_
       s[j] = ninf;
       continue;
     }
+    const T* kj = k + km.at(b, h, j);
     double d = 0;
-    for (int64_t c = 0; c < p.D; ++c) d += static_cast<double>(q[c]) * static_cast<double>(k[j * p.D + c]);
+    for (int64_t c = 0; c < p.D; ++c) d += static_cast<double>(qi[c]) * static_cast<double>(kj[c]);
     s[j] = d * p.scale;
     mx = std::max(mx, s[j]);
   }
@@ -45,7 +48,7 @@ inline double keep_factor(const AttentionParams& p, const AttentionDraw& dr, int
 
 }  // namespace attn_detail
 
-// in: q, k, v[, mask]  out: out, lse
+// in: q, k, v[, mask] (or qkv[, mask])  out: out, lse
 template <class T>
 class Attention final : public Kernel {
  public:
@@ -53,21 +56,20 @@ class Attention final : public Kernel {
   const char* name() const override { return "ref.attention"; }
   size_t scratch_bytes() const override { return static_cast<size_t>(p_.S) * sizeof(double); }
   void run(const StepContext& ctx) override {
-    const T *q = in<T>(0), *k = in<T>(1), *v = in<T>(2);
-    const int32_t* mask = p_.mask ? in<int32_t>(3) : nullptr;
+    const T *q = in<T>(0), *k = in<T>(p_.k_input()), *v = in<T>(p_.v_input());
+    const int32_t* mask = p_.mask ? in<int32_t>(p_.qkv_inputs()) : nullptr;
     T* o = out<T>(0);
     T* lse = out<T>(1);
     double* s = static_cast<double*>(scratch_);
     const auto dr = attention_draw(p_, ctx.seed, ctx.step, ctx.micro);
-    const int64_t S = p_.S, D = p_.D, Dv = p_.Dv, T_ = p_.T;
+    const int64_t S = p_.S, Dv = p_.Dv, T_ = p_.T;
+    const RowMap vm = p_.v_map(), om = p_.o_map();
     for (int64_t bh = 0; bh < p_.B * p_.H; ++bh) {
-      const int64_t b = bh / p_.H;
-      const T* kb = k + bh * S * D;
-      const T* vb = v + bh * S * Dv;
+      const int64_t b = bh / p_.H, h = bh % p_.H;
       for (int64_t i = 0; i < T_; ++i) {
         const int64_t r = bh * T_ + i;
-        T* orow = o + r * Dv;
-        const double mx = attn_detail::row_scores(p_, q + r * D, kb, mask, b, i, s);
+        T* orow = o + om.at(b, h, i);
+        const double mx = attn_detail::row_scores(p_, q, k, mask, b, h, i, s);
         if (mx == -std::numeric_limits<double>::infinity()) {  // no key attended
           for (int64_t c = 0; c < Dv; ++c) orow[c] = T(0);
           lse[r] = static_cast<T>(mx);
@@ -81,7 +83,7 @@ class Attention final : public Kernel {
           s[j] = std::exp(s[j] - l) * attn_detail::keep_factor(p_, dr, bh, i, j);
         for (int64_t c = 0; c < Dv; ++c) {
           double a = 0;
-          for (int64_t j = 0; j < S; ++j) a += s[j] * static_cast<double>(vb[j * Dv + c]);
+          for (int64_t j = 0; j < S; ++j) a += s[j] * static_cast<double>(v[vm.at(b, h, j) + c]);
           orow[c] = static_cast<T>(a);
         }
       }
@@ -92,7 +94,7 @@ class Attention final : public Kernel {
   AttentionParams p_;
 };
 
-// in: q, k, v, out, lse, dout[, mask]  out: dq, dk, dv (assigned)
+// in: q, k, v (or qkv), out, lse, dout[, mask]  out: dq, dk, dv (or dqkv; assigned)
 template <class T>
 class AttentionBwd final : public Kernel {
  public:
@@ -100,41 +102,47 @@ class AttentionBwd final : public Kernel {
   const char* name() const override { return "ref.attention_bwd"; }
   size_t scratch_bytes() const override { return static_cast<size_t>(p_.S) * sizeof(double); }
   void run(const StepContext& ctx) override {
-    const T *q = in<T>(0), *k = in<T>(1), *v = in<T>(2), *o = in<T>(3), *lse = in<T>(4), *dout = in<T>(5);
-    const int32_t* mask = p_.mask ? in<int32_t>(6) : nullptr;
-    T *dq = out<T>(0), *dk = out<T>(1), *dv = out<T>(2);
+    const size_t n = p_.qkv_inputs();
+    const T *q = in<T>(0), *k = in<T>(p_.k_input()), *v = in<T>(p_.v_input());
+    const T *o = in<T>(n), *lse = in<T>(n + 1), *dout = in<T>(n + 2);
+    const int32_t* mask = p_.mask ? in<int32_t>(n + 3) : nullptr;
+    T *dq = out<T>(0), *dk = out<T>(p_.k_input()), *dv = out<T>(p_.v_input());
     double* s = static_cast<double*>(scratch_);
     const auto dr = attention_draw(p_, ctx.seed, ctx.step, ctx.micro);
     const int64_t S = p_.S, D = p_.D, Dv = p_.Dv, T_ = p_.T, BH = p_.B * p_.H;
-    std::memset(dq, 0, sizeof(T) * static_cast<size_t>(BH * T_ * D));
-    std::memset(dk, 0, sizeof(T) * static_cast<size_t>(BH * S * D));
-    std::memset(dv, 0, sizeof(T) * static_cast<size_t>(BH * S * Dv));
+    const RowMap qm = p_.q_map(), km = p_.k_map(), vm = p_.v_map(), om = p_.o_map();
+    // Every layout is dense: the buffers hold exactly these elements.
+    std::memset(dq, 0, sizeof(T) * static_cast<size_t>(BH * T_ * D * (p_.packed() ? 3 : 1)));
+    if (!p_.packed()) {
+      std::memset(dk, 0, sizeof(T) * static_cast<size_t>(BH * S * D));
+      std::memset(dv, 0, sizeof(T) * static_cast<size_t>(BH * S * Dv));
+    }
     for (int64_t bh = 0; bh < BH; ++bh) {
-      const int64_t b = bh / p_.H;
-      const T* kb = k + bh * S * D;
-      const T* vb = v + bh * S * Dv;
-      T* dkb = dk + bh * S * D;
-      T* dvb = dv + bh * S * Dv;
+      const int64_t b = bh / p_.H, h = bh % p_.H;
       for (int64_t i = 0; i < T_; ++i) {
         const int64_t r = bh * T_ + i;
         const double l = static_cast<double>(lse[r]);
         if (l == -std::numeric_limits<double>::infinity()) continue;  // no key attended: zero gradients
-        const T* qi = q + r * D;
-        const T* doi = dout + r * Dv;
-        attn_detail::row_scores(p_, qi, kb, mask, b, i, s);
+        const T* qi = q + qm.at(b, h, i);
+        const T* doi = dout + om.at(b, h, i);
+        const T* oi = o + om.at(b, h, i);
+        T* dqi = dq + qm.at(b, h, i);
+        attn_detail::row_scores(p_, q, k, mask, b, h, i, s);
         double delta = 0;
-        for (int64_t c = 0; c < Dv; ++c) delta += static_cast<double>(doi[c]) * static_cast<double>(o[r * Dv + c]);
+        for (int64_t c = 0; c < Dv; ++c) delta += static_cast<double>(doi[c]) * static_cast<double>(oi[c]);
         for (int64_t j = 0; j < S; ++j) {
           if (s[j] == -std::numeric_limits<double>::infinity()) continue;
+          const T *kj = k + km.at(b, h, j), *vj = v + vm.at(b, h, j);
+          T *dkj = dk + km.at(b, h, j), *dvj = dv + vm.at(b, h, j);
           const double P = std::exp(s[j] - l), f = attn_detail::keep_factor(p_, dr, bh, i, j);
           double dp = 0;
-          for (int64_t c = 0; c < Dv; ++c) dp += static_cast<double>(doi[c]) * static_cast<double>(vb[j * Dv + c]);
+          for (int64_t c = 0; c < Dv; ++c) dp += static_cast<double>(doi[c]) * static_cast<double>(vj[c]);
           for (int64_t c = 0; c < Dv; ++c)
-            dvb[j * Dv + c] = static_cast<T>(static_cast<double>(dvb[j * Dv + c]) + P * f * static_cast<double>(doi[c]));
+            dvj[c] = static_cast<T>(static_cast<double>(dvj[c]) + P * f * static_cast<double>(doi[c]));
           const double ds = P * (dp * f - delta) * p_.scale;
           for (int64_t c = 0; c < D; ++c) {
-            dq[r * D + c] = static_cast<T>(static_cast<double>(dq[r * D + c]) + ds * static_cast<double>(kb[j * D + c]));
-            dkb[j * D + c] = static_cast<T>(static_cast<double>(dkb[j * D + c]) + ds * static_cast<double>(qi[c]));
+            dqi[c] = static_cast<T>(static_cast<double>(dqi[c]) + ds * static_cast<double>(kj[c]));
+            dkj[c] = static_cast<T>(static_cast<double>(dkj[c]) + ds * static_cast<double>(qi[c]));
           }
         }
       }
