@@ -20,9 +20,9 @@ with the same model, batch, optimizer, random data and thread count:
    AdamW lr 1e-3, weight decay 0.1 on 2-d weights only; in tokens/s;
  - lstm-classifier (embedding 64, LSTM 32, 4 classes) at batch 64 on 128
    random tokens of 5000 values, Adam lr 1e-3; in sequences/s;
-the text models in fp32 only (memfit's --precision bf16 casts float inputs
-on entry, and a token model has none: its activations would stay f32
-beside PyTorch's autocast). --models picks some of the models.
+the text models in fp32 only (memfit's bf16 activations for token models
+are new and not yet measured against PyTorch's autocast). --models picks
+some of the models.
 After both have warmed up, their timed steps
 alternate one by one (memfit, PyTorch, memfit, ...), each side idle while the
 other runs, so that both see the same machine: on a shared machine the load

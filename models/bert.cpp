@@ -75,7 +75,7 @@ ValueId embeddings(Builder& b, const BertConfig& c, const BertInputs& in, int64_
     pos = param(b, "weight", {c.max_position, C}, normal_like(kInitStd));
   }
   // Positions 0..T-1 (BertModel's position_ids), whatever the padding.
-  h = add_broadcast(b, h, T == c.max_position ? pos : slice(b, pos, 0, 0, T));
+  h = to_activations(b, add_broadcast(b, h, T == c.max_position ? pos : slice(b, pos, 0, 0, T)));
   h = norm(b, h, c);
   return dropout(b, h, c.hidden_dropout, "dropout");
 }

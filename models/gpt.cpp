@@ -71,7 +71,7 @@ ValueId transformer(Builder& b, ValueId tokens, const GptConfig& c, int64_t V) {
     auto ps = b.scope("wpe");
     wpe = param(b, "weight", {c.block_size, c.n_embd}, normal_like(0.02));
   }
-  h = add_broadcast(b, h, T == c.block_size ? wpe : slice(b, wpe, 0, 0, T));
+  h = to_activations(b, add_broadcast(b, h, T == c.block_size ? wpe : slice(b, wpe, 0, 0, T)));
   if (c.dropout > 0) h = dropout(b, h, c.dropout, "drop");
   {
     auto hs = b.scope("h");

@@ -25,7 +25,7 @@ Model lstm_classifier() {
     if (vocab < 1)
       throw GraphError("model 'lstm-classifier' needs the tokens' vocabulary (the data's range of 'tokens'), got " +
                        std::to_string(vocab));
-    const ValueId x = embedding(b, in.at("tokens"), vocab, kEmbed, {.name = "embedding"});
+    const ValueId x = to_activations(b, embedding(b, in.at("tokens"), vocab, kEmbed, {.name = "embedding"}));
     const auto it = in.values.find("lengths");
     const ValueId lengths = it == in.values.end() ? kNone : it->second;
     const LstmOut r = lstm(b, x, kHidden, {.layers = kLayers, .name = "lstm", .lengths = lengths});

@@ -22,6 +22,10 @@ class Builder {
   explicit Builder(Graph& g, bool training = true) : g(g), training(training) { g.training = training; }
   Graph& g;
   bool training;
+  // The type activations are stored in (the precision policy). A model
+  // whose inputs are token ids casts its embedding stream into it with
+  // to_activations; float inputs are cast on entry by the step graph.
+  DType activations = DType::f32;
 
   // RAII scope: names created inside get "name." prepended.
   class Scope {
@@ -135,6 +139,10 @@ ValueId layer_norm(Builder& b, ValueId x, LayerNormOpts o = {});
 ValueId gelu(Builder& b, ValueId x, bool tanh = false);
 // Softmax over the last axis.
 ValueId softmax(Builder& b, ValueId x);
+
+// x in b.activations' type: a cast where it differs (the embedding sum of a
+// token model, which gathers f32 rows of its tables), else x itself.
+ValueId to_activations(Builder& b, ValueId x);
 
 // Scaled dot-product attention as one fused op (graph/ops/attention.cpp):
 // q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] -> [B, H, T, Dv]. causal:

@@ -213,6 +213,10 @@ ValueId gelu(Builder& b, ValueId x, bool tanh) {
   return b.g.add1("gelu", {x}, {{"approximate", std::string(tanh ? "tanh" : "none")}}, b.auto_name("gelu"));
 }
 
+ValueId to_activations(Builder& b, ValueId x) {
+  return b.g.value(x).dtype == b.activations || !is_float(b.g.value(x).dtype) ? x : cast(b, x, b.activations);
+}
+
 ValueId softmax(Builder& b, ValueId x) { return b.g.add1("softmax", {x}, {}, b.auto_name("softmax")); }
 
 namespace {

@@ -255,10 +255,6 @@ class Planner {
     if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
     std::vector<FitPrecision> precisions =
         o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
-    // A model of token ids has no activation precision to lower (yet): only
-    // the compression of what backward reads.
-    if (!reads_floats(models::resolve(o_.model)))
-      std::erase_if(precisions, [](const FitPrecision& f) { return f.precision != DType::f32; });
     FitResult fr = search_fit(base, o_.batch, fit_data_, budget.bytes - budget.bytes / 50, fcfg, precisions);
     if (fr.fitting.empty()) throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1));
     log_ << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)

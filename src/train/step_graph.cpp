@@ -47,12 +47,6 @@ const TensorSpec& match(const models::Model& m, const models::InputDecl& want, c
 
 }  // namespace
 
-bool reads_floats(const models::Model& m) {
-  for (const models::InputDecl& d : m.inputs)
-    if (d.dtype == DType::f32) return true;
-  return false;
-}
-
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   auto sg = std::make_unique<StepGraph>();
   Graph& g = sg->g;
@@ -75,11 +69,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
       if (in.spec.name == name) return in.value;
     return kNone;
   };
-  if (s.precision != DType::f32 && !reads_floats(model))
-    throw GraphError("model '" + model.name + "' reads only token ids and starts at an embedding: --precision " +
-                     (s.precision == DType::bf16 ? "bf16" : "fp16") +
-                     " does not apply to it yet (its activations stay fp32); --saved-activations bf16 compresses "
-                     "what its backward reads");
+  b.activations = s.precision;
   models::Inputs ins;
   for (const models::InputDecl& d : model.inputs) {
     if (d.optional && value_of(d.name) == kNone) continue;  // the data does not hold it

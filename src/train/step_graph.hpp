@@ -82,10 +82,6 @@ size_t update_begin(const Graph& g);
 // `classes` values.
 std::vector<TensorSpec> image_tensors(int64_t channels, int64_t height, int64_t width, int64_t classes);
 
-// True if the model reads a float input (an image): --precision casts it on
-// entry. A model of token ids only starts at an embedding and stays fp32.
-bool reads_floats(const models::Model& m);
-
 // Throws GraphError for a bad model, an unknown model name, or data that
 // does not hold the model's inputs and target (naming both).
 std::unique_ptr<StepGraph> build_step_graph(const StepSpec& spec);
