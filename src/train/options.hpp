@@ -63,6 +63,9 @@ struct TrainOptions {
   // shorter ones padded with an attention mask); 0: 128, or the model's
   // max_sequence when that is shorter.
   int64_t max_len = 0;
+  // --task: "lm" or "classify", checked against the model ("": what the
+  // model is).
+  std::string task;
   int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
   int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
   bool augment = false;        // random crop (pad 4) and horizontal flip
