@@ -44,7 +44,7 @@ struct TrainOptions {
   // fit or lets the fit pick a faster plan. Image folders are always read
   // from disk. With auto_fit off, auto means memory.
   std::string data_in = "auto";
-  std::string cache_dir;       // disk: the cache directory ("" = data::default_cache_dir())
+  std::string cache_dir;       // the IDX (disk) and token caches' directory ("" = data::default_cache_dir())
   int64_t threads = 0;         // 0: all cores
   std::optional<size_t> memory;
   std::string out = "runs/latest";
