@@ -1,8 +1,9 @@
 // Text data for language modelling: UTF-8 decoding and its errors, the char
 // tokenizer (round trip, unknown characters, its saved file), fortune
 // entries, the seeded held-out split, and TokenWindows through the loader
-// (next-token targets, exact resume).
+// (next-token targets, exact resume); the token cache's key and file.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +16,8 @@
 
 #include "data/loader.hpp"
 #include "data/text.hpp"
+#include "data/token_cache.hpp"
+#include "data/tokenizer.hpp"
 
 using namespace memfit;
 using namespace memfit::data;
@@ -204,5 +207,79 @@ TEST(Corpus, FortuneEntriesParagraphsBinaryFilesAndLinks) {
   fs::remove_all(dir / "sub");
   fs::create_directories(dir / "empty");
   EXPECT_NE(error_of_read(dir / "empty").find("no text"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// The token cache's key changes with everything that changes the tokens
+// (a file's content, the directory's files, the tokenizer, the split), and
+// a written cache reads back the same; a file that is short, corrupt or
+// of another key is refused with a reason, never returned.
+TEST(TokenCache, KeyFollowsTheCorpusTokenizerAndSplit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("memfit-token-cache-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "corpus");
+  std::ofstream(dir / "corpus" / "a.txt") << "one\n";
+  const std::string corpus = (dir / "corpus").string();
+  const TokenCacheKey k = token_cache_key(corpus, "char:corpus", 0.1, 7);
+  EXPECT_EQ(k.name, "corpus");
+  EXPECT_EQ(token_cache_key(corpus, "char:corpus", 0.1, 7).hash, k.hash);
+  EXPECT_NE(token_cache_key(corpus, "gpt2:0123", 0.1, 7).hash, k.hash);
+  EXPECT_NE(token_cache_key(corpus, "char:corpus", 0.2, 7).hash, k.hash);
+  EXPECT_NE(token_cache_key(corpus, "char:corpus", 0.1, 8).hash, k.hash);
+  std::ofstream(dir / "corpus" / "b.txt") << "two\n";
+  const TokenCacheKey k2 = token_cache_key(corpus, "char:corpus", 0.1, 7);
+  EXPECT_NE(k2.hash, k.hash);
+  std::ofstream(dir / "corpus" / "b.txt", std::ios::app) << "three\n";
+  EXPECT_NE(token_cache_key(corpus, "char:corpus", 0.1, 7).hash, k2.hash);
+  EXPECT_THROW(token_cache_key((dir / "missing").string(), "char:corpus", 0.1, 7), std::runtime_error);
+
+  const std::string path = token_cache_path(k, dir.string());
+  EXPECT_EQ(fs::path(path).parent_path(), dir);
+  std::string why;
+  EXPECT_FALSE(read_token_cache(path, k, why));
+  EXPECT_EQ(why, "");  // no file: nothing wrong, just absent
+  TokenCacheData d;
+  d.tokenizer = CharTokenizer::from_text("ab\n", "t").saved();
+  d.train = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{0, 1, 2, 1, 0});
+  d.held_out = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{2, 2});
+  d.files = 1;
+  d.documents = 3;
+  d.held_out_documents = 1;
+  write_token_cache(path, k, d);
+  auto r = read_token_cache(path, k, why);
+  ASSERT_TRUE(r) << why;
+  EXPECT_EQ(*r->train, *d.train);
+  EXPECT_EQ(*r->held_out, *d.held_out);
+  EXPECT_EQ(r->tokenizer, d.tokenizer);
+  EXPECT_EQ(parse_tokenizer(r->tokenizer, path)->vocab_size(), 3u);
+  EXPECT_EQ(r->documents, 3u);
+  EXPECT_EQ(r->held_out_documents, 1u);
+  // No temporary file is left next to it.
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.is_regular_file();
+  EXPECT_EQ(n, 1u);
+
+  EXPECT_FALSE(read_token_cache(path, k2, why));
+  EXPECT_NE(why.find("another corpus"), std::string::npos) << why;
+  const auto size = fs::file_size(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  EXPECT_FALSE(read_token_cache(path, k, why));
+  EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+  fs::resize_file(path, size - 3);
+  EXPECT_FALSE(read_token_cache(path, k, why));
+  EXPECT_NE(why.find("not what its header declares"), std::string::npos) << why;
+  fs::resize_file(path, 10);
+  EXPECT_FALSE(read_token_cache(path, k, why));
+  EXPECT_NE(why.find("shorter than its header"), std::string::npos) << why;
+  std::ofstream(path, std::ios::trunc) << std::string(200, 'x');
+  EXPECT_FALSE(read_token_cache(path, k, why));
+  EXPECT_NE(why.find("bad magic"), std::string::npos) << why;
+  // A directory that cannot be made: an error naming it.
+  EXPECT_THROW(write_token_cache((dir / "corpus" / "a.txt" / "sub" / "x.tokens").string(), k, d), std::runtime_error);
   fs::remove_all(dir);
 }

@@ -1,8 +1,10 @@
 // `memfit train` on text: a language model trains on a text corpus from
 // the command line, with its tokenizer saved in the run directory, val loss
 // on held-out documents, tokens/s in the progress, and an exact resume;
-// bad text options are clear errors. The corpus is written here (fortune
-// format: entries between "%" lines), so the test needs no package.
+// bad text options are clear errors; the token cache is reused exactly and
+// rebuilt when wrong; --task is checked against the model. The corpus is
+// written here (fortune format: entries between "%" lines), so the test
+// needs no package.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -188,4 +190,135 @@ TEST(TextTrain, Gpt2TokenizerTrainsAndGenerates) {
   const RunResult g = run_memfit("generate --run " + dir + "/run --prompt 'the' --tokens 8 --seed 3 --threads 2 --json");
   ASSERT_EQ(g.code, 0) << g.out;
   EXPECT_FALSE(json_at(g.out, "text").get<std::string>().empty()) << g.out;
+}
+
+namespace {
+
+// The text after `marker` in `out`, up to the end of its line or a space.
+std::string word_after(const std::string& out, const std::string& marker) {
+  const size_t at = out.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t from = at + marker.size();
+  return out.substr(from, out.find_first_of(" \n", from) - from);
+}
+
+// The line holding `what` ("" when none).
+std::string line_with(const std::string& out, const std::string& what) {
+  const size_t at = out.find(what);
+  if (at == std::string::npos) return "";
+  const size_t from = out.rfind('\n', at) == std::string::npos ? 0 : out.rfind('\n', at) + 1;
+  return out.substr(from, out.find('\n', at) - from);
+}
+
+}  // namespace
+
+// The token cache: the first run tokenizes and writes it, the second reads
+// it and trains bit-identically; a corrupt or truncated cache is rebuilt
+// with the reason said; an edited corpus gets a new cache; a cache
+// directory that cannot be written is a warning, and the run trains from
+// memory.
+TEST(TextTrain, TokenCacheIsReusedExactlyAndRebuiltWhenWrong) {
+  const std::string dir = temp_dir("text-cache");
+  const std::string corpus = write_corpus(dir);
+  const std::string cache_dir = dir + "/cache";
+  const std::string args = "train" + kArgs + " --data " + corpus + " --steps 3 --eval-every 0 --json --cache-dir ";
+  auto train = [&](const std::string& out, const std::string& cdir = "") {
+    return run_memfit(args + (cdir.empty() ? cache_dir : cdir) + " --out " + dir + "/" + out);
+  };
+
+  const RunResult built = train("a");
+  ASSERT_EQ(built.code, 0) << built.out;
+  EXPECT_NE(built.out.find("memfit: tokenized " + corpus + " ("), std::string::npos) << built.out;
+  const std::string cache = word_after(built.out, " -> cache ");
+  ASSERT_FALSE(cache.empty()) << built.out;
+  EXPECT_EQ(fs::path(cache).parent_path(), fs::path(cache_dir)) << cache;
+  ASSERT_TRUE(fs::exists(cache));
+  const double loss = json_number(built.out, "final_train_loss");
+  ASSERT_TRUE(std::isfinite(loss)) << built.out;
+  const std::string pipeline = line_with(built.out, "data pipeline");
+  EXPECT_NE(pipeline.find("1 file, 600 documents ("), std::string::npos) << built.out;
+
+  const RunResult hit = train("b");
+  ASSERT_EQ(hit.code, 0) << hit.out;
+  EXPECT_NE(hit.out.find("memfit: tokens: cache hit " + cache + "\n"), std::string::npos) << hit.out;
+  EXPECT_EQ(hit.out.find("memfit: tokenized"), std::string::npos) << hit.out;
+  EXPECT_EQ(json_number(hit.out, "final_train_loss"), loss);
+  expect_same_tensors(dir + "/a/model.safetensors", dir + "/b/model.safetensors");
+  // The same text note and the same data-pipeline bytes in the plan.
+  EXPECT_EQ(line_with(hit.out, "data pipeline"), pipeline);
+
+  // One byte of the payload flipped: rebuilt, with the reason.
+  {
+    std::fstream f(cache, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-5, std::ios::end);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  const RunResult corrupt = train("c");
+  ASSERT_EQ(corrupt.code, 0) << corrupt.out;
+  EXPECT_NE(corrupt.out.find("-> cache " + cache + " (the old cache was unusable: its checksum does not match"),
+            std::string::npos)
+      << corrupt.out;
+  EXPECT_EQ(json_number(corrupt.out, "final_train_loss"), loss);
+  EXPECT_NE(train("c2").out.find("tokens: cache hit " + cache), std::string::npos);  // the rebuilt one is good
+
+  // Truncated: rebuilt, saying so.
+  fs::resize_file(cache, fs::file_size(cache) - 8);
+  const RunResult cut = train("d");
+  ASSERT_EQ(cut.code, 0) << cut.out;
+  EXPECT_NE(cut.out.find("not what its header declares"), std::string::npos) << cut.out;
+
+  // The corpus edited: its key changes, the tokens are made again.
+  std::ofstream(corpus, std::ios::app) << "a new entry about the dog.\n%\n";
+  const RunResult edited = train("e");
+  ASSERT_EQ(edited.code, 0) << edited.out;
+  EXPECT_NE(edited.out.find("memfit: tokenized " + corpus + " ("), std::string::npos) << edited.out;
+  EXPECT_EQ(edited.out.find("cache hit"), std::string::npos) << edited.out;
+  EXPECT_NE(word_after(edited.out, " -> cache "), cache) << edited.out;
+  EXPECT_NE(line_with(edited.out, "data pipeline").find("601 documents"), std::string::npos) << edited.out;
+
+  // Another tokenizer spec or split: another key, not this cache.
+  const RunResult split = run_memfit(args + cache_dir + " --val-fraction 0.2 --out " + dir + "/f");
+  ASSERT_EQ(split.code, 0) << split.out;
+  EXPECT_EQ(split.out.find("cache hit"), std::string::npos) << split.out;
+
+  // A cache directory that cannot be made (under a regular file): a
+  // warning, and training goes on from memory with the same tokens.
+  const RunResult ro = train("g", dir + "/a/model.safetensors/cache");
+  ASSERT_EQ(ro.code, 0) << ro.out;
+  EXPECT_NE(ro.out.find("memfit: warning: tokenized " + corpus + " but could not write the token cache ("),
+            std::string::npos)
+      << ro.out;
+  EXPECT_NE(ro.out.find("training goes on from memory"), std::string::npos) << ro.out;
+}
+
+// --task says what the run trains; one that does not fit the model is a
+// usage error naming both.
+TEST(TextTrain, TaskMustFitTheModel) {
+  const std::string dir = temp_dir("text-task");
+  const std::string corpus = write_corpus(dir);
+  struct Case {
+    std::string args, expect;
+  };
+  const Case cases[] = {
+      {"--model gpt-char --task classify", "--task classify does not fit --model gpt-char: it is a language model"},
+      {"--model lstm-classifier --task lm", "--task lm does not fit --model lstm-classifier: it is a classifier"},
+      {"--model bert-tiny --task lm", "--task lm does not fit --model bert-tiny: it is a classifier"},
+      {"--model gpt-tiny --task translate", "--task expects lm or classify, got 'translate'"},
+  };
+  for (const Case& c : cases) {
+    for (const char* cmd : {"train", "plan"}) {
+      const std::string out = std::string(cmd) == "train" ? " --out " + dir + "/run" : "";
+      const RunResult r = run_memfit(std::string(cmd) + " " + c.args + " --data " + corpus + out);
+      EXPECT_EQ(r.code, 2) << cmd << " " << c.args << "\n" << r.out;
+      EXPECT_NE(r.out.find(c.expect), std::string::npos) << cmd << " " << c.args << "\n" << r.out;
+    }
+  }
+  // The task the model is: accepted.
+  const RunResult lm = run_memfit("train" + kArgs + " --task lm --data " + corpus + " --steps 1 --eval-every 0 --out " +
+                                  dir + "/lm");
+  EXPECT_EQ(lm.code, 0) << lm.out;
 }

@@ -26,6 +26,7 @@
 #include "train/generate.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
+#include "train/run_data.hpp"
 #include "train/trainer.hpp"
 
 using namespace memfit;
@@ -72,8 +73,8 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
       "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
       "makes the plan fit or lets the fit pick a faster plan");
   a.add("cache-dir", &o.cache_dir, "DIR",
-        "where streamed IDX data is decompressed to (default $MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or "
-        "~/.cache/memfit)");
+        "where streamed IDX data is decompressed to and a language model's tokens are cached (default "
+        "$MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or ~/.cache/memfit)");
   a.add("batch", &o.batch, "N", "batch size (default 64)");
   a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw", "optimizer (default sgd with momentum 0.9)");
   a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
@@ -95,6 +96,8 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   a.add("block-size", &o.block_size, "T", "language models: tokens per training window (default: the model's block size)");
   a.add("val-fraction", &o.val_fraction, "F",
         "language models: share of the text's documents held out for evaluation (default 0.1)");
+  a.add("task", &o.task, "lm|classify",
+        "text models: what to train, checked against --model (default: what the model is; a BERT is a classifier)");
   a.add("max-len", &o.max_len, "T",
         "text classifiers: tokens per example, longer ones truncated (default 128, or the model's limit)");
   a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
@@ -246,7 +249,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (o.optimizer.kind == "adamw" && !a.given("weight-decay")) o.optimizer.weight_decay = 1e-2;
   if (o.optimizer.kind == "adam" && !a.given("weight-decay")) o.optimizer.weight_decay = 0.0;
   try {
-    models::resolve(o.model);
+    const models::Model m = models::resolve(o.model);
+    try {
+      train::check_task(o, m);
+    } catch (const std::invalid_argument& e) {
+      return usage_error(a, e.what());
+    }
   } catch (const GraphError& e) {
     return usage_error(a, e.what());
   }
@@ -333,7 +341,12 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (auto why = invalid(o)) return usage_error(a, *why);
   if (a.given("data")) o.given.push_back("data");
   try {
-    models::resolve(o.model);
+    const models::Model m = models::resolve(o.model);
+    try {
+      train::check_task(o, m);
+    } catch (const std::invalid_argument& e) {
+      return usage_error(a, e.what());
+    }
   } catch (const GraphError& e) {
     return usage_error(a, e.what());
   }

@@ -316,7 +316,7 @@ Gpt2Tokenizer Gpt2Tokenizer::from_saved(const nlohmann::json& j, const std::stri
   return Gpt2Tokenizer(build(std::move(tokens), j["special"][kEndOfText].get<int64_t>(), path));
 }
 
-void Gpt2Tokenizer::save(const std::string& path) const {
+std::string Gpt2Tokenizer::saved() const {
   nlohmann::json j;
   j["tokenizer"] = "gpt2";
   j["version"] = 1;
@@ -327,7 +327,7 @@ void Gpt2Tokenizer::save(const std::string& path) const {
     ranks.push_back(impl_->len[r] ? nlohmann::json(base64_encode(token_bytes(static_cast<int32_t>(r))))
                                   : nlohmann::json(nullptr));
   j["ranks"] = std::move(ranks);
-  detail::write_file_atomic(path, j.dump() + "\n", "tokenizer");
+  return j.dump() + "\n";
 }
 
 size_t Gpt2Tokenizer::vocab_size() const { return std::max(impl_->len.size(), size_t(impl_->eot) + 1); }

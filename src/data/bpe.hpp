@@ -39,7 +39,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   size_t vocab_size() const override;
   std::vector<int32_t> encode(std::string_view text, const std::string& source) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
-  void save(const std::string& path) const override;
+  std::string saved() const override;
   int32_t eot_id() const override;
 
   // The bytes of token `id` (throws std::out_of_range), and the id of a

@@ -1,14 +1,11 @@
 #include "data/idx_stream.hpp"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,63 +44,22 @@ size_t pread_full(int fd, void* dst, size_t n, uint64_t offset, const std::strin
   return got;
 }
 
-// Removes temp files of `final_path` that a crashed build left behind: ones
-// not modified for 10 minutes (a build in progress writes continuously).
-void remove_stale_temps(const fs::path& final_path) {
-  std::error_code ec;
-  const std::string prefix = final_path.filename().string() + ".tmp.";
-  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::minutes(10);
-  for (fs::directory_iterator it(final_path.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    std::error_code ec2;
-    const auto t = fs::last_write_time(it->path(), ec2);
-    if (!ec2 && t < cutoff) fs::remove(it->path(), ec2);
-  }
-}
-
 }  // namespace
-
-std::string default_cache_dir() {
-  if (const char* d = std::getenv("MEMFIT_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return (fs::path(x) / "memfit").string();
-  std::string home;
-  if (const char* h = std::getenv("HOME"); h && *h) {
-    home = h;
-  } else {
-    struct passwd pw, *res = nullptr;
-    char buf[4096];
-    if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &res) == 0 && res && res->pw_dir && *res->pw_dir)
-      home = res->pw_dir;
-  }
-  if (!home.empty()) return (fs::path(home) / ".cache" / "memfit").string();
-  std::error_code ec;
-  fs::path tmp = fs::temp_directory_path(ec);
-  if (ec) tmp = "/tmp";
-  return (tmp / ("memfit-cache-" + std::to_string(getuid()))).string();
-}
 
 std::string idx_cache_path(const std::string& source, const std::string& cache_dir) {
   struct stat st;
   if (::stat(source.c_str(), &st) != 0) throw std::runtime_error(source + ": cannot stat: " + errno_text());
   if (!is_gzip_file(source)) return source;  // a raw IDX file is streamed as it is
-  std::error_code ec;
-  fs::path abs = fs::weakly_canonical(fs::absolute(source), ec);
-  if (ec) abs = fs::absolute(source);
-  const std::string key = abs.string();
-  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  const uint64_t size = uint64_t(st.st_size);
+  const FileStamp s = stamp_of(source);
   uint64_t h = rng::kFnvOffset;
   h = rng::fnv1a(h, "memfit idx cache v1", 19);
-  h = rng::fnv1a(h, key.data(), key.size() + 1);
-  h = rng::fnv1a(h, &size, sizeof size);
-  h = rng::fnv1a(h, &mtime_ns, sizeof mtime_ns);
+  h = rng::fnv1a(h, s.path.data(), s.path.size() + 1);
+  h = rng::fnv1a(h, &s.size, sizeof s.size);
+  h = rng::fnv1a(h, &s.mtime_ns, sizeof s.mtime_ns);
   std::string name = fs::path(source).filename().string();
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) name.resize(name.size() - 3);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   const std::string dir = cache_dir.empty() ? default_cache_dir() : cache_dir;
-  return (fs::path(dir) / (name + "-" + hex + ".idx")).string();
+  return (fs::path(dir) / (name + "-" + hex16(h) + ".idx")).string();
 }
 
 StreamedIdxDataset StreamedIdxDataset::open(const std::string& dir, const std::string& split,
@@ -220,40 +176,13 @@ CacheStatus StreamedIdxDataset::prepare() {
   }
 
   // Build: decompress into a temp file next to the cache, fsync, rename.
-  const fs::path final_path(cache_path_);
-  const fs::path dir = final_path.parent_path();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir, ec))
-    throw std::runtime_error("cannot create the dataset cache directory " + dir.string() + ": " +
-                             (ec ? ec.message() : std::string("not a directory")) + kCacheHint);
-  remove_stale_temps(final_path);
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp = cache_path_ + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
-  int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (out < 0)
-    throw std::runtime_error("cannot write the dataset cache in " + dir.string() + " (" + tmp + "): " +
-                             errno_text() + kCacheHint);
-  try {
-    const IdxImages h = copy_idx_images(images_path_, out, tmp);
+  ensure_cache_dir(fs::path(cache_path_).parent_path().string(), "dataset cache", kCacheHint);
+  {
+    AtomicFile out(cache_path_, "dataset cache", kCacheHint);
+    const IdxImages h = copy_idx_images(images_path_, out.fd(), out.temp_path());
     if (h.count != count || h.rows != rows_ || h.cols != cols_)
       throw std::runtime_error(images_path_ + ": changed while memfit was reading it; run again");
-    if (::fsync(out) != 0) throw std::runtime_error(tmp + ": fsync failed: " + errno_text());
-    const int rc = ::close(out);
-    out = -1;
-    if (rc != 0) throw std::runtime_error(tmp + ": cannot write: " + errno_text());
-    if (::rename(tmp.c_str(), cache_path_.c_str()) != 0)
-      throw std::runtime_error("cannot rename " + tmp + " to " + cache_path_ + ": " + errno_text());
-  } catch (...) {
-    if (out >= 0) ::close(out);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  // Make the rename itself durable.
-  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
-    ::fsync(d);
-    ::close(d);
+    out.commit();
   }
   fd = ::open(cache_path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(cache_path_ + ": cannot open the dataset cache just written: " + errno_text());

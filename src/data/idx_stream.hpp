@@ -25,15 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "data/cache_file.hpp"  // default_cache_dir
 #include "data/dataset.hpp"
 #include "data/idx.hpp"
 
 namespace memfit::data {
-
-// The cache directory when none is given: $MEMFIT_CACHE_DIR, else
-// $XDG_CACHE_HOME/memfit (when absolute), else $HOME/.cache/memfit (HOME or
-// the password database), else <temp dir>/memfit-cache-<uid>.
-std::string default_cache_dir();
 
 // Where the raw cache of the IDX images file `source` goes in `cache_dir`
 // ("" = default_cache_dir()): "<dir>/<name>-<16 hex digits>.idx", the digits

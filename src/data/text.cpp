@@ -160,12 +160,12 @@ CharTokenizer CharTokenizer::from_saved(const nlohmann::json& j, const std::stri
   return CharTokenizer(std::move(a));
 }
 
-void CharTokenizer::save(const std::string& path) const {
+std::string CharTokenizer::saved() const {
   nlohmann::json j;
   j["tokenizer"] = "char";
   j["alphabet"] = nlohmann::json::array();
   for (char32_t c : alphabet_) j["alphabet"].push_back(static_cast<uint32_t>(c));
-  detail::write_file_atomic(path, j.dump() + "\n", "tokenizer");
+  return j.dump() + "\n";
 }
 
 std::vector<int32_t> CharTokenizer::encode(std::string_view text, const std::string& source) const {

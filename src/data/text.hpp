@@ -41,9 +41,8 @@ class CharTokenizer final : public Tokenizer {
   static CharTokenizer load(const std::string& path);
   // A file save() wrote, parsed (load and load_tokenizer's part).
   static CharTokenizer from_saved(const nlohmann::json& j, const std::string& path);
-  // Written to a temporary file and renamed: a failed write leaves any
-  // earlier file as it was.
-  void save(const std::string& path) const override;
+  // {"tokenizer": "char", "alphabet": [...]}, what save() writes.
+  std::string saved() const override;
 
   std::string kind() const override { return "char"; }
   size_t vocab_size() const override { return alphabet_.size(); }

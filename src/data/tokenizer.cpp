@@ -109,8 +109,13 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::ve
                               "': expected char, gpt2, gpt2:PATH (.tiktoken file or folder) or wordpiece:VOCAB.txt");
 }
 
+void Tokenizer::save(const std::string& path) const { detail::write_file_atomic(path, saved(), "tokenizer"); }
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  const std::string text = detail::read_file_bounded(path, kMaxSavedBytes, "tokenizer");
+  return parse_tokenizer(detail::read_file_bounded(path, kMaxSavedBytes, "tokenizer"), path);
+}
+
+std::unique_ptr<Tokenizer> parse_tokenizer(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -28,9 +28,12 @@ class Tokenizer {
   // Throws std::out_of_range for an id outside the vocabulary. gpt2's ids
   // are byte strings: a cut sequence may decode to a partial UTF-8 character.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
-  // Written to a temporary file and renamed: a failed write leaves any
-  // earlier file as it was. Throws std::runtime_error naming the file.
-  virtual void save(const std::string& path) const = 0;
+  // The self-contained JSON text save() writes (what parse_tokenizer reads
+  // back); also what a token cache's key hashes.
+  virtual std::string saved() const = 0;
+  // saved() written to a temporary file and renamed: a failed write leaves
+  // any earlier file as it was. Throws std::runtime_error naming the file.
+  void save(const std::string& path) const;
 
   // The special tokens a classifier or a language model needs; -1 where the
   // tokenizer has none (char has none; gpt2 has only eot, <|endoftext|>;
@@ -71,6 +74,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::ve
 // What save() wrote, whichever kind. Throws std::runtime_error naming the
 // file for a missing, unreadable, oversized or malformed one.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+// The same from saved() text held in memory; `source` names it in errors.
+std::unique_ptr<Tokenizer> parse_tokenizer(const std::string& text, const std::string& source);
 
 // A classifier's input: [CLS] ids [SEP], the ids cut so that the whole has
 // at most max_len tokens. Throws std::invalid_argument for a tokenizer

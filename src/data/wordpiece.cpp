@@ -221,7 +221,7 @@ WordPieceTokenizer WordPieceTokenizer::from_saved(const nlohmann::json& j, const
   return from_tokens(std::move(tokens), path);
 }
 
-void WordPieceTokenizer::save(const std::string& path) const {
+std::string WordPieceTokenizer::saved() const {
   nlohmann::json j;
   j["tokenizer"] = "wordpiece";
   j["version"] = 1;
@@ -233,7 +233,7 @@ void WordPieceTokenizer::save(const std::string& path) const {
   j["continuing_subword_prefix"] = kPrefix;
   j["max_input_chars_per_word"] = kMaxWordChars;
   j["vocab"] = impl_->tokens;
-  detail::write_file_atomic(path, j.dump() + "\n", "tokenizer");
+  return j.dump() + "\n";
 }
 
 size_t WordPieceTokenizer::vocab_size() const { return impl_->tokens.size(); }

@@ -46,7 +46,7 @@ class WordPieceTokenizer final : public Tokenizer {
   // The tokens joined by spaces, a "##" piece joined to the one before it
   // (lower-case and without accents: WordPiece does not keep the text).
   std::string decode(const std::vector<int32_t>& ids) const override;
-  void save(const std::string& path) const override;
+  std::string saved() const override;
   int32_t cls_id() const override;
   int32_t sep_id() const override;
   int32_t pad_id() const override;

@@ -55,6 +55,8 @@ void validate(const TrainOptions& o) {
   if (o.tokenizer != "char" && o.tokenizer != "gpt2" && o.tokenizer.rfind("gpt2:", 0) != 0 &&
       o.tokenizer.rfind("wordpiece:", 0) != 0)
     fail("--tokenizer expects char, gpt2, gpt2:PATH or wordpiece:VOCAB.txt, got '" + o.tokenizer + "'");
+  if (!o.task.empty() && o.task != "lm" && o.task != "classify")
+    fail("--task expects lm or classify, got '" + o.task + "'");
   if (o.max_len < 0) fail("--max-len must be positive, got " + std::to_string(o.max_len));
   if (o.block_size < 0) fail("--block-size must be positive, got " + std::to_string(o.block_size));
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))

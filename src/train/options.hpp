@@ -44,7 +44,7 @@ struct TrainOptions {
   // fit or lets the fit pick a faster plan. Image folders are always read
   // from disk. With auto_fit off, auto means memory.
   std::string data_in = "auto";
-  std::string cache_dir;       // disk: the cache directory ("" = data::default_cache_dir())
+  std::string cache_dir;       // the IDX (disk) and token caches' directory ("" = data::default_cache_dir())
   int64_t threads = 0;         // 0: all cores
   std::optional<size_t> memory;
   std::string out = "runs/latest";
@@ -63,6 +63,9 @@ struct TrainOptions {
   // shorter ones padded with an attention mask); 0: 128, or the model's
   // max_sequence when that is shorter.
   int64_t max_len = 0;
+  // --task: "lm" or "classify", checked against the model ("": what the
+  // model is).
+  std::string task;
   int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
   int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
   bool augment = false;        // random crop (pad 4) and horizontal flip

@@ -4,13 +4,16 @@
 #include <climits>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 
 #include "data/idx.hpp"
 #include "data/image_folder.hpp"
 #include "data/text_classes.hpp"
+#include "data/token_cache.hpp"
 #include "data/tokenizer.hpp"
+#include "memfit/rng.hpp"
 #include "models/model.hpp"
 
 namespace fs = std::filesystem;
@@ -37,8 +40,45 @@ std::string vocabulary_note(const data::Tokenizer& t) {
                             : t.kind() + " tokens (vocabulary " + std::to_string(t.vocab_size()) + ")";
 }
 
-// A language model's text data.
-void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
+// The windows over a language model's token streams, and the plan's note.
+void set_text(const TrainOptions& o, int64_t block, std::shared_ptr<const data::Tokenizer> tok,
+              std::shared_ptr<const std::vector<int32_t>> train_tokens,
+              std::shared_ptr<const std::vector<int32_t>> val_tokens, size_t files, size_t documents, size_t held_out,
+              Datasets& d) {
+  const int64_t vocab = static_cast<int64_t>(tok->vocab_size());
+  d.train_base = std::make_unique<data::TokenWindows>(train_tokens, block, vocab, o.seed);
+  const size_t n_val = val_tokens ? val_tokens->size() : 0;
+  if (static_cast<int64_t>(n_val) > block) d.test_base = std::make_unique<data::TokenWindows>(val_tokens, block, vocab);
+  d.tokenizer = std::move(tok);
+  d.text_note = std::to_string(files) + (files == 1 ? " file, " : " files, ") + std::to_string(documents) +
+                " documents (" + std::to_string(held_out) + " held out), " + std::to_string(train_tokens->size()) +
+                " + " + std::to_string(n_val) + " tokens, " + vocabulary_note(*d.tokenizer);
+}
+
+// The token cache's copy of a corpus, when it holds one that checks out
+// (why: what was wrong with it, "" for no file).
+std::optional<data::TokenCacheData> cached_tokens(const std::string& path, const data::TokenCacheKey& key,
+                                                  std::shared_ptr<const data::Tokenizer>& tok, std::string& why) {
+  std::optional<data::TokenCacheData> c = data::read_token_cache(path, key, why);
+  if (!c) return c;
+  try {
+    std::shared_ptr<const data::Tokenizer> t = tok ? tok : data::parse_tokenizer(c->tokenizer, path);
+    const auto vocab = static_cast<int32_t>(t->vocab_size());
+    for (const auto* v : {c->train.get(), c->held_out.get()})
+      if (std::any_of(v->begin(), v->end(), [vocab](int32_t id) { return id < 0 || id >= vocab; }))
+        throw std::runtime_error("a token id outside the vocabulary");
+    tok = std::move(t);
+  } catch (const std::exception& e) {
+    why = e.what();
+    c.reset();
+  }
+  return c;
+}
+
+// A language model's text data: its tokens from the token cache
+// (data/token_cache.hpp) when it has them, else read, split, tokenized and
+// written there.
+void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, std::ostream* log) {
   if (!fs::exists(o.data))
     throw std::runtime_error("no text at " + o.data +
                              (o.data == default_lm_data() ? ": make deps makes it (from the Debian packages fortunes and fortunes-min), or pass --data FILE.txt|DIR"
@@ -49,6 +89,28 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
   if (model.max_sequence > 0 && block > model.max_sequence)
     throw std::invalid_argument("--block-size " + std::to_string(block) + " is longer than model '" + o.model +
                                 "' takes (" + std::to_string(model.max_sequence) + " tokens)");
+  // The tokenizer, when it does not depend on the text (the run's saved
+  // one, gpt2, wordpiece): part of the cache's key by its saved form. The
+  // char tokenizer built over the corpus is a function of the corpus, which
+  // the key holds; its saved form is in the cache.
+  std::shared_ptr<const data::Tokenizer> tok;
+  const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
+  if (!saved.empty() && fs::exists(saved)) tok = data::load_tokenizer(saved.string());
+  else if (o.tokenizer != "char") tok = data::make_tokenizer(o.tokenizer, {}, o.data);
+  std::string identity = "char:corpus";
+  if (tok) {
+    const std::string form = tok->saved();
+    identity = tok->kind() + ":" + data::hex16(rng::fnv1a(rng::kFnvOffset, form.data(), form.size()));
+  }
+  const data::TokenCacheKey key = data::token_cache_key(o.data, identity, o.val_fraction, o.seed);
+  const std::string cache = data::token_cache_path(key, o.cache_dir);
+  std::string why;
+  if (std::optional<data::TokenCacheData> c = cached_tokens(cache, key, tok, why)) {
+    if (log) *log << "memfit: tokens: cache hit " << cache << "\n";
+    set_text(o, block, std::move(tok), std::move(c->train), std::move(c->held_out), c->files, c->documents,
+             c->held_out_documents, d);
+    return;
+  }
   // Each step frees what the next no longer needs: loading peaks at the
   // text twice (documents, then joined) or once plus its token ids, before
   // the plan's arenas exist.
@@ -58,9 +120,9 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
   const size_t held_out = split.held_out.size();
   // Documents end with a blank line (join_entries); a tokenizer with an
   // end-of-text token (gpt2) ends each with it instead, as GPT-2 was trained.
-  std::shared_ptr<const data::Tokenizer> tok;
   auto tokens_of = [&](std::vector<std::string>& docs) {
     auto ids = std::make_shared<std::vector<int32_t>>();
+    if (docs.empty()) return ids;
     if (tok->eot_id() >= 0) {
       for (std::string& doc : docs) {
         const std::vector<int32_t> v = tok->encode(doc, o.data);
@@ -74,29 +136,36 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d) {
       *ids = tok->encode(text, o.data);
     }
     docs = {};
+    // Exactly its tokens, as a cache read holds them: the plan's data row
+    // (TokenWindows' resident bytes) is the same either way.
+    ids->shrink_to_fit();
     return ids;
   };
-  {
+  if (!tok) {
     std::vector<std::string_view> all{"\n"};  // the separator join_entries adds
-    if (o.tokenizer == "char" && o.resume.empty()) {
-      for (const auto* part : {&split.train, &split.held_out})
-        for (const std::string& doc : *part) all.push_back(doc);
-    }
-    tok = open_tokenizer(o, all);
+    for (const auto* part : {&split.train, &split.held_out})
+      for (const std::string& doc : *part) all.push_back(doc);
+    tok = data::make_tokenizer("char", all, o.data);
   }
-  auto train_tokens = tokens_of(split.train);
-  const int64_t vocab = static_cast<int64_t>(tok->vocab_size());
-  d.train_base = std::make_unique<data::TokenWindows>(train_tokens, block, vocab, o.seed);
-  size_t val_tokens = 0;
-  if (!split.held_out.empty()) {
-    auto vt = tokens_of(split.held_out);
-    val_tokens = vt->size();
-    if (static_cast<int64_t>(vt->size()) > block) d.test_base = std::make_unique<data::TokenWindows>(vt, block, vocab);
+  data::TokenCacheData c;
+  c.train = tokens_of(split.train);
+  c.held_out = tokens_of(split.held_out);
+  c.files = files;
+  c.documents = documents;
+  c.held_out_documents = held_out;
+  c.tokenizer = tok->saved();
+  try {
+    data::write_token_cache(cache, key, c);
+    if (log)
+      *log << "memfit: tokenized " << o.data << " (" << c.train->size() + c.held_out->size() << " tokens) -> cache "
+           << cache << (why.empty() ? "" : " (the old cache was unusable: " + why + "; rebuilt)") << "\n";
+  } catch (const std::exception& e) {
+    if (log)
+      *log << "memfit: warning: tokenized " << o.data << " but could not write the token cache (" << e.what()
+           << "); training goes on from memory\n";
   }
-  d.tokenizer = std::move(tok);
-  d.text_note = std::to_string(files) + (files == 1 ? " file, " : " files, ") + std::to_string(documents) +
-                " documents (" + std::to_string(held_out) + " held out), " + std::to_string(train_tokens->size()) + " + " +
-                std::to_string(val_tokens) + " tokens, " + vocabulary_note(*d.tokenizer);
+  c.tokenizer = {};
+  set_text(o, block, std::move(tok), std::move(c.train), std::move(c.held_out), files, documents, held_out, d);
 }
 
 // A text classifier's data: labelled texts (data/text_classes.hpp). A file
@@ -239,13 +308,25 @@ void default_text_data(TrainOptions& o) {
   }
 }
 
-Datasets open_data(const TrainOptions& o, bool stream) {
+void check_task(const TrainOptions& o, const models::Model& model) {
+  if (o.task.empty()) return;
+  const bool lm = model.task == models::Task::LanguageModel;
+  if ((o.task == "lm") == lm) return;
+  throw std::invalid_argument(
+      "--task " + o.task + " does not fit --model " + o.model + ": it is " +
+      (lm ? "a language model (task lm); pass a classifier (lstm-classifier, bert-tiny, bert, ...) for --task classify"
+          : "a classifier (task classify); pass a language model (gpt-char, gpt-tiny, ...) for --task lm") +
+      ", or leave --task out");
+}
+
+Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log) {
   Datasets d;
   const models::Model model = models::resolve(o.model);
+  check_task(o, model);
   const bool reads_tokens = std::any_of(model.inputs.begin(), model.inputs.end(),
                                         [](const models::InputDecl& in) { return in.name == "tokens"; });
   if (model.task == models::Task::LanguageModel) {
-    open_text(o, model, d);
+    open_text(o, model, d, log);
   } else if (reads_tokens) {
     open_labelled(o, model, d);
   } else {

@@ -11,6 +11,7 @@
 #include "data/loader.hpp"
 #include "data/text.hpp"
 #include "data/tokenizer.hpp"
+#include "models/model.hpp"
 #include "train/options.hpp"
 #include "train/report.hpp"
 
@@ -50,7 +51,14 @@ void default_text_data(TrainOptions& o);
 // files open as StreamedIdxDatasets, reading only their labels and headers
 // until prepare_streams(); otherwise they are decoded into memory. Throws
 // std::runtime_error when there is no dataset there.
-Datasets open_data(const TrainOptions& o, bool stream);
+// A language model's tokens are read from the token cache
+// (data/token_cache.hpp) when it holds them, else tokenized and written
+// there; `log` (when given) gets one line saying which, and why an old
+// cache was rebuilt or could not be written.
+Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log = nullptr);
+// --task (when given) against what the model is: throws
+// std::invalid_argument naming both when they differ.
+void check_task(const TrainOptions& o, const models::Model& model);
 // Builds or checks the disk caches of streamed datasets and opens them.
 void prepare_streams(Datasets& d, std::ostream& log);
 // Where the data lives, for the plan's "data pipeline" row and its JSON.

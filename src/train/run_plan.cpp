@@ -92,7 +92,7 @@ class Planner {
 
   void open() {
     auto_data_ = o_.data_in == "auto" && o_.auto_fit;
-    p_.data = open_data(o_, o_.data_in == "disk" || auto_data_);
+    p_.data = open_data(o_, o_.data_in == "disk" || auto_data_, &log_);
     if (o_.data_in == "disk" && !o_.plan_only) prepare_streams(p_.data, log_);
     p_.classes = p_.data.train->num_classes();
   }
