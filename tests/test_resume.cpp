@@ -107,3 +107,28 @@ TEST(Resume, LanguageModelKillNineThenResumeIsBitIdentical) {
   expect_same_tensors(a + "/model.safetensors", b + "/model.safetensors");
   expect_same_tensors(a + "/checkpoint.safetensors", b + "/checkpoint.safetensors");
 }
+
+// Update in backward changes when each parameter is updated, not what the
+// step computes, and gradients are no checkpoint state: a run with it ends
+// bit-identical to one without, and killed and resumed with it, too.
+TEST(Resume, UpdateInBackwardIsBitIdenticalAndResumes) {
+  const std::string a = temp_dir("resume-uib-a"), b = temp_dir("resume-uib-b"), c = temp_dir("resume-uib-c");
+  const std::string uib = kArgs + " --update-in-backward";
+  RunResult plain = run_memfit("train" + kArgs + " --out " + a);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  RunResult full = run_memfit("train" + uib + " --out " + b);
+  ASSERT_EQ(full.code, 0) << full.out;
+  EXPECT_NE(full.out.find("update in backward: gradients "), std::string::npos) << full.out;
+  expect_same_tensors(a + "/model.safetensors", b + "/model.safetensors");
+  expect_same_tensors(a + "/checkpoint.safetensors", b + "/checkpoint.safetensors");
+
+  std::string seen;
+  const int killed = run_and_kill("train" + uib + " --out " + c, 30, seen);
+  ASSERT_GE(killed, 30) << "the run ended before it could be killed:\n" << seen;
+  ASSERT_LT(killed, 40) << seen;
+  RunResult res = run_memfit("train" + uib + " --out " + c + " --resume " + c);
+  ASSERT_EQ(res.code, 0) << res.out;
+  EXPECT_NE(res.out.find("at step 20"), std::string::npos) << res.out;
+  expect_same_tensors(a + "/model.safetensors", c + "/model.safetensors");
+  expect_same_tensors(a + "/checkpoint.safetensors", c + "/checkpoint.safetensors");
+}
