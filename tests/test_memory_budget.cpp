@@ -107,6 +107,7 @@ TEST(MemoryBudget, PlanJsonAddsUp) {
               json_uint(j, "by_class/activations_arena"));
     EXPECT_GT(json_uint(j, "naive_bytes"), total);
     EXPECT_GT(json_uint(j, "by_class/baseline"), size_t(4) << 20) << "the baseline is measured";
+    EXPECT_GT(json_uint(j, "by_class/kernel_scratch"), 0u) << "oneDNN's scratchpads are in the arena";
     EXPECT_TRUE(json_at(j, "reuse_factor").is_number()) << j;
     EXPECT_EQ(json_at(j, "update_in_backward").get<bool>(), uib) << j;
     if (uib) {

@@ -4,8 +4,9 @@
 // last), every state group and per-tensor attribute sliced; gradients become
 // planned transients; 20 training steps end bit-identical to the update
 // after backward (SGD with momentum, AdamW with decay groups; a ConvNet and
-// a GPT, with and without recomputation); the plan's gradients shrink to the
-// most live at once; and what needs every gradient first is refused.
+// a GPT, with and without recomputation, bf16 activations); the plan's
+// gradients shrink to the most live at once; and what needs every gradient
+// first is refused.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -356,6 +357,12 @@ TEST(UpdateInBackward, ConvNetAdamWDecayGroupsBitIdentical) {
 TEST(UpdateInBackward, GptTinySgdMomentumBitIdentical) { expect_bit_identical(with_optimizer(gpt_tiny("sgd", false), "sgd"), 20); }
 TEST(UpdateInBackward, GptTinyAdamWDecayGroupsBitIdentical) {
   expect_bit_identical(with_optimizer(gpt_tiny("adamw", false), "adamw"), 20);
+}
+// bf16 activations: the updates read the same f32 gradients.
+TEST(UpdateInBackward, ConvNetBf16BitIdentical) {
+  train::StepSpec s = with_optimizer(convnet(false), "sgd");
+  s.precision = DType::bf16;
+  expect_bit_identical(s, 10);
 }
 // Recomputed forward nodes read weights late in backward: their updates wait.
 TEST(UpdateInBackward, GptTinyWithRecomputationBitIdentical) {

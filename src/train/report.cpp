@@ -60,6 +60,12 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     bufs.push_back({val.name, val.producer >= 0 ? g.node(val.producer).layer : "", pl.bytes,
                     grad_buffer[v] ? "gradient" : is_saved ? "saved" : "transient"});
   }
+  for (size_t k = 0; k < nn; ++k) {
+    scr[k] += p.scratch[k].bytes;
+    if (p.scratch[k].bytes)
+      bufs.push_back({"scratch of " + g.node(static_cast<NodeId>(k)).op, g.node(static_cast<NodeId>(k)).layer,
+                      p.scratch[k].bytes, "scratch"});
+  }
   r.update_in_backward = std::any_of(grad_buffer.begin(), grad_buffer.end(), [](bool b) { return b; });
   r.grads_live = *std::max_element(grad.begin(), grad.end());
   size_t best = 0, at = 0;
