@@ -4,6 +4,7 @@
 //   step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] [--batch 64]
 //              [--steps 10] [--warmup 2] [--threads 2] [--precision fp32|bf16]
 //              [--seq T] [--vocab V] [--classes C] [--profile] [--plain] [--serve]
+//              [--recompute none|cheap|segments] [--update-in-backward]
 //   step_bench --peak [--threads 2]
 //
 // The model's signature (models/model.hpp) decides its data and optimizer,
@@ -147,7 +148,8 @@ int peak(int threads) {
 int usage(const char* msg) {
   std::fprintf(stderr, "step_bench: %s\nusage: step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] "
                "[--batch N] [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16] [--seq T] [--vocab V] "
-               "[--classes C] [--profile] [--plain] [--serve]\n", msg);
+               "[--classes C] [--profile] [--plain] [--serve] [--recompute none|cheap|segments] "
+               "[--update-in-backward]\n", msg);
   return 2;
 }
 
@@ -167,6 +169,7 @@ int main(int argc, char** argv) {
     else if (a == "--peak") do_peak = true;
     else if (a == "--plain") plain = true;
     else if (a == "--serve") serve = true;
+    else if (a == "--update-in-backward") spec.update_in_backward = true;
     else if (!(v = next())) return usage(("missing value after " + a).c_str());
     else if (a == "--model") spec.model = v;
     else if (a == "--recompute") spec.recompute = v;

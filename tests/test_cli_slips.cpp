@@ -95,7 +95,12 @@ TEST(Slips, JsonStdoutIsOnlyJsonWhenTheFitRuns) {
   EXPECT_EQ(p.out, j + "\n") << "stdout holds the object and nothing else";
   EXPECT_NE(p.err.find("fitting it"), std::string::npos) << "the human lines go to stderr:\n" << p.err;
   EXPECT_EQ(memfit::testing::json_at(j, "fitted"), true) << j;
-  EXPECT_GT(memfit::testing::json_number(j, "accumulate"), 1) << j;
+  // The fit changed the policy as asked (fp32, one micro-batch, nothing
+  // recomputed, the update after backward) to fit.
+  EXPECT_TRUE(memfit::testing::json_number(j, "accumulate") > 1 || memfit::testing::json_at(j, "update_in_backward") == true ||
+              memfit::testing::json_string_field(j, "recompute") != "auto" ||
+              memfit::testing::json_string_field(j, "precision") != "fp32")
+      << j;
   EXPECT_EQ(memfit::testing::json_number(j, "micro_batch") * memfit::testing::json_number(j, "accumulate"), 256) << j;
   for (const char* k : {"precision", "recompute", "data_in"})
     EXPECT_NE(memfit::testing::json_string_field(j, k), "") << k << " in " << j;

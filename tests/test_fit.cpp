@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "cli_util.hpp"
 
@@ -107,4 +108,40 @@ TEST(Fit, TheSmallestBudgetNamedOnRefusalIsAcceptedAndHolds) {
   EXPECT_LE(json_field(yes.out, "planned_peak_bytes"), budget) << yes.out;
   EXPECT_LE(json_field(yes.out, "peak_rss_bytes"), budget) << yes.out;
   std::printf("smallest budget named: %s; peak %.1f MiB\n", flag.c_str(), json_field(yes.out, "peak_rss_bytes") / 1048576);
+}
+
+// Update in backward is exact, so the fit may choose it where it applies:
+// under a budget between the plan with it and the plan without, a language
+// model keeps its whole batch in one micro-batch, with no recomputation,
+// and updates inside backward.
+TEST(Fit, TightBudgetChoosesUpdateInBackward) {
+  const std::string data = temp_dir("fit-uib") + "/corpus.txt";
+  {
+    std::ofstream f(data);
+    for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
+  }
+  const std::string run = "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2";
+  auto total = [&](const std::string& extra) {
+    RunResult r = run_memfit(run + " --json --memory 1TiB" + extra);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return json_uint(r.out, "total_bytes");
+  };
+  const size_t plain = total(""), fused = total(" --update-in-backward");
+  ASSERT_LT(fused + (16u << 20), plain) << "update in backward saves less than the test needs";
+  // The fit keeps 2% slack; 8 MiB more for the baseline's variation.
+  const size_t budget = (fused + (8u << 20)) * 50 / 49;
+  RunResult r = run_memfit(run + " --memory " + std::to_string(budget));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find("chosen:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("micro-batch 16 x 1, fp32, recompute none, update in backward:"), std::string::npos) << line;
+  EXPECT_NE(r.out.find("update in backward: gradients "), std::string::npos) << r.out;
+  // Not where clipping needs every gradient first: the fit looks elsewhere.
+  RunResult clip = run_memfit("train" + run.substr(4) + " --clip-grad-norm 1 --steps 1 --memory " + std::to_string(budget) +
+                              " --out " + temp_dir("fit-uib-clip"));
+  ASSERT_EQ(clip.code, 0) << clip.out;
+  const size_t cat = clip.out.find("chosen:");
+  ASSERT_NE(cat, std::string::npos) << clip.out;
+  EXPECT_EQ(clip.out.substr(cat, clip.out.find('\n', cat) - cat).find("update in backward"), std::string::npos) << clip.out;
 }

@@ -82,27 +82,41 @@ TEST(MemoryBudget, NothingFitsFailsBeforeAllocatingToo) {
 }
 
 TEST(MemoryBudget, PlanJsonAddsUp) {
-  auto r = run_memfit(args({"plan", "--json", "--memory", "1TiB"}, kRun));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string j = last_json_line(r.out);
-  ASSERT_FALSE(j.empty()) << r.out;
-  EXPECT_EQ(r.out, j + "\n") << "--json prints one object and nothing else";
-  size_t sum = 0;
-  for (const char* k : {"baseline", "parameters", "gradients", "optimizer_state", "activations_arena", "inputs",
-                        "data_pipeline", "evaluation"}) {
-    const std::string path = std::string("by_class/") + k;
-    EXPECT_TRUE(json_at(j, path).is_number_unsigned()) << k;
-    sum += json_uint(j, path);
+  // As planned, and with update in backward (gradients inside the arena).
+  for (const bool uib : {false, true}) {
+    std::vector<std::string> head = {"plan", "--json", "--memory", "1TiB"};
+    if (uib) head.push_back("--update-in-backward");
+    auto r = run_memfit(args(head, kRun));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string j = last_json_line(r.out);
+    ASSERT_FALSE(j.empty()) << r.out;
+    EXPECT_EQ(r.out, j + "\n") << "--json prints one object and nothing else";
+    size_t sum = 0;
+    for (const char* k : {"baseline", "parameters", "gradients", "optimizer_state", "activations_arena", "inputs",
+                          "data_pipeline", "evaluation"}) {
+      const std::string path = std::string("by_class/") + k;
+      EXPECT_TRUE(json_at(j, path).is_number_unsigned()) << k;
+      sum += json_uint(j, path);
+    }
+    const size_t total = json_uint(j, "total_bytes");
+    EXPECT_EQ(sum, total);
+    // The arena at its peak: saved + transient + gradients + scratch + fragmentation.
+    EXPECT_EQ(json_uint(j, "by_class/saved_activations") + json_uint(j, "by_class/transient_activations") +
+                  json_uint(j, "by_class/arena_gradients") + json_uint(j, "by_class/kernel_scratch") +
+                  json_uint(j, "by_class/fragmentation"),
+              json_uint(j, "by_class/activations_arena"));
+    EXPECT_GT(json_uint(j, "naive_bytes"), total);
+    EXPECT_GT(json_uint(j, "by_class/baseline"), size_t(4) << 20) << "the baseline is measured";
+    EXPECT_GT(json_uint(j, "by_class/kernel_scratch"), 0u) << "oneDNN's scratchpads are in the arena";
+    EXPECT_TRUE(json_at(j, "reuse_factor").is_number()) << j;
+    EXPECT_EQ(json_at(j, "update_in_backward").get<bool>(), uib) << j;
+    if (uib) {
+      EXPECT_EQ(json_uint(j, "by_class/gradients"), 0u) << j;
+      EXPECT_LT(json_uint(j, "gradients_live_bytes"), json_uint(j, "gradients_unfused_bytes")) << j;
+    } else {
+      EXPECT_EQ(json_uint(j, "by_class/arena_gradients"), 0u) << j;
+    }
   }
-  const size_t total = json_uint(j, "total_bytes");
-  EXPECT_EQ(sum, total);
-  // The arena at its peak: saved + transient + scratch + fragmentation.
-  EXPECT_EQ(json_uint(j, "by_class/saved_activations") + json_uint(j, "by_class/transient_activations") +
-                json_uint(j, "by_class/kernel_scratch") + json_uint(j, "by_class/fragmentation"),
-            json_uint(j, "by_class/activations_arena"));
-  EXPECT_GT(json_uint(j, "naive_bytes"), total);
-  EXPECT_GT(json_uint(j, "by_class/baseline"), size_t(4) << 20) << "the baseline is measured";
-  EXPECT_TRUE(json_at(j, "reuse_factor").is_number()) << j;
 }
 
 TEST(MemoryBudget, PlanTextShowsLargestBuffersAndReuse) {

@@ -20,6 +20,8 @@
 //    the plan counts (Plan::library_heap_bytes). The bound enforced per step
 //    is therefore kArgBytes + the plan's library heap: 64 KiB on AVX-512
 //    (the plan's heap is 0 there), 64 KiB + the declared gemm bound on AVX2.
+// The same holds with update in backward (the optimizer's per-parameter
+// kernels run inside backward).
 // MEMFIT_ALLOC_TRACE=N prints the call stacks of the first N recorded
 // allocations (set MEMFIT_ALLOC_TRACE_ALL=1 to include oneDNN's).
 #include <dlfcn.h>
@@ -267,8 +269,10 @@ constexpr long kArgBytes = 64 << 10;  // oneDNN's argument maps and loop closure
 
 class StepRunner {
  public:
-  StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32) {
+  StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32,
+             bool update_in_backward = false) {
     train::StepSpec spec;
+    spec.update_in_backward = update_in_backward;
     spec.model = model;
     spec.batch = batch;
     spec.precision = precision;
@@ -338,8 +342,8 @@ class NoAlloc : public ::testing::Test {
   }
 
   void check_model(const std::string& model, int64_t batch, int steps, DType precision = DType::f32,
-                   DType saved = DType::f32) {
-    StepRunner r(model, batch, precision, saved);
+                   DType saved = DType::f32, bool update_in_backward = false) {
+    StepRunner r(model, batch, precision, saved, update_in_backward);
     find_dnnl();  // after the kernels were made: oneDNN is loaded
     ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
     r.step();  // warm-up: first-touch of arenas, lazily made library state
@@ -400,6 +404,11 @@ TEST_F(NoAlloc, ResNet18Step) { check_model("resnet18", 8, 2); }
 TEST_F(NoAlloc, ResNet18Bf16Step) { check_model("resnet18", 8, 2, DType::bf16); }
 TEST_F(NoAlloc, ConvNetFp16Step) { check_model("convnet", 32, 2, DType::f16); }
 TEST_F(NoAlloc, ResNet18SavedBf16Step) { check_model("resnet18", 8, 2, DType::f32, DType::bf16); }
+
+// Update in backward: one update kernel per parameter, interleaved with
+// backward, and gradients in the activations arena allocate nothing either.
+TEST_F(NoAlloc, ConvNetUpdateInBackwardStep) { check_model("convnet", 32, 3, DType::f32, DType::f32, true); }
+TEST_F(NoAlloc, BertTinyUpdateInBackwardStep) { check_model("bert-tiny", 8, 3, DType::f32, DType::f32, true); }
 
 // Each linear / matmul kernel's declared heap bound holds for the shapes the
 // models and the fit produce and for large and skinny ones (a vocabulary-sized

@@ -63,6 +63,14 @@ TEST(PlanAccuracy, GptCharBatch8) {
   check("gpt-char", 8, {"--optimizer", "adamw", "--block-size", "128", "--test-subset", "32"});
 }
 
+// Update in backward: the gradients live in the activations arena, each
+// from its first write to its update; the plan still is the memory.
+TEST(PlanAccuracy, GptCharBatch8UpdateInBackward) {
+  if (!std::filesystem::exists(std::string(MEMFIT_TEST_DATA) + "/../deps/fortunes/en.txt"))
+    GTEST_SKIP() << "deps/fortunes/en.txt is missing: make deps makes it";
+  check("gpt-char", 8, {"--optimizer", "adamw", "--block-size", "128", "--test-subset", "32", "--update-in-backward"});
+}
+
 TEST(PlanAccuracy, ResumeStaysInThePlan) {
   // Resuming reads the checkpoint (weights and optimizer state) through a
   // file mapping; streamed and released page by page, it must not add the

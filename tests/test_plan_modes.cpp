@@ -64,10 +64,11 @@ Run run(const train::StepGraph& sg, const PlanOptions& po, uint8_t poison, int s
   return r;
 }
 
-void check_model(const std::string& model, int64_t batch, int steps) {
+void check_model(const std::string& model, int64_t batch, int steps, bool update_in_backward = false) {
   train::StepSpec spec;
   spec.model = model;
   spec.batch = batch;
+  spec.update_in_backward = update_in_backward;
   spec.optimizer.kind = "sgd";
   spec.optimizer.momentum = 0.9;
   auto sg = train::build_step_graph(spec);
@@ -110,6 +111,10 @@ void check_model(const std::string& model, int64_t batch, int steps) {
 TEST(PlanModes, ConvNetBitIdentical) { check_model("convnet", 16, 5); }
 
 TEST(PlanModes, ResNet18BitIdentical) { check_model("resnet18", 4, 5); }
+
+// Gradients as planned transients (update in backward): each written before
+// it is read, and never overlapping a live buffer.
+TEST(PlanModes, ResNet18UpdateInBackwardBitIdentical) { check_model("resnet18", 4, 5, true); }
 
 TEST(PlanModes, GuardCatchesAnOverrun) {
   // A write one byte past a planned buffer lands in its guard.

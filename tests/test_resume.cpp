@@ -59,6 +59,26 @@ int run_and_kill(const std::string& args, int kill_at, std::string& seen) {
   return killed_at;
 }
 
+// Both run directories end with the same weights and optimizer state.
+void expect_same_run(const std::string& a, const std::string& b) {
+  expect_same_tensors(a + "/model.safetensors", b + "/model.safetensors");
+  expect_same_tensors(a + "/checkpoint.safetensors", b + "/checkpoint.safetensors");
+}
+
+// `memfit train ARGS --out DIR`, killed with SIGKILL once it reports a step
+// in [kill_at, before), then resumed from DIR to its end; the resumed run's
+// output.
+std::string kill_and_resume(const std::string& args, const std::string& dir, int kill_at, int before) {
+  std::string seen;
+  const int killed = run_and_kill("train" + args + " --out " + dir, kill_at, seen);
+  EXPECT_GE(killed, kill_at) << "the run ended before it could be killed:\n" << seen;
+  EXPECT_LT(killed, before) << seen;
+  RunResult res = run_memfit("train" + args + " --out " + dir + " --resume " + dir);
+  EXPECT_EQ(res.code, 0) << res.out;
+  EXPECT_NE(res.out.find("resumed from"), std::string::npos) << res.out;
+  return res.out;
+}
+
 }  // namespace
 
 TEST(Resume, KillNineMidEpochThenResumeIsBitIdentical) {
@@ -67,17 +87,10 @@ TEST(Resume, KillNineMidEpochThenResumeIsBitIdentical) {
   ASSERT_EQ(full.code, 0) << full.out;
 
   // 1280 / 64 = 20 steps per epoch: kill in the middle of the second epoch.
-  std::string seen;
-  int killed = run_and_kill("train" + kArgs + " --out " + b, 30, seen);
-  ASSERT_GE(killed, 30) << "the run ended before it could be killed:\n" << seen;
-  ASSERT_LT(killed, 40) << seen;
-  RunResult res = run_memfit("train" + kArgs + " --out " + b + " --resume " + b);
-  ASSERT_EQ(res.code, 0) << res.out;
-  EXPECT_NE(res.out.find("resumed from"), std::string::npos) << res.out;
-  EXPECT_NE(res.out.find("at step 20"), std::string::npos) << res.out;
-
-  expect_same_tensors(a + "/model.safetensors", b + "/model.safetensors");
-  expect_same_tensors(a + "/checkpoint.safetensors", b + "/checkpoint.safetensors");
+  const std::string out = kill_and_resume(kArgs, b, 30, 40);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NE(out.find("at step 20"), std::string::npos) << out;
+  expect_same_run(a, b);
 }
 
 // A language model on text: killed mid-epoch after a checkpoint, resumed
@@ -97,13 +110,25 @@ TEST(Resume, LanguageModelKillNineThenResumeIsBitIdentical) {
                            " --steps 1500 --checkpoint-every 100 --eval-every 0 --threads 1 --seed 3 --progress lines";
   RunResult full = run_memfit("train" + args + " --out " + a);
   ASSERT_EQ(full.code, 0) << full.out;
-  std::string seen;
-  const int killed = run_and_kill("train" + args + " --out " + b, 250, seen);
-  ASSERT_GE(killed, 250) << "the run ended before it could be killed:\n" << seen;
-  ASSERT_LT(killed, 1500) << seen;
-  RunResult res = run_memfit("train" + args + " --out " + b + " --resume " + b);
-  ASSERT_EQ(res.code, 0) << res.out;
-  EXPECT_NE(res.out.find("resumed from"), std::string::npos) << res.out;
-  expect_same_tensors(a + "/model.safetensors", b + "/model.safetensors");
-  expect_same_tensors(a + "/checkpoint.safetensors", b + "/checkpoint.safetensors");
+  kill_and_resume(args, b, 250, 1500);
+  ASSERT_FALSE(HasFailure());
+  expect_same_run(a, b);
+}
+
+// Update in backward changes when each parameter is updated, not what the
+// step computes, and gradients are no checkpoint state: a run with it ends
+// bit-identical to one without, and killed and resumed with it, too.
+TEST(Resume, UpdateInBackwardIsBitIdenticalAndResumes) {
+  const std::string a = temp_dir("resume-uib-a"), b = temp_dir("resume-uib-b"), c = temp_dir("resume-uib-c");
+  const std::string uib = kArgs + " --update-in-backward";
+  RunResult plain = run_memfit("train" + kArgs + " --out " + a);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  RunResult full = run_memfit("train" + uib + " --out " + b);
+  ASSERT_EQ(full.code, 0) << full.out;
+  EXPECT_NE(full.out.find("update in backward: gradients "), std::string::npos) << full.out;
+  expect_same_run(a, b);
+  const std::string out = kill_and_resume(uib, c, 30, 40);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NE(out.find("at step 20"), std::string::npos) << out;
+  expect_same_run(a, c);
 }

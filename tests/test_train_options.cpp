@@ -32,6 +32,11 @@ TEST(TrainOptions, DefaultsAreValid) {
   o.profile = 3;
   o.steps = 0;
   EXPECT_EQ(refusal(o), "");
+  TrainOptions u;  // update in backward with what it allows
+  u.update_in_backward = true;
+  u.precision = memfit::DType::bf16;
+  u.recompute = "cheap";
+  EXPECT_EQ(refusal(u), "");
 }
 
 TEST(TrainOptions, EachBadOptionHasItsMessage) {
@@ -54,6 +59,26 @@ TEST(TrainOptions, EachBadOptionHasItsMessage) {
       {[](TrainOptions& o) { o.optimizer.kind = "rmsprop"; }, "--optimizer expects sgd, adam or adamw, got 'rmsprop'"},
       {[](TrainOptions& o) { o.recompute = "all"; }, "--recompute expects none, auto, cheap or segments, got 'all'"},
       {[](TrainOptions& o) { o.data_in = "ram"; }, "--data-in expects memory, disk or auto, got 'ram'"},
+      // Update in backward, where a step needs all of its gradients before
+      // the first update: each refusal names the two options.
+      {[](TrainOptions& o) {
+         o.update_in_backward = true;
+         o.accumulate = 2;
+       },
+       "--update-in-backward updates each parameter as soon as its gradient is made, so it cannot wait for "
+       "--accumulate's micro-batches: drop one of the two"},
+      {[](TrainOptions& o) {
+         o.update_in_backward = true;
+         o.optimizer.clip_grad_norm = 1.0;
+       },
+       "--update-in-backward cannot clip by the global gradient norm (--clip-grad-norm needs every gradient before "
+       "the first update): drop one of the two"},
+      {[](TrainOptions& o) {
+         o.update_in_backward = true;
+         o.precision = memfit::DType::f16;
+       },
+       "--update-in-backward cannot skip a step whose fp16 gradients overflowed (the loss scaling of --precision "
+       "fp16 decides after the whole backward): drop one of the two, or use --precision bf16"},
   };
   for (const Case& c : cases) {
     TrainOptions o;
@@ -78,6 +103,15 @@ TEST(TrainOptions, HalvedKeepsTheEffectiveBatch) {
   o.batch = 48;
   o.accumulate = 16;  // micro-batch 3: odd
   EXPECT_FALSE(memfit::train::halved(o));
+  // Accumulation excludes update in backward: the halved run drops it.
+  TrainOptions u;
+  u.batch = 64;
+  u.update_in_backward = true;
+  h = memfit::train::halved(u);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->accumulate, 2);
+  EXPECT_FALSE(h->update_in_backward);
+  EXPECT_NO_THROW(memfit::train::validate(*h));
 }
 
 // The command refuses what validate() refuses as a usage error, before
@@ -85,7 +119,10 @@ TEST(TrainOptions, HalvedKeepsTheEffectiveBatch) {
 TEST(TrainOptions, TheCommandMakesThemUsageErrors) {
   using memfit::testing::run_memfit;
   for (const char* args : {"train --accumulate 3 --steps 1", "plan --accumulate 3", "plan --batch 0",
-                           "train --data-in ram --steps 1", "plan --recompute all", "train --eval-every -1"}) {
+                           "train --data-in ram --steps 1", "plan --recompute all", "train --eval-every -1",
+                           "train --update-in-backward --accumulate 2 --steps 1",
+                           "train --update-in-backward --clip-grad-norm 1 --steps 1",
+                           "plan --update-in-backward --precision fp16"}) {
     auto r = run_memfit(std::string(args) + " --data /nonexistent");
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: memfit"), std::string::npos) << args << "\n" << r.out;

@@ -26,4 +26,30 @@ NodeId append_optimizer(Graph& g, const OptimizerConfig& cfg);
 // Bytes of optimizer state per trainable parameter element.
 size_t optimizer_state_floats(const OptimizerConfig& cfg);
 
+// Update in backward: the one update node becomes one per parameter (count
+// 1, the state groups and every per-tensor attribute sliced to it), each
+// scheduled as soon as the parameter's gradient is complete and no other
+// node reads the parameter any more: after the last writer of the
+// gradient (the sum of a tied or shared weight's contributions, which moves
+// up to where its last contribution is made) and after the last reader of
+// the parameter or a view of it (a backward that reads the weight, a
+// recomputed forward). The gradients become transients, planned from their
+// first write to their update instead of living the whole step. Exactly the
+// same arithmetic as one update over all parameters: each element's update
+// reads only its own parameter, gradient and state.
+//
+// Call after append_optimizer and after any pass that adds backward nodes
+// (recomputation, saved-activation compression). Throws GraphError when the
+// update cannot run inside backward: gradient accumulation (the update
+// waits for the group's micro-batches) or clipping by the global norm (it
+// needs every gradient first). Returns the number of update nodes.
+int update_in_backward(Graph& g);
+
+// A trainable parameter's gradient: the value autodiff made for it (grad_of
+// a parameter), whichever class the planner gives it.
+inline bool is_param_grad(const Graph& g, ValueId v) {
+  const ValueId of = g.value(v).grad_of;
+  return of != kNone && g.value(of).cls == VClass::Param && g.value(of).grad == v;
+}
+
 }  // namespace memfit

@@ -118,6 +118,9 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
         "recompute activations in backward instead of keeping them (default auto: GELU and layer-norm outputs, "
         "from inputs backward keeps anyway)");
   a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
+  a.add_flag("update-in-backward", &o.update_in_backward,
+             "update each parameter inside backward as soon as its gradient is complete, so gradients live only "
+             "until their update (exact; not with --accumulate, --clip-grad-norm or --precision fp16)");
   a.add(
       "precision", [&o](const std::string& v) {
         if (v == "fp32") o.precision = DType::f32;

@@ -15,8 +15,9 @@ std::string FitCandidate::describe() const {
                      : precision == DType::f16 ? ", fp16"
                      : saved == DType::bf16    ? ", fp32 with bf16 saved activations"
                                                : ", fp32";
-  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s: %.1f MiB, ~%.2f s/step",
-                static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(), data,
+  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s%s: %.1f MiB, ~%.2f s/step",
+                static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(),
+                update_in_backward ? ", update in backward" : "", data,
                 static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
   return buf;
 }
@@ -46,11 +47,16 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitPrecision& fp : precisions)
-    for (const char* rc : {"auto", "cheap", "segments"}) {
+    for (const char* rc : {"auto", "cheap", "segments"})
+    for (const bool uib : {false, true}) {
+      // Update in backward needs each gradient to be final when made: one
+      // micro-batch, no global-norm clipping, no fp16 step to skip.
+      if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16)) continue;
       StepSpec s = base;
       s.batch = batch / k;
       s.accumulation = k;
       s.recompute = rc;
+      s.update_in_backward = uib;
       s.precision = fp.precision;
       s.saved = fp.saved;
       auto sg = build_step_graph(s);
@@ -67,6 +73,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
         cand.micro = s.batch;
         cand.accumulate = k;
         cand.recompute = rc;
+        cand.update_in_backward = uib;
         cand.precision = fp.precision;
         cand.saved = fp.saved;
         cand.data_in = data.size() > 1 ? d.data_in : "";

@@ -1,6 +1,8 @@
 // Automatic fit: when a run's plan exceeds the budget, search micro-batch
-// (with gradient accumulation keeping the effective batch) and
-// recomputation for the fastest predicted plan that fits.
+// (with gradient accumulation keeping the effective batch), recomputation,
+// activation storage and, without accumulation, update in backward (exact,
+// where no global-norm clipping or fp16 loss scaling needs every gradient
+// first) for the fastest predicted plan that fits.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@ namespace memfit::train {
 struct FitCandidate {
   int64_t micro = 0, accumulate = 1;
   std::string recompute = "auto";
+  bool update_in_backward = false;  // StepSpec::update_in_backward (accumulate 1 only)
   std::string data_in;           // "memory" | "disk" when residency was searched, else ""
   DType precision = DType::f32;  // activations (StepSpec::precision)
   DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)

@@ -47,6 +47,19 @@ void validate(const TrainOptions& o) {
     fail("--eval-every expects a number of steps, or 0 for no evaluation");
   if (o.accumulate <= 0 || o.batch % o.accumulate) fail("--accumulate must be positive and divide --batch");
   if (o.profile < 0) fail("--profile must be positive");
+  if (o.update_in_backward) {
+    // Each parameter is updated as soon as its gradient is made: nothing
+    // may need all of a step's gradients first.
+    if (o.accumulate > 1)
+      fail("--update-in-backward updates each parameter as soon as its gradient is made, so it cannot wait for "
+           "--accumulate's micro-batches: drop one of the two");
+    if (o.optimizer.clip_grad_norm > 0)
+      fail("--update-in-backward cannot clip by the global gradient norm (--clip-grad-norm needs every gradient "
+           "before the first update): drop one of the two");
+    if (o.precision == DType::f16)
+      fail("--update-in-backward cannot skip a step whose fp16 gradients overflowed (the loss scaling of --precision "
+           "fp16 decides after the whole backward): drop one of the two, or use --precision bf16");
+  }
   if (!valid_optimizer(o.optimizer)) fail("--optimizer expects sgd, adam or adamw, got '" + o.optimizer.kind + "'");
   if (!valid_recompute_policy(o.recompute))
     fail("--recompute expects none, auto, cheap or segments, got '" + o.recompute + "'");
@@ -68,6 +81,7 @@ std::optional<TrainOptions> halved(const TrainOptions& o) {
   if (micro < 2 || micro % 2) return std::nullopt;
   TrainOptions r = o;
   r.accumulate *= 2;
+  r.update_in_backward = false;
   return r;
 }
 

@@ -26,6 +26,10 @@ struct TrainOptions {
   bool bias_only = false;      // train biases only
   std::string recompute = "auto";  // none | auto | cheap | segments
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)
+  // Each parameter updated inside backward once its gradient is complete
+  // (StepSpec::update_in_backward): gradients live only until their update.
+  // Exact; not with accumulate > 1, --clip-grad-norm or fp16's loss scaling.
+  bool update_in_backward = false;
   DType precision = DType::f32;  // activations: f32, bf16 or f16 (StepSpec::precision)
   bool precision_set = false;    // given by --precision: the fit keeps it
   double loss_scale = 65536.0;   // fp16: initial dynamic loss scale (a power of two)
@@ -106,8 +110,9 @@ void validate(const TrainOptions& o);
 inline int64_t micro_batch(const TrainOptions& o) { return o.batch / o.accumulate; }
 
 // Half the micro-batch, twice the accumulation: the effective batch, the
-// schedule and the step count stay as they were. nullopt when the
-// micro-batch is odd or 1.
+// schedule and the step count stay as they were (update in backward, which
+// accumulation excludes, is dropped). nullopt when the micro-batch is odd
+// or 1.
 std::optional<TrainOptions> halved(const TrainOptions& o);
 // "micro-batch 32 x 2 (effective batch 64 unchanged)": the policy of h.
 std::string halved_note(const TrainOptions& h);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "memfit/optim.hpp"
 #include "runtime/device.hpp"
 #include "train/json.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 // fragmentation); the persistent classes keep their exact bytes (the
 // rounding there is under 4 KiB each).
 size_t pages(size_t b) { return (b + 4095) / 4096 * 4096; }
+size_t align_up(size_t b, size_t a) { return (b + a - 1) / a * a; }
 }  // namespace
 
 MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) {
@@ -33,8 +35,16 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.data_cache = in.data_cache;
 
   // Live transient bytes at every node, by kind; the report shows the peak.
+  // A buffer is a parameter gradient's when its alias set holds one (an
+  // in-place sum of a tied weight's contributions shares its first part's).
   const size_t nn = g.num_nodes();
-  std::vector<size_t> saved(nn + 1, 0), trans(nn + 1, 0), scr(nn + 1, 0);
+  std::vector<bool> grad_buffer(g.num_values(), false);
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    if (!is_param_grad(g, static_cast<ValueId>(v))) continue;
+    r.grads_unfused += align_up(p.values[v].bytes, p.options.alignment);
+    if (p.values[v].arena == Arena::Transient) grad_buffer[static_cast<size_t>(p.values[v].root)] = true;
+  }
+  std::vector<size_t> saved(nn + 1, 0), trans(nn + 1, 0), grad(nn + 1, 0), scr(nn + 1, 0);
   std::vector<BufferInfo> bufs;
   for (size_t v = 0; v < g.num_values(); ++v) {
     const Placement& pl = p.values[v];
@@ -44,10 +54,11 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     bool into_bwd = pl.last >= 0 && pl.last < static_cast<int32_t>(nn) &&
                     g.node(static_cast<NodeId>(pl.last)).phase == Phase::Backward;
     bool is_saved = fwd && into_bwd;
-    auto& arr = is_saved ? saved : trans;
+    auto& arr = grad_buffer[v] ? grad : is_saved ? saved : trans;
     for (int32_t t = std::max(pl.first, 0); t <= std::min<int32_t>(pl.last, static_cast<int32_t>(nn)); ++t)
       arr[static_cast<size_t>(t)] += pl.bytes;
-    bufs.push_back({val.name, val.producer >= 0 ? g.node(val.producer).layer : "", pl.bytes, is_saved ? "saved" : "transient"});
+    bufs.push_back({val.name, val.producer >= 0 ? g.node(val.producer).layer : "", pl.bytes,
+                    grad_buffer[v] ? "gradient" : is_saved ? "saved" : "transient"});
   }
   for (size_t k = 0; k < nn; ++k) {
     scr[k] += p.scratch[k].bytes;
@@ -55,10 +66,12 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
       bufs.push_back({"scratch of " + g.node(static_cast<NodeId>(k)).op, g.node(static_cast<NodeId>(k)).layer,
                       p.scratch[k].bytes, "scratch"});
   }
+  r.update_in_backward = std::any_of(grad_buffer.begin(), grad_buffer.end(), [](bool b) { return b; });
+  r.grads_live = *std::max_element(grad.begin(), grad.end());
   size_t best = 0, at = 0;
   for (size_t k = 0; k <= nn; ++k)
-    if (saved[k] + trans[k] + scr[k] > best) {
-      best = saved[k] + trans[k] + scr[k];
+    if (saved[k] + trans[k] + grad[k] + scr[k] > best) {
+      best = saved[k] + trans[k] + grad[k] + scr[k];
       at = k;
     }
   // The same buffers again, those live at the peak, by producing op.
@@ -75,6 +88,7 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   std::stable_sort(r.peak_by_op.begin(), r.peak_by_op.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   r.saved = saved[at];
   r.transient = trans[at];
+  r.arena_grads = grad[at];
   r.scratch = scr[at];
   r.fragmentation = r.arena > best ? r.arena - best : 0;  // includes the page rounding
   std::stable_sort(bufs.begin(), bufs.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
@@ -121,11 +135,16 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   }
   row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
   row(o, "parameters", r.params);
-  row(o, "gradients", r.grads);
+  if (r.update_in_backward)
+    row(o, "gradients", r.grads, ("in the activations arena (update in backward): at most " + format_bytes(r.grads_live) +
+                                  " live, not " + format_bytes(r.grads_unfused)).c_str());
+  else
+    row(o, "gradients", r.grads);
   row(o, "optimizer state", r.optstate);
   row(o, "activations arena", r.arena, "one planned arena; at its peak:");
   row(o, "  saved for backward", r.saved);
   row(o, "  transient", r.transient);
+  if (r.update_in_backward) row(o, "  gradients", r.arena_grads, "parameter gradients until their update");
   row(o, "  kernel scratch", r.scratch);
   row(o, "  fragmentation", r.fragmentation);
   if (!r.peak_by_op.empty()) {
@@ -189,18 +208,24 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                    {"activations_arena", r.arena},
                    {"saved_activations", r.saved},
                    {"transient_activations", r.transient},
+                   {"arena_gradients", r.arena_grads},
                    {"kernel_scratch", r.scratch},
                    {"fragmentation", r.fragmentation},
                    {"library_heap", r.library_heap},
                    {"inputs", r.inputs},
                    {"data_pipeline", r.data},
                    {"evaluation", r.eval}};
+  if (r.update_in_backward) {
+    o["gradients_unfused_bytes"] = r.grads_unfused;
+    o["gradients_live_bytes"] = r.grads_live;
+  }
   if (!r.precision.empty()) o["precision"] = r.precision;
   if (!r.saved_activations.empty()) o["saved_precision"] = r.saved_activations;
   if (r.micro_batch) {
     o["micro_batch"] = r.micro_batch;
     o["accumulate"] = r.accumulate;
     o["recompute"] = r.recompute;
+    o["update_in_backward"] = r.update_in_backward;
     o["fitted"] = r.fitted;
   }
   if (!r.cpu_model.empty()) {

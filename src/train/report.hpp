@@ -31,7 +31,7 @@ struct MemoryInputs {
 struct BufferInfo {
   std::string name, layer;
   size_t bytes = 0;
-  std::string kind;  // "saved", "transient", "scratch"
+  std::string kind;  // "saved", "transient", "gradient", "scratch"
 };
 
 struct MemoryReport {
@@ -39,8 +39,14 @@ struct MemoryReport {
   size_t arena = 0;           // the transient arena
   size_t saved = 0;           // at the arena's peak: forward values kept for backward
   size_t transient = 0;       // ... other live activations and gradients
+  size_t arena_grads = 0;     // ... parameter gradients (update in backward plans them here)
   size_t scratch = 0;         // ... kernel scratch
-  size_t fragmentation = 0;   // arena - (saved + transient + scratch)
+  size_t fragmentation = 0;   // arena - (saved + transient + arena_grads + scratch)
+  // Update in backward: the bytes every parameter gradient would take in
+  // the gradients arena, and the most of them live in the activations arena
+  // at once (0 when gradients have their own arena).
+  bool update_in_backward = false;
+  size_t grads_unfused = 0, grads_live = 0;
   size_t library_heap = 0;    // the largest heap a kernel's library takes inside one run
   size_t data = 0, eval = 0;
   std::string data_in, data_note, data_cache;  // as in MemoryInputs

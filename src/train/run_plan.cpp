@@ -24,6 +24,7 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   spec.model = o.model;
   spec.batch = micro_batch(o);
   spec.accumulation = o.accumulate;
+  spec.update_in_backward = o.update_in_backward;
   spec.freeze = o.freeze;
   spec.bias_only = o.bias_only;
   spec.recompute = o.recompute;
@@ -40,7 +41,7 @@ std::string nothing_fits_message(const MemoryReport& rep, const Budget& budget, 
                                  bool searched_residency) {
   std::ostringstream m;
   m << "predicted peak " << format_bytes(rep.total) << " is over the budget of " << format_bytes(budget.bytes) << " ("
-    << budget.source << "), and no micro-batch, accumulation, precision or recomputation"
+    << budget.source << "), and no micro-batch, accumulation, precision, recomputation or update in backward"
     << (searched_residency ? " (with the dataset in memory or streamed from disk)" : "")
     << " fits either; the smallest plan ("
     << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
@@ -211,6 +212,13 @@ class Planner {
                     tg.recompute.cloned_nodes);
       log_ << buf;
     }
+    if (tg.updates_in_backward) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "  update in backward: gradients %s -> %s live at most (%d update nodes)\n",
+                    format_bytes(rep.grads_unfused).c_str(), format_bytes(rep.grads_live).c_str(),
+                    tg.updates_in_backward);
+      log_ << buf;
+    }
     rep.precision = precision_name(o_.precision);
     rep.saved_activations = precision_name(o_.saved_activations);
     rep.micro_batch = spec_.batch;
@@ -263,6 +271,7 @@ class Planner {
     TrainOptions next = o_;
     next.accumulate = fr.fitting[0].accumulate;
     next.recompute = fr.fitting[0].recompute;
+    next.update_in_backward = fr.fitting[0].update_in_backward;
     next.precision = fr.fitting[0].precision;
     next.saved_activations = fr.fitting[0].saved;
     if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;

@@ -37,6 +37,10 @@ struct StepSpec {
   bool bias_only = false;
   std::string recompute = "auto";  // none | auto | cheap | segments (memfit/recompute.hpp)
   int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
+  // One update per parameter inside backward, as soon as its gradient is
+  // complete (memfit/optim.hpp update_in_backward): gradients become
+  // transients. Not with accumulation or global-norm clipping.
+  bool update_in_backward = false;
   bool with_loss = true;    // false: no loss (evaluation)
   // Evaluation: xent_metrics over the logits and the target as outputs
   // (StepGraph::metrics), the logits then not kept as an output.
@@ -68,6 +72,7 @@ struct StepGraph {
   BackwardResult backward;
   RecomputeStats recompute;
   RecomputeStats compress;  // saved-activation compression
+  int updates_in_backward = 0;  // update_in_backward: the per-parameter update nodes
 };
 
 // True if a parameter name matches a --freeze pattern.
@@ -75,7 +80,8 @@ bool name_matches(const std::string& pattern, const std::string& name);
 
 // The first node of the optimizer update (Phase::Update), which runs after
 // every other node; num_nodes() if the graph has none. Throws
-// std::logic_error if update nodes are not all at the end.
+// std::logic_error if update nodes are not all at the end (as under
+// update_in_backward).
 size_t update_begin(const Graph& g);
 
 // The image form of StepSpec::data: image f32 [C,H,W] and labels i32 [] of
