@@ -11,6 +11,7 @@
 //  - the plan's optimizer-state bytes equal each format's formula.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -104,6 +105,11 @@ TEST(OptimState8Bit, CodeTablesAreMonotoneAndEndAtOne) {
     EXPECT_EQ(q::kSignedTable[128 + c], -q::kSignedTable[c]) << c;
   }
   for (int c = 1; c < 256; ++c) EXPECT_LT(q::kUnsignedTable[c - 1], q::kUnsignedTable[c]) << c;
+  // The kernels' computed decoding is the table, bit for bit.
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(q::decode_signed(static_cast<uint8_t>(c))), std::bit_cast<uint32_t>(q::kSignedTable[c])) << c;
+    EXPECT_EQ(std::bit_cast<uint32_t>(q::decode_unsigned(static_cast<uint8_t>(c))), std::bit_cast<uint32_t>(q::kUnsignedTable[c])) << c;
+  }
   // Every code's own value encodes to it (absmax 1).
   for (int c = 0; c < 256; ++c) {
     if (c != 128) {

@@ -7,8 +7,9 @@
 // A state tensor is cut into blocks of kQuantBlock elements (the last one
 // may be shorter). A block keeps one f32 scale, its absmax (the largest |x|
 // of the block), and one byte per element: the code of y = x / absmax,
-// which lies in [-1, 1]. Decoding is a table look-up times the scale:
-// x' = table[code] * absmax.
+// which lies in [-1, 1]. Decoding is the code's value times the scale:
+// x' = table[code] * absmax (the kernels compute table[code] rather than
+// look it up: decode_signed, decode_unsigned).
 //
 // The codes are small floating-point numbers normalised so that the largest
 // code is exactly 1 (an element equal to the absmax comes back exactly; a
@@ -87,14 +88,20 @@ struct Minifloat {
   static constexpr float kTop = 2.0f - pow2f(-M);          // T
   static constexpr float kMinNormal = pow2f(1 - kBias);    // smallest normal z
   static constexpr float kSubScale = pow2f(kBias - 1 + M); // z -> even steps below kMinNormal
+  static constexpr float kSubStep = pow2f(1 - kBias - M);  // one even step in z
 
-  // z of code c (exact in f32).
-  static constexpr float z_of(uint32_t c) {
+  // The value of code c: z (exact in f32: the fields put into an f32's bit
+  // pattern, or an even step below) divided by T. The tables hold it; the
+  // kernels compute it (no gather), so both are the same operations.
+  // (The selection is written on bit masks: GCC leaves a float ?: here as
+  // control flow and the loop scalar.)
+  static constexpr float value_of(uint32_t c) {
     const uint32_t e = c >> M, f = c & ((1u << M) - 1);
-    if (e == 0) return static_cast<float>(f) * pow2f(1 - kBias - M);
-    return std::bit_cast<float>(((e + 127u - kBias) << 23) | (f << (23 - M)));
+    const uint32_t normal = ((e + 127u - kBias) << 23) | (f << (23 - M));
+    const uint32_t sub = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(f)) * kSubStep);
+    const uint32_t below = 0u - static_cast<uint32_t>(e == 0);
+    return std::bit_cast<float>((sub & below) | (normal & ~below)) / kTop;
   }
-  static constexpr float value_of(uint32_t c) { return z_of(c) / kTop; }
 
   // The nearest code to y in [0, 1] (larger y saturate at the top code).
   static inline uint32_t encode(float y) {
@@ -138,7 +145,12 @@ inline uint8_t encode_unsigned(float x, float inv) {
   return static_cast<uint8_t>(c == 0 && x > 0 ? 1u : c);
 }
 
-inline float decode(const std::array<float, 256>& table, uint8_t c, float absmax) { return table[c] * absmax; }
+// table[c], computed (vectorises without a gather).
+inline float decode_signed(uint8_t c) {
+  const float m = SignedMag::value_of(c & 127u);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(m) | (static_cast<uint32_t>(c & 128u) << 24));
+}
+inline float decode_unsigned(uint8_t c) { return UnsignedMag::value_of(c); }
 
 // 1 / absmax, or 0 for an all-zero block.
 inline float inverse_scale(float absmax) { return absmax > 0 ? 1.0f / absmax : 0.0f; }
@@ -186,9 +198,13 @@ class BlockStates {
       } else if (quantised(t)) {
         const uint8_t* c = static_cast<const uint8_t*>(src) + begin;
         const float a = scales(t)[static_cast<int64_t>(s) * blocks_of(size_of(t)) + b];
-        const float* table = (s == 0 ? kSignedTable : kUnsignedTable).data();
+        if (s == 0) {
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) x[i] = table[c[i]] * a;
+          for (int64_t i = 0; i < n; ++i) x[i] = decode_signed(c[i]) * a;
+        } else {
+#pragma omp simd
+          for (int64_t i = 0; i < n; ++i) x[i] = decode_unsigned(c[i]) * a;
+        }
       } else {
         std::memcpy(x, static_cast<const float*>(src) + begin, static_cast<size_t>(n) * sizeof(float));
       }
