@@ -4,7 +4,8 @@
 //    equal, a short last block);
 //  - a NaN or Inf in a gradient or in the state is refused with an error
 //    naming the tensor, and leaves the block it is in as it was;
-//  - the fast CPU kernels against the reference kernels;
+//  - the fast CPU kernels against the reference kernels, and one update
+//    node per parameter against one over all of them;
 //  - gpt-tiny: 8-bit and bf16 AdamW track fp32 AdamW over 200 steps;
 //    Adafactor learns, and each of its steps matches a double-precision
 //    implementation of the published algorithm written here;
@@ -220,21 +221,22 @@ namespace {
 struct UpdateGraph {
   Graph g;
   std::vector<ValueId> params, grads;
-  UpdateGraph(const std::vector<Shape>& shapes, const OptimizerConfig& oc) {
-    for (size_t t = 0; t < shapes.size(); ++t) {
-      const std::string name = std::string("p").append(std::to_string(t));
-      const ValueId p = g.param(name, shapes[t]);
-      Value gv;
-      gv.name = name + ".grad";
-      gv.shape = shapes[t];
-      gv.cls = VClass::ParamGrad;
-      gv.grad_of = p;
-      const ValueId gid = g.add_value(gv);
-      g.value(p).grad = gid;
-      params.push_back(p);
-      grads.push_back(gid);
-    }
-    append_optimizer(g, oc);
+  UpdateGraph(const std::vector<Shape>& shapes, const OptimizerConfig& oc, bool update = true) {
+    for (const Shape& s : shapes) add(s);
+    if (update) append_optimizer(g, oc);
+  }
+  void add(const Shape& shape) {
+    const std::string name = std::string("p").append(std::to_string(params.size()));
+    const ValueId p = g.param(name, shape);
+    Value gv;
+    gv.name = name + ".grad";
+    gv.shape = shape;
+    gv.cls = VClass::ParamGrad;
+    gv.grad_of = p;
+    const ValueId gid = g.add_value(gv);
+    g.value(p).grad = gid;
+    params.push_back(p);
+    grads.push_back(gid);
   }
 };
 
@@ -344,6 +346,54 @@ TEST(OptimState, NonFiniteGradientOrStateIsRefused) {
         // The other blocks were updated.
         EXPECT_NE(w_after[0], w_before[0]);
       }
+}
+
+// An update split into one node per parameter (as an update run inside
+// backward has it) stores the same bytes as one node over all parameters:
+// each parameter's blocks, scales and rounding bits are its own.
+TEST(OptimState, OneNodePerParameterUpdatesAlike) {
+  const std::vector<Shape> shapes = {{5000}, {300, 20}, {9}};
+  for (std::string kind : {"adamw", "sgd", "adafactor"})
+    for (std::string state : {"fp32", "bf16", "8bit"}) {
+      if (kind == "adafactor" && state != "fp32") continue;
+      SCOPED_TRACE(kind + " " + state);
+      OptimizerConfig oc = optimizer(kind, state);
+      UpdateGraph one(shapes, oc);
+      // The same parameters with one update node each.
+      UpdateGraph split({}, oc, false);
+      for (size_t t = 0; t < shapes.size(); ++t) split.add(shapes[t]);
+      for (size_t t = 0; t < shapes.size(); ++t) {
+        for (size_t u = 0; u < shapes.size(); ++u) split.g.value(split.params[u]).trainable = u == t;
+        append_optimizer(split.g, oc);
+      }
+      Executor a(one.g, config(Backend::Cpu)), b(split.g, config(Backend::Cpu));
+      for (Executor* e : {&a, &b}) e->init_params(1);
+      kernels::StepContext ctx;
+      ctx.lr = 1e-2;
+      ctx.seed = 4;
+      for (int step = 0; step < 3; ++step) {
+        ctx.step = step;
+        for (size_t t = 0; t < shapes.size(); ++t) {
+          fill(a, one.grads[t], 10 * step + t, 0.05f);
+          fill(b, split.grads[t], 10 * step + t, 0.05f);
+        }
+        a.run(ctx);
+        b.run(ctx);
+      }
+      size_t compared = 0;
+      for (size_t v = 0; v < one.g.num_values(); ++v) {
+        const Value& val = one.g.value(static_cast<ValueId>(v));
+        if (val.cls != VClass::Param && val.cls != VClass::OptState) continue;
+        ++compared;
+        const ValueId w = split.g.find(val.name);
+        ASSERT_NE(w, kNone) << val.name;
+        ASSERT_EQ(a.value_bytes(static_cast<ValueId>(v)), b.value_bytes(w)) << val.name;
+        EXPECT_EQ(std::memcmp(a.data(static_cast<ValueId>(v)), b.data(w), a.value_bytes(static_cast<ValueId>(v))), 0)
+            << val.name;
+      }
+      EXPECT_EQ(compared, shapes.size() * (kind == "sgd" ? 2 : 3) + (state == "8bit" ? shapes.size() : 0));
+      EXPECT_EQ(train::update_begin(split.g), split.g.num_nodes() - shapes.size());  // three update nodes
+    }
 }
 
 // The fast kernels against the reference on fixed gradients, four steps:

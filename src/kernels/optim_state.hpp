@@ -51,8 +51,9 @@
 // second moment: with beta2 = 0.999 a step changes v by 0.1% of itself when
 // the gradient is small, less than half a bf16 ulp (0.2% to 0.4%), so v
 // could only ever grow, never decay. The random bits are a pure function of
-// (seed, step, tensor, element) (memfit/rng.hpp), so a resumed run rounds
-// exactly as the uninterrupted one did.
+// (seed, step, parameter name, element) (memfit/rng.hpp), so a resumed run
+// rounds exactly as the uninterrupted one did, and an update split into
+// one node per parameter as one node over all of them.
 #pragma once
 
 #include <algorithm>
@@ -157,9 +158,12 @@ inline float inverse_scale(float absmax) { return absmax > 0 ? 1.0f / absmax : 0
 
 // ---- bf16 stochastic rounding
 
-// Key of the rounding bits of one state tensor in one step.
-inline uint64_t rounding_key(uint64_t seed, int64_t step, size_t tensor) {
-  return rng::stream_key(seed, 0x6f707473746174ull + tensor, static_cast<uint64_t>(step));  // "optstat" + t
+// Key of the rounding bits of one parameter's state in one step. The
+// stream is the parameter's name (rng::name_hash), not its place in the
+// update node, so one node over all parameters and one node per parameter
+// round alike.
+inline uint64_t rounding_key(uint64_t seed, int64_t step, const std::string& param) {
+  return rng::stream_key(seed, rng::name_hash(param) ^ 0x6f707473746174ull, static_cast<uint64_t>(step));  // "optstat"
 }
 // 32 random bits for element i (two moments take the low and the high half).
 inline uint32_t rounding_bits(uint64_t key, int64_t i) {
@@ -211,7 +215,7 @@ class BlockStates {
     }
   }
 
-  // key: rounding_key of this tensor and step (bf16 only).
+  // key: rounding_key of this parameter and step (bf16 only).
   void store(size_t t, int64_t b, int64_t n, float* const* st, uint64_t key) const {
     const int64_t begin = b * kQuantBlock;
     for (size_t s = 0; s < moments_; ++s) {

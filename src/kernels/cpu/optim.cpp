@@ -301,7 +301,7 @@ class CompactUpdate final : public Kernel {
       else return run(m0, NoMoment{});
     };
     if (p_.state.format == StateFormat::BF16) {
-      const uint64_t key = qstate::rounding_key(ctx.seed, ctx.step, t);
+      const uint64_t key = qstate::rounding_key(ctx.seed, ctx.step, p_.state.names[t]);
       return second(Bf16Moment{static_cast<bf16_t*>(state(t, 0)) + begin, key, begin, 0},
                     Bf16Moment{Rule::kMoments == 2 ? static_cast<bf16_t*>(state(t, 1)) + begin : nullptr, key, begin, 16});
     }

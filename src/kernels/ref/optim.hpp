@@ -118,7 +118,7 @@ class CompactUpdate final : public Kernel {
     std::string error;
     for (size_t t = 0; t < k; ++t) {
       const float wd = static_cast<float>(p_.weight_decay[t]);
-      const uint64_t key = qstate::rounding_key(ctx.seed, ctx.step, t);
+      const uint64_t key = qstate::rounding_key(ctx.seed, ctx.step, p_.state.names[t]);
       for (int64_t b = 0; b < qstate::blocks_of(p_.sizes[t]); ++b) {
         const int64_t begin = b * qstate::kQuantBlock, n = std::min(qstate::kQuantBlock, p_.sizes[t] - begin);
         float* w = in<float>(t) + begin;
