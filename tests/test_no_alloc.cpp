@@ -270,15 +270,16 @@ constexpr long kArgBytes = 64 << 10;  // oneDNN's argument maps and loop closure
 class StepRunner {
  public:
   StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32,
-             bool update_in_backward = false) {
+             bool update_in_backward = false, const std::string& optimizer = "sgd", const std::string& state = "fp32") {
     train::StepSpec spec;
     spec.update_in_backward = update_in_backward;
     spec.model = model;
     spec.batch = batch;
     spec.precision = precision;
     spec.saved = saved;
-    spec.optimizer.kind = "sgd";
+    spec.optimizer.kind = optimizer;
     spec.optimizer.momentum = 0.9;
+    spec.optimizer.state = state;
     if (model == "lstm-classifier")  // tokens [T = 50] of a 500-word vocabulary, with lengths
       spec.data = {{"tokens", DType::i32, {50}, 0.0, 500}, {"lengths", DType::i32, {}, 0.0, 51},
                    {"labels", DType::i32, {}, -1.0, 10}};
@@ -342,8 +343,9 @@ class NoAlloc : public ::testing::Test {
   }
 
   void check_model(const std::string& model, int64_t batch, int steps, DType precision = DType::f32,
-                   DType saved = DType::f32, bool update_in_backward = false) {
-    StepRunner r(model, batch, precision, saved, update_in_backward);
+                   DType saved = DType::f32, bool update_in_backward = false, const std::string& optimizer = "sgd",
+                   const std::string& state = "fp32") {
+    StepRunner r(model, batch, precision, saved, update_in_backward, optimizer, state);
     find_dnnl();  // after the kernels were made: oneDNN is loaded
     ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
     r.step();  // warm-up: first-touch of arenas, lazily made library state
@@ -409,6 +411,14 @@ TEST_F(NoAlloc, ResNet18SavedBf16Step) { check_model("resnet18", 8, 2, DType::f3
 // backward, and gradients in the activations arena allocate nothing either.
 TEST_F(NoAlloc, ConvNetUpdateInBackwardStep) { check_model("convnet", 32, 3, DType::f32, DType::f32, true); }
 TEST_F(NoAlloc, BertTinyUpdateInBackwardStep) { check_model("bert-tiny", 8, 3, DType::f32, DType::f32, true); }
+// The optimizer updates of compact state (bf16 with stochastic rounding,
+// 8-bit blocks on each thread's stack; SGD momentum and Adam moments) and
+// Adafactor's factored one: ResNet-18's tensors are quantised and big
+// enough for the updates to run on a team.
+TEST_F(NoAlloc, ResNet18AdamW8BitStep) { check_model("resnet18", 8, 2, DType::f32, DType::f32, false, "adamw", "8bit"); }
+TEST_F(NoAlloc, ConvNetAdamBf16Step) { check_model("convnet", 32, 2, DType::f32, DType::f32, false, "adam", "bf16"); }
+TEST_F(NoAlloc, ConvNetSgd8BitStep) { check_model("convnet", 32, 2, DType::f32, DType::f32, false, "sgd", "8bit"); }
+TEST_F(NoAlloc, ResNet18AdafactorStep) { check_model("resnet18", 8, 2, DType::f32, DType::f32, false, "adafactor"); }
 
 // Each linear / matmul kernel's declared heap bound holds for the shapes the
 // models and the fit produce and for large and skinny ones (a vocabulary-sized

@@ -93,26 +93,44 @@ TEST(Resume, KillNineMidEpochThenResumeIsBitIdentical) {
   expect_same_run(a, b);
 }
 
+namespace {
+
+// A small text corpus for gpt-tiny in dir/corpus.txt.
+std::string write_corpus(const std::string& dir) {
+  std::ofstream f(dir + "/corpus.txt");
+  for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
+  return dir + "/corpus.txt";
+}
+
+// Runs `args` to the end in a, and in b killed with SIGKILL at a reported
+// step >= kill_at (of `steps`) and resumed; the two end bit-identical.
+void expect_kill_resume_identical(const std::string& args, const std::string& a, const std::string& b, int kill_at,
+                                  int steps) {
+  RunResult full = run_memfit("train" + args + " --out " + a);
+  ASSERT_EQ(full.code, 0) << full.out;
+  kill_and_resume(args, b, kill_at, steps);
+  if (!::testing::Test::HasFailure()) expect_same_run(a, b);
+}
+
+// gpt-tiny on the corpus: its steps take about a millisecond, so the run is
+// long in steps for the kill to land in it; a checkpoint every 100. One
+// thread: a tiny model's steps are fastest so, and do not stall on a busy
+// machine.
+std::string lm_args(const std::string& corpus, int steps) {
+  return " --model gpt-tiny --data " + corpus + " --block-size 32 --batch 4 --steps " + std::to_string(steps) +
+         " --checkpoint-every 100 --eval-every 0 --threads 1 --seed 3 --progress lines";
+}
+
+}  // namespace
+
 // A language model on text: killed mid-epoch after a checkpoint, resumed
 // from it, it ends bit-identical to the run that was never stopped (the
 // random windows and the AdamW state follow from the step; dropout's
 // resume is the ConvNet's case above).
 TEST(Resume, LanguageModelKillNineThenResumeIsBitIdentical) {
-  const std::string a = temp_dir("resume-lm-a"), b = temp_dir("resume-lm-b"), data = temp_dir("resume-lm-data");
-  {
-    std::ofstream f(data + "/corpus.txt");
-    for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
-  }
-  // gpt-tiny: its steps take about a millisecond, so the run is long in
-  // steps for the kill to land in it; a checkpoint every 100. One thread:
-  // a tiny model's steps are fastest so, and do not stall on a busy machine.
-  const std::string args = " --model gpt-tiny --data " + data + "/corpus.txt --block-size 32 --batch 4 --optimizer adamw"
-                           " --steps 1500 --checkpoint-every 100 --eval-every 0 --threads 1 --seed 3 --progress lines";
-  RunResult full = run_memfit("train" + args + " --out " + a);
-  ASSERT_EQ(full.code, 0) << full.out;
-  kill_and_resume(args, b, 250, 1500);
-  ASSERT_FALSE(HasFailure());
-  expect_same_run(a, b);
+  const std::string corpus = write_corpus(temp_dir("resume-lm-data"));
+  expect_kill_resume_identical(lm_args(corpus, 1500) + " --optimizer adamw", temp_dir("resume-lm-a"),
+                               temp_dir("resume-lm-b"), 250, 1500);
 }
 
 // Update in backward changes when each parameter is updated, not what the
@@ -131,4 +149,30 @@ TEST(Resume, UpdateInBackwardIsBitIdenticalAndResumes) {
   ASSERT_FALSE(HasFailure());
   EXPECT_NE(out.find("at step 20"), std::string::npos) << out;
   expect_same_run(a, c);
+}
+
+// Compact optimizer state resumes exactly too: 8-bit codes and their
+// scales, bf16 moments (whose stochastic rounding is a function of seed,
+// step and element) and Adafactor's factors are stored as they are. A run
+// resumed with another --optimizer-state is refused, naming the flag.
+TEST(Resume, CompactOptimizerStateResumesBitIdentical) {
+  const std::string corpus = write_corpus(temp_dir("resume-state-data"));
+  const char* variants[] = {"--optimizer adamw --optimizer-state 8bit", "--optimizer adamw --optimizer-state bf16",
+                            "--optimizer sgd --optimizer-state 8bit --lr 0.1", "--optimizer adafactor"};
+  for (const char* v : variants) {
+    SCOPED_TRACE(v);
+    std::string tag = v;
+    for (char& c : tag)
+      if (c == ' ' || c == '-' || c == '.') c = '_';
+    expect_kill_resume_identical(lm_args(corpus, 600) + " " + v, temp_dir("resume-state-a" + tag),
+                                 temp_dir("resume-state-b" + tag), 250, 600);
+  }
+  const std::string dir = temp_dir("resume-state-mismatch");
+  const std::string args = lm_args(corpus, 100) + " --optimizer adamw";
+  ASSERT_EQ(run_memfit("train" + args + " --optimizer-state 8bit --out " + dir).code, 0);
+  RunResult other = run_memfit("train" + args + " --optimizer-state fp32 --out " + dir + " --resume " + dir);
+  EXPECT_NE(other.code, 0) << other.out;
+  EXPECT_NE(other.out.find("its optimizer state is stored as 8bit, this run's as fp32; pass --optimizer-state 8bit"),
+            std::string::npos)
+      << other.out;
 }

@@ -56,7 +56,15 @@ TEST(TrainOptions, EachBadOptionHasItsMessage) {
       {[](TrainOptions& o) { o.accumulate = 0; }, "--accumulate must be positive and divide --batch"},
       {[](TrainOptions& o) { o.accumulate = 3; }, "--accumulate must be positive and divide --batch"},
       {[](TrainOptions& o) { o.profile = -1; }, "--profile must be positive"},
-      {[](TrainOptions& o) { o.optimizer.kind = "rmsprop"; }, "--optimizer expects sgd, adam or adamw, got 'rmsprop'"},
+      {[](TrainOptions& o) { o.optimizer.kind = "rmsprop"; },
+       "--optimizer expects sgd, adam, adamw or adafactor, got 'rmsprop'"},
+      {[](TrainOptions& o) { o.optimizer.state = "4bit"; }, "--optimizer-state expects fp32, bf16 or 8bit, got '4bit'"},
+      {[](TrainOptions& o) {
+         o.optimizer.kind = "adafactor";
+         o.optimizer.state = "8bit";
+       },
+       "--optimizer-state: adafactor keeps a factored fp32 second moment (a few bytes per row and column); "
+       "--optimizer-state 8bit applies to adam, adamw and sgd"},
       {[](TrainOptions& o) { o.recompute = "all"; }, "--recompute expects none, auto, cheap or segments, got 'all'"},
       {[](TrainOptions& o) { o.data_in = "ram"; }, "--data-in expects memory, disk or auto, got 'ram'"},
       // Update in backward, where a step needs all of its gradients before
@@ -122,7 +130,8 @@ TEST(TrainOptions, TheCommandMakesThemUsageErrors) {
                            "train --data-in ram --steps 1", "plan --recompute all", "train --eval-every -1",
                            "train --update-in-backward --accumulate 2 --steps 1",
                            "train --update-in-backward --clip-grad-norm 1 --steps 1",
-                           "plan --update-in-backward --precision fp16"}) {
+                           "plan --update-in-backward --precision fp16",
+                           "plan --optimizer-state fp8", "train --optimizer adafactor --optimizer-state bf16 --steps 1"}) {
     auto r = run_memfit(std::string(args) + " --data /nonexistent");
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: memfit"), std::string::npos) << args << "\n" << r.out;

@@ -19,6 +19,18 @@ inline uint64_t splitmix64(uint64_t x) {
   return z ^ (z >> 31);
 }
 
+// A 32-bit integer hash (two multiply-xorshift rounds, "lowbias32"): cheap
+// random bits for vectorised loops (32-bit multiplies), as the stochastic
+// rounding of bf16 optimizer state draws them per element.
+inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
 // 64-bit FNV-1a: folds n bytes into h (start from kFnvOffset). Also the
 // checksum of checkpoints and the key of dataset cache files.
 inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;

@@ -76,7 +76,11 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
         "where streamed IDX data is decompressed to and a language model's tokens are cached (default "
         "$MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or ~/.cache/memfit)");
   a.add("batch", &o.batch, "N", "batch size (default 64)");
-  a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw", "optimizer (default sgd with momentum 0.9)");
+  a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw|adafactor",
+        "optimizer (default sgd with momentum 0.9); adafactor: factored second moment, no first moment");
+  a.add("optimizer-state", &o.optimizer.state, "fp32|bf16|8bit",
+        "how adam/adamw moments and sgd momentum are stored: fp32 (default; 8 B/param for adam), bf16 (stochastic "
+        "rounding; 4 B/param) or 8bit (blockwise-quantised, one scale per 2048; about 2 B/param)");
   a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
   a.add("threads", &o.threads, "N", "threads (default: all cores)");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
@@ -205,10 +209,13 @@ int cmd_train(const std::vector<std::string>& argv) {
   a.add("steps", &o.steps, "N", "stop after N optimizer steps (overrides --epochs)");
   a.add("profile", &o.profile, "N",
         "after 2 warm-up steps, time N steps kernel by kernel, print the time per op kind and per layer, and stop");
-  a.add("lr", &o.lr, "LR", "learning rate (default 0.05)");
+  a.add("lr", &o.lr, "LR",
+        "learning rate (default 0.05; 1e-3 for adam and adamw; adafactor without it: its relative step size)");
   a.add("momentum", &o.optimizer.momentum, "M", "SGD momentum (default 0.9)");
   a.add_flag("nesterov", &nesterov, "Nesterov momentum");
-  a.add("weight-decay", &o.optimizer.weight_decay, "WD", "weight decay (default 5e-4; decoupled for adamw)");
+  a.add("weight-decay", &o.optimizer.weight_decay, "WD",
+        "weight decay (default 5e-4 for sgd, 1e-2 for adamw, 0 for adam and adafactor; decoupled for adamw and "
+        "adafactor)");
   a.add("schedule", &o.schedule, "constant|step|cosine", "learning-rate schedule (default cosine)");
   a.add("warmup", &o.warmup, "STEPS", "linear warm-up steps (default 0)");
   a.add("clip-grad-norm", &o.optimizer.clip_grad_norm, "N", "clip gradients to this global L2 norm");
@@ -250,7 +257,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.seed = static_cast<uint64_t>(seed);
   if (o.optimizer.kind != "sgd" && !a.given("lr")) o.lr = 1e-3;
   if (o.optimizer.kind == "adamw" && !a.given("weight-decay")) o.optimizer.weight_decay = 1e-2;
-  if (o.optimizer.kind == "adam" && !a.given("weight-decay")) o.optimizer.weight_decay = 0.0;
+  if ((o.optimizer.kind == "adam" || o.optimizer.kind == "adafactor") && !a.given("weight-decay"))
+    o.optimizer.weight_decay = 0.0;
+  // Adafactor's step size is relative (from the step count and each
+  // parameter's scale) unless --lr gives it.
+  o.optimizer.relative_step = !a.given("lr");
   try {
     const models::Model m = models::resolve(o.model);
     try {

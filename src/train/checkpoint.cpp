@@ -73,6 +73,18 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+// The file type of a value as the CPU and the f32 reference store it.
+io::DType file_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return io::DType::F32;
+    case DType::bf16: return io::DType::BF16;
+    case DType::f16: return io::DType::F16;
+    case DType::i32: return io::DType::I32;
+    case DType::u8: return io::DType::U8;
+  }
+  return io::DType::F32;
+}
+
 bool is_state(const Value& v) {
   return v.cls == VClass::Param || v.cls == VClass::Buffer || v.cls == VClass::OptState;
 }
@@ -95,7 +107,8 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (!is_state(v)) continue;
-    io::TensorView t{v.name, io::DType::F32, v.shape, ex.data(static_cast<ValueId>(i))};
+    // Optimizer state as stored: f32, bf16, or 8-bit codes (U8) and their f32 scales.
+    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, ex.data(static_cast<ValueId>(i))};
     sum = rng::fnv1a(sum, t.data, v.bytes());
     all.push_back(t);
     if (v.cls != VClass::OptState) weights.push_back(t);
@@ -166,9 +179,10 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
     if (!is_state(v)) continue;
     const io::TensorInfo* t = f.find(v.name);
     if (!t) throw std::runtime_error(path + " has no tensor '" + v.name + "' (checkpoint of a different model or optimizer)");
-    if (t->dtype != io::DType::F32 || t->shape != v.shape)
-      throw std::runtime_error(path + ": tensor '" + v.name + "' is " + shape_str(t->shape) + " but the model has " +
-                               shape_str(v.shape));
+    if (t->dtype != file_dtype(v.dtype) || t->shape != v.shape)
+      throw std::runtime_error(path + ": tensor '" + v.name + "' is " + std::string(io::dtype_name(t->dtype)) + " " +
+                               shape_str(t->shape) + " but this run has " +
+                               std::string(io::dtype_name(file_dtype(v.dtype))) + " " + shape_str(v.shape));
     stream(f, *t, [&](const unsigned char* p, size_t, size_t n) { sum = rng::fnv1a(sum, p, n); });
     todo.push_back({static_cast<ValueId>(i), t});
   }

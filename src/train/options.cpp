@@ -16,16 +16,19 @@ bool given(const TrainOptions& o, const char* flag) {
   return std::find(o.given.begin(), o.given.end(), flag) != o.given.end();
 }
 
-bool valid_optimizer(const OptimizerConfig& c) {
+void fail(const std::string& message) { throw std::invalid_argument(message); }
+
+void validate_optimizer(const OptimizerConfig& c) {
+  if (c.kind != "sgd" && c.kind != "adam" && c.kind != "adamw" && c.kind != "adafactor")
+    fail("--optimizer expects sgd, adam, adamw or adafactor, got '" + c.kind + "'");
+  if (c.state != "fp32" && c.state != "bf16" && c.state != "8bit")
+    fail("--optimizer-state expects fp32, bf16 or 8bit, got '" + c.state + "'");
   try {
-    optimizer_state_floats(c);
-    return true;
-  } catch (const std::invalid_argument&) {
-    return false;
+    check_optimizer(c);
+  } catch (const std::invalid_argument& e) {
+    fail(std::string("--optimizer-state: ") + e.what());
   }
 }
-
-void fail(const std::string& message) { throw std::invalid_argument(message); }
 
 }  // namespace
 
@@ -60,7 +63,7 @@ void validate(const TrainOptions& o) {
       fail("--update-in-backward cannot skip a step whose fp16 gradients overflowed (the loss scaling of --precision "
            "fp16 decides after the whole backward): drop one of the two, or use --precision bf16");
   }
-  if (!valid_optimizer(o.optimizer)) fail("--optimizer expects sgd, adam or adamw, got '" + o.optimizer.kind + "'");
+  validate_optimizer(o.optimizer);
   if (!valid_recompute_policy(o.recompute))
     fail("--recompute expects none, auto, cheap or segments, got '" + o.recompute + "'");
   if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")

@@ -12,6 +12,29 @@
 namespace memfit::train {
 
 namespace {
+bool is_update(const Node& n) {
+  return n.op == "sgd_update" || n.op == "adam_update" || n.op == "adafactor_update";
+}
+
+// The optimizer's policy and what its moments would take in fp32, from the
+// update nodes (one, or one per parameter).
+void describe_optimizer_state(const Graph& g, const Plan& p, MemoryReport& r) {
+  for (const Node& n : g.nodes()) {
+    if (n.phase != Phase::Update || !is_update(n)) continue;
+    const std::string kind = n.attrs.s("kind");
+    const std::string state = n.attrs.has("state") ? n.attrs.s("state") : "fp32";
+    size_t moments = kind == "sgd" ? (n.attrs.f("momentum") != 0.0 ? 1 : 0) : 2;
+    r.optstate_policy = kind == "adafactor" ? "adafactor factored" : moments ? state : "none";
+    const size_t k = static_cast<size_t>(n.attrs.i("count"));
+    for (size_t t = 0; t < k; ++t) {
+      const int64_t elems = numel(g.value(n.inputs[t]).shape);
+      r.trainable += elems;
+      const size_t a = p.options.alignment;
+      r.optstate_fp32 += moments * ((static_cast<size_t>(elems) * 4 + a - 1) / a * a);
+    }
+  }
+}
+
 // Each arena is its own mapping: resident memory comes in whole pages. The
 // activations arena is counted in pages (the rounding shows as
 // fragmentation); the persistent classes keep their exact bytes (the
@@ -33,6 +56,7 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.data_in = in.data_in;
   r.data_note = in.data_note;
   r.data_cache = in.data_cache;
+  describe_optimizer_state(g, p, r);
 
   // Live transient bytes at every node, by kind; the report shows the peak.
   // A buffer is a parameter gradient's when its alias set holds one (an
@@ -122,6 +146,19 @@ void row(std::ostringstream& o, const char* name, size_t bytes, const char* note
   std::snprintf(buf, sizeof buf, "  %-22s %12s  ", name, format_bytes(bytes).c_str());
   o << buf << note << "\n";  // the note may be long (a cache path)
 }
+
+// The optimizer state row's note: the policy and its effect.
+std::string optstate_note(const MemoryReport& r) {
+  if (r.optstate_policy.empty() || r.optstate_policy == "none" || r.trainable == 0) return "";
+  char buf[200];
+  const double per = static_cast<double>(r.optstate) / static_cast<double>(r.trainable);
+  if (r.optstate_policy == "fp32")
+    std::snprintf(buf, sizeof buf, "fp32, %.2f B/param", per);
+  else
+    std::snprintf(buf, sizeof buf, "%s, %.2f B/param (fp32%s would be %s)", r.optstate_policy.c_str(), per,
+                  r.optstate_policy == "adafactor factored" ? " Adam" : "", format_bytes(r.optstate_fp32).c_str());
+  return buf;
+}
 }  // namespace
 
 std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
@@ -140,7 +177,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
                                   " live, not " + format_bytes(r.grads_unfused)).c_str());
   else
     row(o, "gradients", r.grads);
-  row(o, "optimizer state", r.optstate);
+  row(o, "optimizer state", r.optstate, optstate_note(r).c_str());
   row(o, "activations arena", r.arena, "one planned arena; at its peak:");
   row(o, "  saved for backward", r.saved);
   row(o, "  transient", r.transient);
@@ -219,6 +256,12 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     o["gradients_unfused_bytes"] = r.grads_unfused;
     o["gradients_live_bytes"] = r.grads_live;
   }
+  if (!r.optstate_policy.empty())
+    o["optimizer_state"] = {{"policy", r.optstate_policy},
+                            {"bytes", r.optstate},
+                            {"trainable_parameters", r.trainable},
+                            {"bytes_per_parameter", r.trainable ? static_cast<double>(r.optstate) / static_cast<double>(r.trainable) : 0.0},
+                            {"fp32_bytes", r.optstate_fp32}};
   if (!r.precision.empty()) o["precision"] = r.precision;
   if (!r.saved_activations.empty()) o["saved_precision"] = r.saved_activations;
   if (r.micro_batch) {

@@ -61,6 +61,13 @@ struct MemoryReport {
   std::string cpu_model, onednn, onednn_isa, vector_isa;
   bool bf16_compute = false;
   std::string products;  // e.g. "f32 between conversions (no bf16 compute on this CPU)"
+  // The optimizer state's policy ("fp32", "bf16", "8bit", "adafactor
+  // factored"; "" without an update), the trainable parameter elements it
+  // serves, and what the same parameters' moments would take in fp32 as
+  // planned (adafactor: Adam's two moments), to show the policy's effect.
+  std::string optstate_policy;
+  int64_t trainable = 0;
+  size_t optstate_fp32 = 0;
   size_t total = 0;
   size_t naive = 0;           // the same run with every buffer its own memory
   std::vector<BufferInfo> largest;  // ten largest transient buffers

@@ -233,7 +233,9 @@ class Planner {
                     format_bytes(tg.compress.saved_bytes_after).c_str(), tg.compress.cloned_nodes);
       log_ << buf;
     }
-    log_ << format_report(rep, p_.budget, o_.model, o_.batch, o_.optimizer.kind,
+    const std::string optimizer =
+        o_.optimizer.kind + (o_.optimizer.state != "fp32" ? " (" + o_.optimizer.state + " state)" : "");
+    log_ << format_report(rep, p_.budget, o_.model, o_.batch, optimizer,
                           std::string(backend_name(o_.backend)) + " " + precision_name(o_.precision));
     // The plan reaches the terminal or the file before anything can kill the
     // process for its memory (a redirected stdout is block-buffered).

@@ -83,6 +83,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   st_.extra["batch"] = std::to_string(o_.batch);
   st_.extra["accumulate"] = std::to_string(o_.accumulate);
   st_.extra["optimizer"] = o_.optimizer.kind;
+  st_.extra["optimizer_state"] = o_.optimizer.state;
   st_.extra["dataset_size"] = std::to_string(p.data.train->size());
   // The data options, so that --resume can take them when not given.
   st_.extra["data"] = o_.data;
@@ -109,6 +110,22 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
 }
 
 void TrainLoop::resume() {
+  // The optimizer and its state format before any tensor: a checkpoint of
+  // another one holds other tensors (or the same names in other types).
+  // State is resumed as it was stored, never converted; a checkpoint from
+  // before --optimizer-state holds fp32 state.
+  std::map<std::string, std::string> meta = checkpoint_metadata(o_.resume);
+  if (!meta.empty()) {
+    const std::string state = meta.count("optimizer_state") ? meta["optimizer_state"] : "fp32";
+    if (meta.count("optimizer") && meta["optimizer"] != o_.optimizer.kind)
+      throw std::runtime_error("cannot resume from " + o_.resume + ": it was trained with optimizer " +
+                               meta["optimizer"] + ", this run has " + o_.optimizer.kind + "; pass --optimizer " +
+                               meta["optimizer"]);
+    if (state != o_.optimizer.state)
+      throw std::runtime_error("cannot resume from " + o_.resume + ": its optimizer state is stored as " + state +
+                               ", this run's as " + o_.optimizer.state + "; pass --optimizer-state " + state +
+                               " (a run keeps the state format it started with: its moments are resumed as stored)");
+  }
   TrainState r = load_checkpoint(o_.resume, ex_);
   for (const char* k : {"batch", "optimizer", "dataset_size"})
     if (r.extra[k] != st_.extra[k]) {

@@ -4,10 +4,13 @@
 namespace memfit {
 
 void register_optim_ops() {
-  for (const char* name : {"sgd_update", "adam_update"}) {
+  for (const char* name : {"sgd_update", "adam_update", "adafactor_update"}) {
     OpDef d;
     d.name = name;
     d.traits.no_gradient = true;
+    // bf16 and 8-bit state are the kernels' own formats (the parameters and
+    // gradients stay f32): never wrapped in conversions.
+    d.traits.converts_types = true;
     d.infer = [](const Graph&, const Node&) { return std::vector<ValueMeta>{}; };
     register_op(d);
   }

@@ -1,11 +1,26 @@
+#include <stdexcept>
+
 #include "kernels/ref/optim.hpp"
 #include "runtime/lower/lower_util.hpp"
 #include "runtime/lower/params_of.hpp"
 
 namespace memfit {
+namespace {
+
+// bf16 and 8-bit state: f32 arithmetic on its own storage, so no double
+// reference (Reference64 stores every float wide).
+template <class P>
+std::unique_ptr<kernels::Kernel> make_compact(Backend b, const P& p) {
+  if (b == Backend::Reference64)
+    throw std::runtime_error("bf16 and 8-bit optimizer state have no double-precision reference kernel (use the cpu "
+                             "or the f32 reference backend)");
+  return std::make_unique<kernels::ref::CompactUpdate<P>>(p);
+}
+
+}  // namespace
 
 void register_optim_kernels() {
-  register_kernel("sgd_update", [](const LoweredGraph& lg, NodeId id) {
+  register_kernel("sgd_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
     const Backend b = lg.backend();
@@ -13,6 +28,8 @@ void register_optim_kernels() {
     fill_optimizer_params(g, n, p);
     p.momentum = n.attrs.f("momentum");
     p.nesterov = n.attrs.i("nesterov") != 0;
+    p.state = state_layout(g, n, p.momentum != 0.0 ? 1 : 0);
+    if (p.state.format != kernels::StateFormat::F32) return make_compact(b, p);
     return make_ref<kernels::ref::SgdUpdate>(b, p);
   });
   register_kernel("grad_accumulate", [](const LoweredGraph& lg, NodeId id) {
@@ -21,17 +38,19 @@ void register_optim_kernels() {
     const Backend b = lg.backend();
     return make_ref<kernels::ref::GradAccumulate>(b, kernels::EltwiseParams{numel(g.value(n.inputs[0]).shape)});
   });
-  register_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) {
+  register_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
     const Backend b = lg.backend();
     kernels::AdamParams p;
-    fill_optimizer_params(g, n, p);
-    p.beta1 = n.attrs.f("beta1");
-    p.beta2 = n.attrs.f("beta2");
-    p.eps = n.attrs.f("eps");
-    p.decoupled = n.attrs.s("kind") == "adamw";
+    fill_adam_params(g, n, p);
+    if (p.state.format != kernels::StateFormat::F32) return make_compact(b, p);
     return make_ref<kernels::ref::AdamUpdate>(b, p);
+  });
+  register_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) {
+    kernels::AdafactorParams p;
+    fill_adafactor_params(lg.graph(), lg.node(id), p);
+    return make_ref<kernels::ref::AdafactorUpdate>(lg.backend(), p);
   });
 }
 

@@ -3,30 +3,47 @@
 #include "runtime/lower/params_of.hpp"
 
 namespace memfit {
+namespace {
+
+// The fast kernels take f32 parameters and gradients (their state may be
+// f32, bf16 or 8-bit: the node's own format).
+bool f32_params_and_grads(const Graph& g, const Node& n) {
+  const size_t k = static_cast<size_t>(n.attrs.i("count"));
+  for (size_t i = 0; i < 2 * k; ++i)
+    if (g.value(n.inputs[i]).dtype != DType::f32) return false;
+  return true;
+}
+
+}  // namespace
 
 void register_cpu_optim_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
   register_cpu_kernel("sgd_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    if (!all_f32(g, n)) return nullptr;
+    if (!f32_params_and_grads(g, n)) return nullptr;
     kernels::SgdParams p;
     fill_optimizer_params(g, n, p);
     p.momentum = n.attrs.f("momentum");
     p.nesterov = n.attrs.i("nesterov") != 0;
+    p.state = state_layout(g, n, p.momentum != 0.0 ? 1 : 0);
     return kernels::cpu::make_sgd_update(p);
   });
   register_cpu_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    if (!all_f32(g, n)) return nullptr;
+    if (!f32_params_and_grads(g, n)) return nullptr;
     kernels::AdamParams p;
-    fill_optimizer_params(g, n, p);
-    p.beta1 = n.attrs.f("beta1");
-    p.beta2 = n.attrs.f("beta2");
-    p.eps = n.attrs.f("eps");
-    p.decoupled = n.attrs.s("kind") == "adamw";
+    fill_adam_params(g, n, p);
     return kernels::cpu::make_adam_update(p);
+  });
+  register_cpu_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    if (!all_f32(g, n)) return nullptr;
+    kernels::AdafactorParams p;
+    fill_adafactor_params(g, n, p);
+    return kernels::cpu::make_adafactor_update(p);
   });
 }
 
