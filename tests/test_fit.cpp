@@ -120,7 +120,9 @@ TEST(Fit, TightBudgetChoosesUpdateInBackward) {
     std::ofstream f(data);
     for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
   }
-  const std::string run = "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2";
+  // fp32 given: the fit keeps the precision (bf16 activations would fit too).
+  const std::string run =
+      "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
   auto total = [&](const std::string& extra) {
     RunResult r = run_memfit(run + " --json --memory 1TiB" + extra);
     EXPECT_EQ(r.code, 0) << r.out;
@@ -135,7 +137,7 @@ TEST(Fit, TightBudgetChoosesUpdateInBackward) {
   const size_t at = r.out.find("chosen:");
   ASSERT_NE(at, std::string::npos) << r.out;
   const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
-  EXPECT_NE(line.find("micro-batch 16 x 1, fp32, recompute none, update in backward:"), std::string::npos) << line;
+  EXPECT_NE(line.find("micro-batch 16 x 1, fp32, recompute auto, update in backward:"), std::string::npos) << line;
   EXPECT_NE(r.out.find("update in backward: gradients "), std::string::npos) << r.out;
   // Not where clipping needs every gradient first: the fit looks elsewhere.
   RunResult clip = run_memfit("train" + run.substr(4) + " --clip-grad-norm 1 --steps 1 --memory " + std::to_string(budget) +
