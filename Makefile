@@ -64,7 +64,7 @@ $(GPT2_RANKS):
 	  { echo "memfit: $@ is not GPT-2's BPE ranks (sha256 differs); removed"; rm -f $@.tmp; exit 1; }
 	@mv $@.tmp $@
 
-$(BUILD)/Makefile: CMakeLists.txt
+$(BUILD)/Makefile: CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
 build: deps $(BUILD)/Makefile

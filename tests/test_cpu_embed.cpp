@@ -32,6 +32,7 @@
 #include "kernels/cpu/engine.hpp"
 #include "memfit/autodiff.hpp"
 #include "memfit/builder.hpp"
+#include "memfit/plan.hpp"
 #include "runtime/kernel_table.hpp"
 
 using namespace memfit;
@@ -158,6 +159,34 @@ TEST(CpuEmbedding, BackwardMatchesReferenceBitForBit) {
       EXPECT_EQ(cpu_kernel(g, dt),
                 act == DType::f32 ? "cpu.embedding_bwd" : bf16_name("cpu.embedding_bwd.bf16", "cpu.embedding_bwd"));
       expect_same_as_reference(g, dt, 43, static_cast<int32_t>(c.V));
+    }
+}
+
+TEST(CpuEmbedding, BackwardIntoAnAccumulatorMatchesReferenceBitForBit) {
+  // embedding_bwd(ids, dy, acc): acc's values, then dy's rows added. acc is
+  // a computed transient dying at the node (a tied head's gradient), so the
+  // plan gives the output acc's own buffer (in place); an input acc (kept)
+  // makes the kernel copy first. Both against the reference.
+  for (const EmbedCase& c : embed_cases())
+    for (bool in_place : {true, false}) {
+      SCOPED_TRACE(case_str(c) + (in_place ? " in place" : " copied"));
+      Graph g;
+      ValueId ids = g.input("ids", c.ids, DType::i32);
+      Shape ys = c.ids;
+      ys.push_back(c.D);
+      ValueId dy = g.input("dy", ys);
+      ValueId a = g.input("a", {c.V, c.D});
+      ValueId acc = in_place ? g.add1("scale", {a}, {{"alpha", 2.0}}, "head") : a;
+      ValueId dt = g.add1("embedding_bwd", {ids, dy, acc}, {{"vocab", c.V}}, "embed");
+      g.value(dt).is_output = true;
+      EXPECT_EQ(cpu_kernel(g, dt), "cpu.embedding_bwd");
+      expect_same_as_reference(g, dt, 44, static_cast<int32_t>(c.V));
+      if (in_place) {
+        std::vector<size_t> vb;
+        for (const Value& v : g.values()) vb.push_back(static_cast<size_t>(numel(v.shape)) * dtype_size(v.dtype));
+        const Plan p = make_plan(g, vb, std::vector<size_t>(g.num_nodes(), 0));
+        EXPECT_EQ(p.values[static_cast<size_t>(dt)].root, acc) << "the output takes over acc's buffer";
+      }
     }
 }
 

@@ -48,7 +48,8 @@ struct BlockedOperands {
 // themselves), recomputation (cost, state updates) and autodiff.
 struct OpTraits {
   // Output 0 may take over the buffer of this input when the input's last
-  // use is this node (element-wise ops). -1: never.
+  // use is this node (element-wise ops; an optional input a node may lack,
+  // then nothing is taken over). -1: never.
   int inplace_input = -1;
   // Output 0 is the same bytes as this input, reinterpreted (reshape). -1: no.
   int view_of_input = -1;

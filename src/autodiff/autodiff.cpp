@@ -1,5 +1,6 @@
 #include "memfit/autodiff.hpp"
 
+#include <map>
 #include <set>
 
 #include "memfit/op_registry.hpp"
@@ -14,6 +15,27 @@ ValueId sum_contribs(Graph& g, const std::vector<ValueId>& parts, const std::str
   for (size_t i = 1; i < parts.size(); ++i)
     acc = g.add1("add", {acc, parts[i]}, {}, layer + ".grad_sum", Phase::Backward);
   return acc;
+}
+
+// A table's gradient from two contributions, where one is an embedding_bwd's
+// output E and the other, A, a single value made before E's node (a tied
+// output projection's weight gradient): E's node takes A as its acc input
+// and adds its rows into it (in place where the plan allows) instead of
+// scattering into a zeroed table for an add. Saves one table-sized buffer.
+// parts becomes {E}.
+void fold_into_embedding_grad(Graph& g, std::vector<ValueId>& parts, const std::map<ValueId, int>& uses) {
+  if (parts.size() != 2) return;
+  for (int e = 0; e < 2; ++e) {
+    const ValueId ev = parts[static_cast<size_t>(e)], av = parts[static_cast<size_t>(1 - e)];
+    const NodeId pe = g.value(ev).producer, pa = g.value(av).producer;
+    if (pe < 0 || pa < 0 || pa >= pe || g.node(pe).op != "embedding_bwd" || g.node(pe).inputs.size() != 2) continue;
+    const Value& a = g.value(av);
+    if (a.shape != g.value(ev).shape || a.dtype != DType::f32 || a.cls != VClass::Transient) continue;
+    if (auto u = uses.find(av); u != uses.end() && u->second > 0) continue;
+    g.node(pe).inputs.push_back(av);
+    parts = {ev};
+    return;
+  }
 }
 
 }  // namespace
@@ -94,6 +116,7 @@ BackwardResult build_backward(Graph& g, ValueId loss, const std::vector<ValueId>
     const Value& lv = g.value(leaf);
     bool is_leaf = (lv.cls == VClass::Param && lv.trainable) || wrt_set.count(leaf);
     if (!is_leaf) continue;
+    fold_into_embedding_grad(g, parts, uses);
     ValueId d = sum_contribs(g, parts, lv.name);
     const bool is_view = g.value(d).producer >= 0 &&
                          op_def(g.node(g.value(d).producer).op).traits.view_of_input >= 0;

@@ -12,15 +12,17 @@
 namespace memfit::kernels {
 
 // embedding      in: ids[n] (i32), table[V,D]   out: y[n,D], y[i] = table[ids[i]]
-// embedding_bwd  in: ids[n] (i32), dy[n,D]      out: dtable[V,D]: row v is the sum of
-//   the rows dy[i] with ids[i] = v (0 where none), each element summed in
-//   ascending i: every kernel adds in that order, whatever its threads, so the
-//   result is the same every run.
+// embedding_bwd  in: ids[n] (i32), dy[n,D][, acc[V,D]]  out: dtable[V,D]: row v
+//   starts as 0 (or acc's row v, with acc) and the rows dy[i] with ids[i] = v
+//   are added to it, each element in ascending i: every kernel adds in that
+//   order, whatever its threads, so the result is the same every run. acc may
+//   be dtable's own buffer (in place).
 // Ids must lie in [0, V). A kernel never indexes with an out-of-range id: the
 // forward row of one is NaN (so the mistake shows in the loss, as a bad label
 // does in softmax_xent) and the backward drops its dy row.
 struct EmbeddingParams {
   int64_t n, V, D;
+  bool acc = false;  // embedding_bwd: a third input to add into
 };
 
 // permute  in: x[dims]   out: y with y's axis i = x's axis perm[i]

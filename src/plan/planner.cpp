@@ -170,7 +170,9 @@ Plan make_plan(const Graph& g, const std::vector<size_t>& value_bytes, const std
       set_last[static_cast<size_t>(r)] = std::max(set_last[static_cast<size_t>(r)], set_last[static_cast<size_t>(out)]);
       continue;
     }
-    if (opt.no_plan || !opt.in_place || tr.inplace_input < 0 || po.arena != Arena::Transient) continue;
+    if (opt.no_plan || !opt.in_place || tr.inplace_input < 0 || po.arena != Arena::Transient ||
+        static_cast<size_t>(tr.inplace_input) >= n.inputs.size())
+      continue;
     ValueId r = root_of(n.inputs[static_cast<size_t>(tr.inplace_input)]);
     const Placement& pr = p.values[static_cast<size_t>(r)];
     const Value& rv = g.value(r);

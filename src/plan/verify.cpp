@@ -147,7 +147,7 @@ std::string verify_plan(const Graph& g, const Plan& p, const std::vector<size_t>
     if (in.content == kNone || out.content == kNone || in.t1 != out.t0) return false;
     const Node& n = g.node(static_cast<NodeId>(out.t0));
     const int ii = op_def(n.op).traits.inplace_input;
-    if (ii < 0 || n.outputs.empty() || content[static_cast<size_t>(n.outputs[0])] != out.content) return false;
+    if (ii < 0 || static_cast<size_t>(ii) >= n.inputs.size() || n.outputs.empty() || content[static_cast<size_t>(n.outputs[0])] != out.content) return false;
     if (content[static_cast<size_t>(n.inputs.at(static_cast<size_t>(ii)))] != in.content) return false;
     return in.begin == out.begin;
   };

@@ -34,15 +34,24 @@ std::vector<ValueMeta> infer_embedding(const Graph& g, const Node& n) {
   return {{y, dt}};
 }
 
-// embedding_bwd(ids, dy): [vocab, D] (attr "vocab"), f32 like the table.
+// embedding_bwd(ids, dy[, acc]): [vocab, D] (attr "vocab"), f32 like the
+// table. With acc (f32 [vocab, D], another gradient of the same table, such
+// as a tied output projection's) the rows are added into acc's values, in
+// place when acc dies here: a tied table's gradient is then one buffer, not
+// two contributions and their sum.
 std::vector<ValueMeta> infer_embedding_bwd(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 2 && n.inputs.size() != 3) shape_fail(g, n, "embedding_bwd takes ids, dy and optionally acc");
   const Shape& ids = in_shape(g, n, 0);
   const Shape& dy = in_shape(g, n, 1);
   const int64_t vocab = n.attrs.i("vocab");
   if (in_dtype(g, n, 0) != DType::i32 || dy.size() != ids.size() + 1 || !std::equal(ids.begin(), ids.end(), dy.begin()))
     shape_fail(g, n, "embedding_bwd needs i32 ids [...] and dy [..., D] over the same leading axes");
   if (vocab < 1) shape_fail(g, n, "vocab must be >= 1");
-  return {{Shape{vocab, dy.back()}, DType::f32}};
+  const Shape out{vocab, dy.back()};
+  if (n.inputs.size() == 3 && (in_shape(g, n, 2) != out || in_dtype(g, n, 2) != DType::f32))
+    shape_fail(g, n, "acc must be f32 " + shape_str(out) + ", got " + dtype_name(in_dtype(g, n, 2)) + " " +
+                         shape_str(in_shape(g, n, 2)));
+  return {{out, DType::f32}};
 }
 
 std::vector<ValueId> grad_embedding(GradContext& c) {
@@ -60,6 +69,7 @@ void register_embedding_ops() {
   register_op({"embedding", infer_embedding, grad_embedding, {}, {}});
   OpTraits bwd;
   bwd.no_gradient = true;
+  bwd.inplace_input = 2;  // acc, where given
   // One addition per element of dy.
   register_op({"embedding_bwd", infer_embedding_bwd, {}, bwd,
                [](const Graph& g, const Node& n) { return static_cast<double>(numel(in_shape(g, n, 1))); }});

@@ -46,7 +46,7 @@ class EmbeddingFwd final : public Kernel {
   EmbeddingParams p_;
 };
 
-// in: ids[n] (i32), dy[n,D] (T)   out: dtable[V,D] (f32)
+// in: ids[n] (i32), dy[n,D] (T)[, acc[V,D] (f32)]   out: dtable[V,D] (f32)
 template <class T>
 class EmbeddingBwd final : public Kernel {
  public:
@@ -63,11 +63,16 @@ class EmbeddingBwd final : public Kernel {
     // per thread, so that glibc sees the whole range and streams a large one
     // past the caches: zeroing GPT-2's 154 MB table row by row took 1.5x as
     // long on one thread, in 64 pieces 1.3x (AMD EPYC, 32 MiB L3).
+    // With acc the start is a copy of it (a memcpy per thread likewise), or
+    // nothing at all when acc is dtable's own buffer.
+    const float* acc = p_.acc ? in<float>(2) : nullptr;
     const int64_t total = V * D, zchunks = use_team(total) ? omp_get_max_threads() : 1;
-    parallel_for(zchunks, total, [&](int64_t c) {
-      const int64_t b = c * total / zchunks, e = (c + 1) * total / zchunks;
-      std::memset(dt + b, 0, static_cast<size_t>(e - b) * sizeof(float));
-    });
+    if (acc != dt)
+      parallel_for(zchunks, total, [&](int64_t c) {
+        const int64_t b = c * total / zchunks, e = (c + 1) * total / zchunks;
+        if (acc) std::memcpy(dt + b, acc + b, static_cast<size_t>(e - b) * sizeof(float));
+        else std::memset(dt + b, 0, static_cast<size_t>(e - b) * sizeof(float));
+      });
     // Blocks of dtable: col_parts ranges of whole 16-column groups times
     // row_parts ranges of rows, about one block per thread; each scans all
     // ids for those in its rows. Which block an element falls in changes no

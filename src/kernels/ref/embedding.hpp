@@ -37,8 +37,9 @@ class Embedding final : public Kernel {
   EmbeddingParams p_;
 };
 
-// in: ids[n] (i32), dy[n,D]   out: dtable[V,D], zeroed, then dy's rows added in
-// ascending i; rows of out-of-range ids are dropped.
+// in: ids[n] (i32), dy[n,D][, acc[V,D]]   out: dtable[V,D], zeroed (or acc
+// copied, unless it is the same buffer), then dy's rows added in ascending i;
+// rows of out-of-range ids are dropped.
 template <class T>
 class EmbeddingBwd final : public Kernel {
  public:
@@ -49,7 +50,8 @@ class EmbeddingBwd final : public Kernel {
     const T* dy = in<T>(1);
     T* dt = out<T>(0);
     const int64_t D = p_.D;
-    std::fill(dt, dt + p_.V * D, T(0));
+    if (!p_.acc) std::fill(dt, dt + p_.V * D, T(0));
+    else if (const T* acc = in<T>(2); acc != dt) std::copy(acc, acc + p_.V * D, dt);
     for (int64_t i = 0; i < p_.n; ++i) {
       const int64_t id = ids[i];
       if (id < 0 || id >= p_.V) continue;
