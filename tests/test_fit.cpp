@@ -147,3 +147,60 @@ TEST(Fit, TightBudgetChoosesUpdateInBackward) {
   ASSERT_NE(cat, std::string::npos) << clip.out;
   EXPECT_EQ(clip.out.substr(cat, clip.out.find('\n', cat) - cat).find("update in backward"), std::string::npos) << clip.out;
 }
+
+// Compact optimizer state changes the numerics, so the fit searches it only
+// with --allow-approx (and never when --optimizer-state fixes it); without
+// it, a refusal names what would fit and by how much. The budget lies
+// between the smallest plan with fp32 moments and the smallest with compact
+// ones (AdamW's 8 B/param against 2).
+TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
+  const std::string data = temp_dir("fit-approx") + "/corpus.txt";
+  {
+    std::ofstream f(data);
+    for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
+  }
+  const std::string run =
+      "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
+  // The smallest budget each search names when nothing fits (--memory NMiB).
+  auto smallest = [&](const std::string& extra) {
+    RunResult r = run_memfit(run + " --memory 1MiB" + extra);
+    EXPECT_EQ(r.code, 3) << r.out;
+    const size_t at = r.out.find("(--memory ");
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return std::stod(r.out.substr(at + 10));
+  };
+  const double exact = smallest(""), approx = smallest(" --allow-approx");
+  ASSERT_LT(approx + 16, exact) << "compact state saves less than the test needs";
+  const std::string budget = " --memory " + std::to_string(static_cast<int>((exact + approx) / 2)) + "MiB";
+
+  RunResult no = run_memfit(run + budget);
+  EXPECT_EQ(no.code, 3) << no.out;
+  EXPECT_NE(no.out.find("It would fit with compact optimizer state, which changes the numerics: --allow-approx lets "
+                        "the fit choose"),
+            std::string::npos)
+      << no.out;
+  EXPECT_NE(no.out.find("optimizer state: "), std::string::npos) << no.out;
+  EXPECT_NE(no.out.find("under the fit's target; or pass --optimizer-state "), std::string::npos) << no.out;
+  EXPECT_NE(no.out.find("--optimizer adafactor"), std::string::npos) << no.out;
+
+  RunResult yes = run_memfit(run + budget + " --allow-approx");
+  ASSERT_EQ(yes.code, 0) << yes.out;
+  const size_t at = yes.out.find("chosen:");
+  ASSERT_NE(at, std::string::npos) << yes.out;
+  const std::string line = yes.out.substr(at, yes.out.find('\n', at) - at);
+  EXPECT_TRUE(line.find(", 8bit optimizer state:") != std::string::npos ||
+              line.find(", bf16 optimizer state:") != std::string::npos)
+      << line;
+  // The plan it then runs has that state.
+  EXPECT_TRUE(yes.out.find("8bit, 2.0") != std::string::npos || yes.out.find("bf16, 4.0") != std::string::npos) << yes.out;
+
+  // --optimizer-state given: the fit keeps it, even with --allow-approx.
+  RunResult kept = run_memfit(run + budget + " --allow-approx --optimizer-state fp32");
+  EXPECT_EQ(kept.code, 3) << kept.out;
+
+  // Within the budget there is no fit, and --allow-approx changes nothing.
+  RunResult roomy = run_memfit(run + " --memory 1TiB --allow-approx");
+  ASSERT_EQ(roomy.code, 0) << roomy.out;
+  EXPECT_EQ(roomy.out.find("chosen:"), std::string::npos) << roomy.out;
+  EXPECT_NE(roomy.out.find("fp32, 8.00 B/param"), std::string::npos) << roomy.out;
+}

@@ -78,9 +78,16 @@ void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
   a.add("batch", &o.batch, "N", "batch size (default 64)");
   a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw|adafactor",
         "optimizer (default sgd with momentum 0.9); adafactor: factored second moment, no first moment");
-  a.add("optimizer-state", &o.optimizer.state, "fp32|bf16|8bit",
-        "how adam/adamw moments and sgd momentum are stored: fp32 (default; 8 B/param for adam), bf16 (stochastic "
-        "rounding; 4 B/param) or 8bit (blockwise-quantised, one scale per 2048; about 2 B/param)");
+  a.add(
+      "optimizer-state",
+      [&o](const std::string& v) {
+        o.optimizer.state = v;
+        o.optimizer_state_set = true;  // the fit keeps it
+        return std::string();
+      },
+      "fp32|bf16|8bit",
+      "how adam/adamw moments and sgd momentum are stored: fp32 (default; 8 B/param for adam), bf16 (stochastic "
+      "rounding; 4 B/param) or 8bit (blockwise-quantised, one scale per 2048; about 2 B/param)");
   a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
   a.add("threads", &o.threads, "N", "threads (default: all cores)");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
@@ -159,6 +166,9 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
   a.add_flag(
       "no-fit", [&o] { o.auto_fit = false; },
       "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");
+  a.add_flag("allow-approx", &o.allow_approx,
+             "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given); "
+             "without it a refusal names what would fit with them");
 }
 
 int usage_error(const cli::Args& a, const std::string& msg) {

@@ -15,9 +15,11 @@ std::string FitCandidate::describe() const {
                      : precision == DType::f16 ? ", fp16"
                      : saved == DType::bf16    ? ", fp32 with bf16 saved activations"
                                                : ", fp32";
-  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s%s: %.1f MiB, ~%.2f s/step",
+  const std::string state =
+      optimizer_state.empty() || optimizer_state == "fp32" ? "" : ", " + optimizer_state + " optimizer state";
+  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s%s%s: %.1f MiB, ~%.2f s/step",
                 static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(),
-                update_in_backward ? ", update in backward" : "", data,
+                update_in_backward ? ", update in backward" : "", state.c_str(), data,
                 static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
   return buf;
 }
@@ -38,14 +40,23 @@ std::vector<FitPrecision> default_fit_precisions(const Device& dev) {
   return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, bf16}, {DType::f32, DType::bf16, 1.08}};
 }
 
+std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg) {
+  if (cfg.state != "fp32" || optimizer_state_floats(cfg) == 0) return {};
+  return {{"fp32", 0.0}, {"bf16", 0.4e-9}, {"8bit", 0.8e-9}};
+}
+
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
-                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions_in) {
+                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions_in,
+                     const std::vector<FitState>& states_in) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
   const std::vector<FitPrecision> precisions =
       precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
+  const bool searched_state = !states_in.empty();
+  const std::vector<FitState> states = searched_state ? states_in : std::vector<FitState>{{base.optimizer.state, 0.0}};
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
+    for (const FitState& st : states)
     for (const FitPrecision& fp : precisions)
     for (const char* rc : {"auto", "cheap", "segments"})
     for (const bool uib : {false, true}) {
@@ -59,6 +70,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       s.update_in_backward = uib;
       s.precision = fp.precision;
       s.saved = fp.saved;
+      s.optimizer.state = st.state;
       auto sg = build_step_graph(s);
       // The plan alone: no executor, and each distinct layer's kernel is
       // built once across all candidates (plan_for's cache).
@@ -66,8 +78,11 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       double flops = 0;
       for (const Node& n : sg->g.nodes())
         if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
+      double trainable = 0;
+      for (ValueId p : sg->g.trainable_params()) trainable += static_cast<double>(numel(sg->g.value(p).shape));
       const double seconds =
-          fp.time_factor * predict_step_seconds(device_for(cfg.backend), flops, s.batch, k, sg->g.num_nodes());
+          fp.time_factor * predict_step_seconds(device_for(cfg.backend), flops, s.batch, k, sg->g.num_nodes()) +
+          st.seconds_per_param * trainable;
       for (const FitData& d : data) {
         FitCandidate cand;
         cand.micro = s.batch;
@@ -76,6 +91,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
         cand.update_in_backward = uib;
         cand.precision = fp.precision;
         cand.saved = fp.saved;
+        cand.optimizer_state = searched_state ? st.state : "";
         cand.data_in = data.size() > 1 ? d.data_in : "";
         cand.total_bytes = d.fixed_bytes + plan.total_bytes();
         cand.step_flops = flops * static_cast<double>(k);

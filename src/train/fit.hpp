@@ -2,7 +2,8 @@
 // (with gradient accumulation keeping the effective batch), recomputation,
 // activation storage and, without accumulation, update in backward (exact,
 // where no global-norm clipping or fp16 loss scaling needs every gradient
-// first) for the fastest predicted plan that fits.
+// first) for the fastest predicted plan that fits; with --allow-approx also
+// compact optimizer state (bf16, 8bit), which changes the numerics.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ struct FitCandidate {
   std::string data_in;           // "memory" | "disk" when residency was searched, else ""
   DType precision = DType::f32;  // activations (StepSpec::precision)
   DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)
+  std::string optimizer_state;   // OptimizerConfig::state when searched (an approximation), else ""
   size_t total_bytes = 0;        // predicted peak of the whole process
   double step_flops = 0;         // per optimizer step, recomputation included
   double predicted_seconds = 0;  // cost model, per optimizer step
@@ -71,12 +73,29 @@ struct FitPrecision {
 // (Device::storage_cost).
 std::vector<FitPrecision> default_fit_precisions(const Device& dev);
 
+// One optimizer-state storage, a dimension of the search that changes the
+// numerics (compact optimizer state): only with --allow-approx. Its cost is
+// per trainable parameter and step: the update decodes and encodes each
+// block (build/bench/optim_bench on GPT-2's 124M parameters, one thread:
+// fp32 AdamW ~0.1 s, bf16 ~0.15 s, 8bit ~0.2 s, so +0.4 and +0.8 ns).
+struct FitState {
+  std::string state;  // OptimizerConfig::state
+  double seconds_per_param = 0;
+};
+
+// The storages the search may try with --allow-approx for `cfg`: fp32,
+// bf16 and 8bit for optimizers that keep moments (adam, adamw, sgd with
+// momentum), when the state is fp32 now; empty otherwise.
+std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg);
+
 // base: the run's step spec (its batch is the effective batch).
 // data: the ways to hold the data, in order of preference (first wins a tie).
 // Every plan is tried with every entry; FitCandidate::data_in names the one
 // used when there is more than one.
 // precisions: the storage choices to try; empty = base's own.
+// states: the optimizer-state storages to try; empty = base's own.
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
-                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions = {});
+                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions = {},
+                     const std::vector<FitState>& states = {});
 
 }  // namespace memfit::train

@@ -82,6 +82,11 @@ struct TrainOptions {
   // When the plan exceeds the budget: search micro-batch x accumulation and
   // recomputation for the fastest plan that fits (false: fail instead).
   bool auto_fit = true;
+  // The fit may also change the numerics (compact optimizer state: bf16 or
+  // 8bit moments), unless --optimizer-state fixes it. Without it the fit
+  // keeps them, and a refusal names what would fit with them.
+  bool allow_approx = false;
+  bool optimizer_state_set = false;  // given by --optimizer-state: the fit keeps it
   // Testing: behave as if memory ran out before this step (-1: never). The
   // run re-plans with half the micro-batch and continues from that step.
   int64_t inject_oom_at_step = -1;

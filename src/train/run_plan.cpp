@@ -252,6 +252,36 @@ class Planner {
     return m;
   }
 
+  // Nothing fits with the run's numerics: what would, if the user allowed a
+  // change of them (compact optimizer state; Adafactor instead of Adam),
+  // and by how much; "" when nothing would.
+  std::string approximations_hint(const StepSpec& base, size_t target, const ExecConfig& fcfg,
+                                  const std::vector<FitPrecision>& precisions, const std::vector<FitState>& approx) {
+    std::ostringstream m;
+    auto under = [&](const FitCandidate& c) { return format_bytes(target - c.total_bytes) + " under the fit's target"; };
+    if (!approx.empty()) {
+      const FitResult a = search_fit(base, o_.batch, fit_data_, target, fcfg, precisions, approx);
+      if (!a.fitting.empty())
+        m << " It would fit with compact optimizer state, which changes the numerics: --allow-approx lets the fit "
+             "choose "
+          << a.fitting[0].describe() << " (" << under(a.fitting[0]) << "; or pass --optimizer-state "
+          << a.fitting[0].optimizer_state << " yourself).";
+      else
+        m << " Compact optimizer state does not make it fit either (smallest with it: "
+          << format_bytes_up(a.smallest.total_bytes) << ", " << a.smallest.describe() << ").";
+    }
+    if (base.optimizer.kind == "adam" || base.optimizer.kind == "adamw") {
+      StepSpec f = base;
+      f.optimizer.kind = "adafactor";
+      f.optimizer.state = "fp32";
+      const FitResult a = search_fit(f, o_.batch, fit_data_, target, fcfg, precisions);
+      if (!a.fitting.empty())
+        m << " --optimizer adafactor (factored second moments, no first moment; a different optimizer) would fit: "
+          << a.fitting[0].describe() << " (" << under(a.fitting[0]) << ").";
+    }
+    return m.str();
+  }
+
   // Over budget with the fit on: the fastest policy that fits, to plan again
   // with (the fit then off), or BudgetError when none does.
   Replan fit() {
@@ -265,8 +295,13 @@ class Planner {
     if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
     std::vector<FitPrecision> precisions =
         o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
-    FitResult fr = search_fit(base, o_.batch, fit_data_, budget.bytes - budget.bytes / 50, fcfg, precisions);
-    if (fr.fitting.empty()) throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1));
+    const size_t target = budget.bytes - budget.bytes / 50;
+    const std::vector<FitState> approx = o_.optimizer_state_set ? std::vector<FitState>{} : approx_fit_states(o_.optimizer);
+    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, precisions,
+                              o_.allow_approx ? approx : std::vector<FitState>{});
+    if (fr.fitting.empty())
+      throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1) +
+                        (o_.allow_approx ? "" : approximations_hint(base, target, fcfg, precisions, approx)));
     log_ << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
          << "; fitting it (effective batch " << o_.batch << " unchanged):\n  chosen:    " << fr.fitting[0].describe() << "\n";
     if (fr.fitting.size() > 1) log_ << "  runner-up: " << fr.fitting[1].describe() << "\n";
@@ -276,6 +311,7 @@ class Planner {
     next.update_in_backward = fr.fitting[0].update_in_backward;
     next.precision = fr.fitting[0].precision;
     next.saved_activations = fr.fitting[0].saved;
+    if (!fr.fitting[0].optimizer_state.empty()) next.optimizer.state = fr.fitting[0].optimizer_state;
     if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
     next.auto_fit = false;
     next.fitted = true;
