@@ -246,6 +246,15 @@ TEST(TextTrain, TokenCacheIsReusedExactlyAndRebuiltWhenWrong) {
   expect_same_tensors(dir + "/a/model.safetensors", dir + "/b/model.safetensors");
   // The same text note and the same data-pipeline bytes in the plan.
   EXPECT_EQ(line_with(hit.out, "data pipeline"), pipeline);
+  // The plan's JSON names the token cache as the data's file (memfit plan
+  // splits with the default seed: a cache of its own, in the same folder).
+  const RunResult plan = run_memfit("plan --model gpt-tiny --block-size 32 --batch 8 --optimizer adamw --data " + corpus +
+                                    " --json --cache-dir " + cache_dir);
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const std::string planned = word_after(plan.out, " -> cache ");
+  ASSERT_FALSE(planned.empty()) << plan.out;
+  EXPECT_EQ(fs::path(planned).parent_path(), fs::path(cache_dir)) << planned;
+  EXPECT_NE(plan.out.find("\"data_cache\":\"" + planned + "\""), std::string::npos) << plan.out;
 
   // One byte of the payload flipped: rebuilt, with the reason.
   {

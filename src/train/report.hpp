@@ -25,7 +25,7 @@ struct MemoryInputs {
   size_t eval_library_heap = 0;  // the evaluation plan's library heap (it runs apart from training steps)
   std::string data_in;      // where the dataset lives: "memory" or "disk" ("" for image folders)
   std::string data_note;    // the "data pipeline" row's note ("" = "dataset in memory + loader buffers")
-  std::string data_cache;   // disk: the file samples are read from
+  std::string data_cache;   // disk: the file samples are read from; text: its token cache
 };
 
 struct BufferInfo {

@@ -107,6 +107,7 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, s
   std::string why;
   if (std::optional<data::TokenCacheData> c = cached_tokens(cache, key, tok, why)) {
     if (log) *log << "memfit: tokens: cache hit " << cache << "\n";
+    d.token_cache = cache;
     set_text(o, block, std::move(tok), std::move(c->train), std::move(c->held_out), c->files, c->documents,
              c->held_out_documents, d);
     return;
@@ -156,6 +157,7 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, s
   c.tokenizer = tok->saved();
   try {
     data::write_token_cache(cache, key, c);
+    d.token_cache = cache;
     if (log)
       *log << "memfit: tokenized " << o.data << " (" << c.train->size() + c.held_out->size() << " tokens) -> cache "
            << cache << (why.empty() ? "" : " (the old cache was unusable: " + why + "; rebuilt)") << "\n";
@@ -367,6 +369,7 @@ void describe_data(const Datasets& d, MemoryInputs& mi) {
                        : "dataset streamed from disk (cache: " + mi.data_cache + ")";
   } else if (d.tokenizer) {
     mi.data_in = "memory";
+    mi.data_cache = d.token_cache;
     mi.data_note = "text in memory (" + d.text_note + ") + loader buffers";
   } else if (d.idx) {
     mi.data_in = "memory";

@@ -31,6 +31,7 @@ struct Datasets {
   // was read, for the plan's data row.
   std::shared_ptr<const data::Tokenizer> tokenizer;
   std::string text_note;
+  std::string token_cache;  // the token cache file read or written ("" when none could be written)
 };
 
 // The text models' default data, made by make deps from Debian's fortune

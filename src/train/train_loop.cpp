@@ -100,10 +100,14 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   if (!o_.resume.empty()) resume();
 
   if (p.train_g->task == models::Task::LanguageModel) tokens_per_sample_ = p.train_g->inputs.back().spec.shape.at(0);
+  // Samples of token ids (a text classifier's) are sequences, not images.
+  const bool sequences = !tokens_per_sample_ && !p.train_g->inputs.empty() &&
+                         p.train_g->inputs.front().spec.dtype == DType::i32;
   prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes,
-                tokens_per_sample_ ? "tok" : "img");
+                tokens_per_sample_ ? "tok" : sequences ? "seq" : "img");
   metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
   res_ = planned_result(p);
+  res_.sequences = sequences;
   ctx_.seed = o_.seed;
   scaler_.restore(st_.extra);
   if (scaler_.enabled()) grads_ = std::make_unique<GradientCheck>(ex_, update_node_);
@@ -272,7 +276,7 @@ void TrainLoop::eval_and_record(uint64_t epoch) {
     line["test_perplexity"] = std::exp(e.loss);
   else
     line["test_accuracy"] = e.accuracy;
-  line["images_per_second"] = images_per_second();
+  line["images_per_second"] = images_per_second();  // samples: images, sequences or windows
   if (lm) line["tokens_per_second"] = images_per_second() * static_cast<double>(tokens_per_sample_);
   line["peak_rss_bytes"] = peak_rss();
   line["planned_peak_bytes"] = p_.report.total;

@@ -20,6 +20,7 @@ struct TrainResult {
   double test_loss = 0.0, test_accuracy = 0.0;
   double images_per_second = 0.0;  // samples (images, sequences, windows) per second
   double tokens_per_second = 0.0;  // a language model's: target tokens per second (else 0)
+  bool sequences = false;          // the samples are token sequences (a text classifier's)
   double seconds = 0.0;
   size_t peak_rss_bytes = 0;
   size_t planned_peak_bytes = 0;
