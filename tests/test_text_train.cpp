@@ -288,11 +288,17 @@ TEST(TextTrain, TokenCacheIsReusedExactlyAndRebuiltWhenWrong) {
   EXPECT_EQ(edited.out.find("cache hit"), std::string::npos) << edited.out;
   EXPECT_NE(word_after(edited.out, " -> cache "), cache) << edited.out;
   EXPECT_NE(line_with(edited.out, "data pipeline").find("601 documents"), std::string::npos) << edited.out;
+  // The cache of the corpus before the edit is stale: deleted, saying so.
+  EXPECT_NE(edited.out.find("memfit: deleted the stale token cache " + cache + " "), std::string::npos) << edited.out;
+  EXPECT_FALSE(fs::exists(cache));
+  const std::string edited_cache = word_after(edited.out, " -> cache ");
 
   // Another tokenizer spec or split: another key, not this cache.
   const RunResult split = run_memfit(args + cache_dir + " --val-fraction 0.2 --out " + dir + "/f");
   ASSERT_EQ(split.code, 0) << split.out;
   EXPECT_EQ(split.out.find("cache hit"), std::string::npos) << split.out;
+  EXPECT_EQ(split.out.find("deleted the stale"), std::string::npos) << split.out;  // another slot: both kept
+  EXPECT_TRUE(fs::exists(edited_cache)) << edited_cache;
 
   // A cache directory that cannot be made (under a regular file): a
   // warning, and training goes on from memory with the same tokens.

@@ -18,15 +18,15 @@ namespace fs = std::filesystem;
 static_assert(std::endian::native == std::endian::little, "the token cache is written little-endian as it is in memory");
 
 constexpr char kMagic[8] = {'M', 'F', 'T', 'O', 'K', 'C', 'A', '\0'};
-constexpr uint32_t kVersion = 1;
-// magic, version, header bytes, then 8 u64 fields.
-constexpr uint32_t kHeaderBytes = 8 + 4 + 4 + 8 * 8;
+constexpr uint32_t kVersion = 2;
+// magic, version, header bytes, then 9 u64 fields.
+constexpr uint32_t kHeaderBytes = 8 + 4 + 4 + 9 * 8;
 
 constexpr const char* kCacheHint = " (pass --cache-dir DIR or set MEMFIT_CACHE_DIR to a writable directory)";
 
 struct Header {
   uint64_t key = 0, train = 0, held_out = 0, files = 0, documents = 0, held_out_documents = 0, tokenizer = 0,
-           checksum = 0;
+           checksum = 0, slot = 0;
 };
 
 void put32(unsigned char* p, uint32_t v) { std::memcpy(p, &v, 4); }
@@ -50,6 +50,29 @@ uint64_t payload_checksum(const std::string& tokenizer, const std::vector<int32_
   return rng::fnv1a(h, held_out.data(), held_out.size() * sizeof(int32_t));
 }
 
+// The other caches of key's slot beside `path` (header: this format, the
+// slot, another key), deleted; their paths.
+std::vector<std::string> remove_stale(const std::string& path, const TokenCacheKey& key) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  const fs::path keep(path);
+  const std::string prefix = key.name + "-";
+  for (fs::directory_iterator it(keep.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    const std::string file = p.filename().string();
+    if (p == keep || file.rfind(prefix, 0) != 0 || p.extension() != ".tokens") continue;
+    if (std::error_code e2; !it->is_regular_file(e2)) continue;
+    unsigned char h[kHeaderBytes];
+    std::ifstream in(p, std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(h), kHeaderBytes)) continue;
+    if (std::memcmp(h, kMagic, 8) != 0 || get32(h + 8) != kVersion || get32(h + 12) != kHeaderBytes) continue;
+    if (get64(h + 16 + 8 * 8) != key.slot || get64(h + 16) == key.hash) continue;
+    in.close();
+    if (std::error_code e3; fs::remove(p, e3)) removed.push_back(p.string());
+  }
+  return removed;
+}
+
 }  // namespace
 
 TokenCacheKey token_cache_key(const std::string& corpus, const std::string& tokenizer_identity, double val_fraction,
@@ -65,10 +88,14 @@ TokenCacheKey token_cache_key(const std::string& corpus, const std::string& toke
   } else {
     files.push_back(corpus);
   }
-  uint64_t h = rng::kFnvOffset;
+  uint64_t h = rng::kFnvOffset, slot = rng::kFnvOffset;
   auto add = [&h](const void* p, size_t n) { h = rng::fnv1a(h, p, n); };
-  add("memfit token cache v1", 22);
-  add(root.path.data(), root.path.size() + 1);
+  auto both = [&](const void* p, size_t n) {
+    add(p, n);
+    slot = rng::fnv1a(slot, p, n);
+  };
+  both("memfit token cache v1", 22);
+  both(root.path.data(), root.path.size() + 1);
   const uint64_t n = files.size();
   add(&n, sizeof n);
   for (const std::string& f : files) {
@@ -77,12 +104,12 @@ TokenCacheKey token_cache_key(const std::string& corpus, const std::string& toke
     add(&s.size, sizeof s.size);
     add(&s.mtime_ns, sizeof s.mtime_ns);
   }
-  add(tokenizer_identity.data(), tokenizer_identity.size() + 1);
-  add(&val_fraction, sizeof val_fraction);
-  add(&seed, sizeof seed);
+  both(tokenizer_identity.data(), tokenizer_identity.size() + 1);
+  both(&val_fraction, sizeof val_fraction);
+  both(&seed, sizeof seed);
   std::string name = fs::path(root.path).filename().string();
   if (name.empty()) name = "corpus";
-  return {h, name};
+  return {h, slot, name};
 }
 
 std::string token_cache_path(const TokenCacheKey& key, const std::string& cache_dir) {
@@ -118,9 +145,9 @@ std::optional<TokenCacheData> read_token_cache(const std::string& path, const To
     return std::nullopt;
   }
   Header hd;
-  uint64_t* fields[] = {&hd.key,       &hd.train, &hd.held_out, &hd.files, &hd.documents, &hd.held_out_documents,
-                        &hd.tokenizer, &hd.checksum};
-  for (size_t i = 0; i < 8; ++i) *fields[i] = get64(h + 16 + 8 * i);
+  uint64_t* fields[] = {&hd.key,       &hd.train,    &hd.held_out, &hd.files, &hd.documents, &hd.held_out_documents,
+                        &hd.tokenizer, &hd.checksum, &hd.slot};
+  for (size_t i = 0; i < 9; ++i) *fields[i] = get64(h + 16 + 8 * i);
   if (hd.key != key.hash) {
     why = "it was written for another corpus, tokenizer or split";
     return std::nullopt;
@@ -153,7 +180,8 @@ std::optional<TokenCacheData> read_token_cache(const std::string& path, const To
   return d;
 }
 
-void write_token_cache(const std::string& path, const TokenCacheKey& key, const TokenCacheData& data) {
+std::vector<std::string> write_token_cache(const std::string& path, const TokenCacheKey& key,
+                                           const TokenCacheData& data) {
   ensure_cache_dir(fs::path(path).parent_path().string(), "token cache", kCacheHint);
   static const std::vector<int32_t> none;
   const std::vector<int32_t>& train = data.train ? *data.train : none;
@@ -164,14 +192,15 @@ void write_token_cache(const std::string& path, const TokenCacheKey& key, const 
   put32(h + 12, kHeaderBytes);
   const uint64_t fields[] = {key.hash,       train.size(),           held.size(),
                              data.files,     data.documents,         data.held_out_documents,
-                             data.tokenizer.size(), payload_checksum(data.tokenizer, train, held)};
-  for (size_t i = 0; i < 8; ++i) put64(h + 16 + 8 * i, fields[i]);
+                             data.tokenizer.size(), payload_checksum(data.tokenizer, train, held), key.slot};
+  for (size_t i = 0; i < 9; ++i) put64(h + 16 + 8 * i, fields[i]);
   AtomicFile out(path, "token cache", kCacheHint);
   out.write(h, sizeof h);
   out.write(data.tokenizer.data(), data.tokenizer.size());
   out.write(train.data(), train.size() * sizeof(int32_t));
   out.write(held.data(), held.size() * sizeof(int32_t));
   out.commit();
+  return remove_stale(path, key);
 }
 
 }  // namespace memfit::data

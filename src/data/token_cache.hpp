@@ -12,7 +12,12 @@
 //   magic "MFTOKCA\0" | u32 version | u32 header bytes | u64 key hash |
 //   u64 train tokens | u64 held-out tokens | u64 files | u64 documents |
 //   u64 held-out documents | u64 tokenizer bytes | u64 payload checksum |
+//   u64 slot hash |
 //   payload: the tokenizer's saved form, then train and held-out ids (i32).
+// The slot hash is the key's without the files' sizes and times: two caches
+// of one slot are the same corpus path, tokenizer and split at two states
+// of the files, so writing a new one deletes the others (stale: the corpus
+// was edited since), and the cache directory does not fill with them.
 // The key's full text is hashed, not stored: a name collision would also
 // need the same hash in the header. read_token_cache checks the magic, the
 // version, the key, the size the counts imply and the payload's checksum,
@@ -29,6 +34,7 @@ namespace memfit::data {
 
 struct TokenCacheKey {
   uint64_t hash = 0;
+  uint64_t slot = 0;  // the hash without the files' sizes and modification times
   std::string name;  // the corpus's file or directory name, for the cache file's name
 };
 
@@ -54,9 +60,13 @@ struct TokenCacheData {
 // key, another version) when it cannot be used. Never throws for a bad file.
 std::optional<TokenCacheData> read_token_cache(const std::string& path, const TokenCacheKey& key, std::string& why);
 
-// Writes the cache atomically (data/cache_file.hpp's AtomicFile). Throws
-// std::runtime_error naming the path when the directory cannot be made or
-// written (the caller warns and goes on from memory).
-void write_token_cache(const std::string& path, const TokenCacheKey& key, const TokenCacheData& data);
+// Writes the cache atomically (data/cache_file.hpp's AtomicFile), then
+// deletes the stale caches of the same slot in that directory (other
+// "<name>-*.tokens" files of this format whose header has key.slot and
+// another key). Returns the paths deleted. Throws std::runtime_error naming
+// the path when the directory cannot be made or written (the caller warns
+// and goes on from memory); a stale file that cannot be deleted is left.
+std::vector<std::string> write_token_cache(const std::string& path, const TokenCacheKey& key,
+                                           const TokenCacheData& data);
 
 }  // namespace memfit::data

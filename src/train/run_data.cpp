@@ -156,11 +156,15 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, s
   c.held_out_documents = held_out;
   c.tokenizer = tok->saved();
   try {
-    data::write_token_cache(cache, key, c);
+    const std::vector<std::string> stale = data::write_token_cache(cache, key, c);
     d.token_cache = cache;
-    if (log)
+    if (log) {
       *log << "memfit: tokenized " << o.data << " (" << c.train->size() + c.held_out->size() << " tokens) -> cache "
            << cache << (why.empty() ? "" : " (the old cache was unusable: " + why + "; rebuilt)") << "\n";
+      for (const std::string& f : stale)
+        *log << "memfit: deleted the stale token cache " << f << " (the same corpus, tokenizer and split before the "
+             << "corpus changed)\n";
+    }
   } catch (const std::exception& e) {
     if (log)
       *log << "memfit: warning: tokenized " << o.data << " but could not write the token cache (" << e.what()
