@@ -333,6 +333,9 @@ def parse_memfit(err):
         m = re.match(r"\s*budget\s+(\S+ \S+)\s+\((.*)\)", l)
         if m:
             p["budget_text"], p["budget_source_text"] = m.group(1), m.group(2)
+        m = re.search(r"the smallest budget that would work is (\S+ \S+)", l)
+        if m:
+            p["refused_smallest_budget"] = m.group(1)
         m = re.search(r"chosen:\s+(.*)", l)
         if m:
             p["fit_chosen"] = m.group(1).strip()
@@ -379,7 +382,8 @@ def memfit_run(a, key, label, flags, memory, cg_kind, cg_mount):
            "budget_bytes": j.get("budget_bytes") or size_bytes(p.get("budget_text", "")),
            "budget_source": p.get("budget_source_text"),
            "tokens_per_second": j.get("tokens_per_second") or p.get("tokens_per_second_text"),
-           "fit_chosen": p.get("fit_chosen"), "warnings": p.get("warnings", []),
+           "fit_chosen": p.get("fit_chosen"), "refused_smallest_budget": p.get("refused_smallest_budget"),
+           "warnings": p.get("warnings", []),
            "plan_text": p["plan_text"], "memfit_json": j, "cmd": " ".join(cmd)}
     row.update(cgs)
     if r["rc"] != 0:
@@ -564,15 +568,25 @@ def md_table(rows, meta):
             if r.get("fit_chosen"):
                 policy += f"; fitted: {r['fit_chosen']}"
             pred = mib(r.get("planned_peak_bytes"))
+            if r["rc"] == 3 and not r.get("planned_peak_bytes"):
+                m = re.search(r"predicted peak\s+(\S+ \S+)", r.get("plan_text", ""))
+                pred = m.group(1) if m else ""
         else:
             budget, pred = "", ""
             policy = f"PyTorch {r.get('torch', '')} {r['policy']}"
+            if r.get("rss_after_import_bytes"):
+                policy += f" (RSS {mib(r['rss_after_import_bytes'])} after import torch)"
             if r.get("skipped"):
                 out.append(f"| {policy} | | | | | | | | | skipped: {r['skipped']} | |")
                 continue
         ok_run = r["rc"] == 0 and not r.get("oom_killed")
         peak = r.get("peak_rss_bytes")
         within = "yes" if ok_run and peak and peak <= GIB else ("no (exit %s)" % r["exit_status"] if not ok_run else "no")
+        if r["kind"] == "memfit" and r["rc"] == 3:
+            within = (f"refused before allocating (exit 3): smallest budget "
+                      f"{r.get('refused_smallest_budget') or '?'} + the margin")
+        elif r.get("oom_killed"):
+            within = f"no: OOM-killed (exit {r['exit_status']})"
         if r.get("cgroup"):
             cmax, canon = mib(r.get("cgroup_max_usage_bytes")), mib(r.get("cgroup_peak_anon_sampled_bytes"))
             cfail = f"{r.get('cgroup_failcnt')} / {r.get('cgroup_oom_kills')}"
