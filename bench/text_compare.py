@@ -186,13 +186,14 @@ def read_token_cache(path):
     if blob[:8] != b"MFTOKCA\0":
         raise SystemExit(f"{path}: not a memfit token cache")
     version, hbytes = struct.unpack("<II", blob[8:16])
-    if version != 1 or hbytes != 80:
-        raise SystemExit(f"{path}: token cache version {version}, this script reads 1")
+    # v1: 8 u64 fields; v2 adds the slot hash (src/data/token_cache.hpp).
+    if (version, hbytes) not in ((1, 80), (2, 88)):
+        raise SystemExit(f"{path}: token cache version {version}, this script reads 1 and 2")
     _key, n_train, n_held, _f, _d, _hd, n_tok, _ck = struct.unpack("<8Q", blob[16:80])
-    if 80 + n_tok + 4 * (n_train + n_held) != len(blob):
+    if hbytes + n_tok + 4 * (n_train + n_held) != len(blob):
         raise SystemExit(f"{path}: size does not match its header")
-    tok = blob[80:80 + n_tok].decode()
-    a = np.frombuffer(blob, dtype="<i4", count=n_train + n_held, offset=80 + n_tok).astype(np.int64)
+    tok = blob[hbytes:hbytes + n_tok].decode()
+    a = np.frombuffer(blob, dtype="<i4", count=n_train + n_held, offset=hbytes + n_tok).astype(np.int64)
     return tok, a[:n_train], a[n_train:]
 
 
