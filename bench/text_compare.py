@@ -160,21 +160,11 @@ def lr_at(step, base, warmup, total):
 # ------------------------------------------------------------------ files
 
 def read_safetensors(path):
-    """name -> numpy array (F32, I64, I32)."""
-    import numpy as np
-    kinds = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = memoryview(blob)[8 + n:]
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        lo, hi = t["data_offsets"]
-        out[name] = np.frombuffer(data[lo:hi], dtype=kinds[t["dtype"]]).reshape(t["shape"]).copy()
-    return out
+    """name -> numpy array: the golden fixtures' checked reader
+    (tests/golden/golden_common.py; workers only, it imports torch)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
+    from golden_common import read_safetensors as read
+    return read(path)
 
 
 def read_token_cache(path):
