@@ -18,7 +18,8 @@ memfit (--memfit, default build/memfit) runs
 
 for each POLICY: (a) --optimizer adafactor --update-in-backward, (b)
 --optimizer adamw --optimizer-state 8bit --update-in-backward --recompute
-segments; each in a fresh process under /usr/bin/time -v and, unless
+segments, (c) --optimizer adamw --optimizer-state 8bit --master-weights bf16
+--update-in-backward; each in a fresh process under /usr/bin/time -v and, unless
 --no-cgroup, in a fresh memory cgroup of 1 GiB (cgroup v1's memory
 controller: memory.limit_in_bytes and memory.memsw.limit_in_bytes, so swap
 cannot hide an excess; or cgroup v2: memory.max, memory.swap.max 0). Then
@@ -78,6 +79,8 @@ POLICIES = [
     ("a", "adafactor, update in backward", ["--optimizer", "adafactor", "--update-in-backward"]),
     ("b", "adamw 8bit state, update in backward, recompute segments",
      ["--optimizer", "adamw", "--optimizer-state", "8bit", "--update-in-backward", "--recompute", "segments"]),
+    ("c", "adamw 8bit state, bf16 master weights, update in backward",
+     ["--optimizer", "adamw", "--optimizer-state", "8bit", "--master-weights", "bf16", "--update-in-backward"]),
 ]
 
 TORCH_CASES = [

@@ -175,12 +175,14 @@ TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
 
   RunResult no = run_memfit(run + budget);
   EXPECT_EQ(no.code, 3) << no.out;
-  EXPECT_NE(no.out.find("It would fit with compact optimizer state, which changes the numerics: --allow-approx lets "
-                        "the fit choose"),
+  EXPECT_NE(no.out.find("It would fit with compact optimizer state or bf16 master weights, which change the numerics: "
+                        "--allow-approx lets the fit choose"),
             std::string::npos)
       << no.out;
-  EXPECT_NE(no.out.find("optimizer state: "), std::string::npos) << no.out;
-  EXPECT_NE(no.out.find("under the fit's target; or pass --optimizer-state "), std::string::npos) << no.out;
+  EXPECT_TRUE(no.out.find("optimizer state: ") != std::string::npos ||
+              no.out.find("bf16 master weights: ") != std::string::npos)
+      << no.out;
+  EXPECT_NE(no.out.find("under the fit's target; or pass --"), std::string::npos) << no.out;
   EXPECT_NE(no.out.find("--optimizer adafactor"), std::string::npos) << no.out;
 
   RunResult yes = run_memfit(run + budget + " --allow-approx");
@@ -188,14 +190,16 @@ TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
   const size_t at = yes.out.find("chosen:");
   ASSERT_NE(at, std::string::npos) << yes.out;
   const std::string line = yes.out.substr(at, yes.out.find('\n', at) - at);
-  EXPECT_TRUE(line.find(", 8bit optimizer state:") != std::string::npos ||
-              line.find(", bf16 optimizer state:") != std::string::npos)
+  EXPECT_TRUE(line.find(" optimizer state") != std::string::npos || line.find(", bf16 master weights") != std::string::npos)
       << line;
-  // The plan it then runs has that state.
-  EXPECT_TRUE(yes.out.find("8bit, 2.0") != std::string::npos || yes.out.find("bf16, 4.0") != std::string::npos) << yes.out;
+  // The plan it then runs has that state or those weights.
+  EXPECT_TRUE(yes.out.find("8bit, 2.0") != std::string::npos || yes.out.find("bf16, 4.0") != std::string::npos ||
+              line.find(", bf16 master weights") != std::string::npos)
+      << yes.out;
 
-  // --optimizer-state given: the fit keeps it, even with --allow-approx.
-  RunResult kept = run_memfit(run + budget + " --allow-approx --optimizer-state fp32");
+  // --optimizer-state and --master-weights given: the fit keeps them, even
+  // with --allow-approx.
+  RunResult kept = run_memfit(run + budget + " --allow-approx --optimizer-state fp32 --master-weights fp32");
   EXPECT_EQ(kept.code, 3) << kept.out;
 
   // Within the budget there is no fit, and --allow-approx changes nothing.

@@ -270,8 +270,10 @@ constexpr long kArgBytes = 64 << 10;  // oneDNN's argument maps and loop closure
 class StepRunner {
  public:
   StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32,
-             bool update_in_backward = false, const std::string& optimizer = "sgd", const std::string& state = "fp32") {
+             bool update_in_backward = false, const std::string& optimizer = "sgd", const std::string& state = "fp32",
+             DType weights = DType::f32) {
     train::StepSpec spec;
+    spec.master_weights = weights;
     spec.update_in_backward = update_in_backward;
     spec.model = model;
     spec.batch = batch;
@@ -344,8 +346,8 @@ class NoAlloc : public ::testing::Test {
 
   void check_model(const std::string& model, int64_t batch, int steps, DType precision = DType::f32,
                    DType saved = DType::f32, bool update_in_backward = false, const std::string& optimizer = "sgd",
-                   const std::string& state = "fp32") {
-    StepRunner r(model, batch, precision, saved, update_in_backward, optimizer, state);
+                   const std::string& state = "fp32", DType weights = DType::f32) {
+    StepRunner r(model, batch, precision, saved, update_in_backward, optimizer, state, weights);
     find_dnnl();  // after the kernels were made: oneDNN is loaded
     ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
     r.step();  // warm-up: first-touch of arenas, lazily made library state
@@ -419,6 +421,15 @@ TEST_F(NoAlloc, ResNet18AdamW8BitStep) { check_model("resnet18", 8, 2, DType::f3
 TEST_F(NoAlloc, ConvNetAdamBf16Step) { check_model("convnet", 32, 2, DType::f32, DType::f32, false, "adam", "bf16"); }
 TEST_F(NoAlloc, ConvNetSgd8BitStep) { check_model("convnet", 32, 2, DType::f32, DType::f32, false, "sgd", "8bit"); }
 TEST_F(NoAlloc, ResNet18AdafactorStep) { check_model("resnet18", 8, 2, DType::f32, DType::f32, false, "adafactor"); }
+// bf16 master weights: the layers that widen them (conversions in their
+// scratch), the bf16 linear and embedding kernels, the updates' stochastic
+// rounding; with bf16 activations and with update in backward.
+TEST_F(NoAlloc, BertTinyBf16WeightsStep) {
+  check_model("bert-tiny", 8, 3, DType::bf16, DType::f32, false, "adamw", "8bit", DType::bf16);
+}
+TEST_F(NoAlloc, ConvNetBf16WeightsUpdateInBackwardStep) {
+  check_model("convnet", 32, 2, DType::f32, DType::f32, true, "sgd", "fp32", DType::bf16);
+}
 
 // Each linear / matmul kernel's declared heap bound holds for the shapes the
 // models and the fit produce and for large and skinny ones (a vocabulary-sized

@@ -153,6 +153,11 @@ class Graph {
   // Free-form model metadata (training flag, model name).
   bool training = true;
   std::string model_name;
+  // Storage of the weights (--master-weights): a float parameter of rank >= 2
+  // made with param()'s default type is stored in this type (f32 or bf16).
+  // Vectors (biases, norm scales) stay f32: they are few bytes, and norms
+  // and biases are where a rounded weight costs the most accuracy.
+  DType weight_storage = DType::f32;
 
  private:
   std::vector<Value> values_;

@@ -133,6 +133,18 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
              "update each parameter inside backward as soon as its gradient is complete, so gradients live only "
              "until their update (exact; not with --accumulate, --clip-grad-norm or --precision fp16)");
   a.add(
+      "master-weights", [&o](const std::string& v) {
+        if (v == "fp32") o.master_weights = DType::f32;
+        else if (v == "bf16") o.master_weights = DType::bf16;
+        else return "--master-weights expects fp32 or bf16, got '" + v + "'";
+        o.master_weights_set = true;  // the fit keeps it
+        return std::string();
+      },
+      "fp32|bf16",
+      "storage of the weight matrices (rank >= 2): fp32 (default) or bf16, updated from fp32 gradients with "
+      "stochastic rounding (2 B/param instead of 4; an approximation: biases and norms stay fp32; sgd, adam, "
+      "adamw)");
+  a.add(
       "precision", [&o](const std::string& v) {
         if (v == "fp32") o.precision = DType::f32;
         else if (v == "bf16") o.precision = DType::bf16;
@@ -167,8 +179,9 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
       "no-fit", [&o] { o.auto_fit = false; },
       "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");
   a.add_flag("allow-approx", &o.allow_approx,
-             "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given); "
-             "without it a refusal names what would fit with them");
+             "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given) "
+             "and bf16 master weights (unless --master-weights is given); without it a refusal names what would fit "
+             "with them");
 }
 
 int usage_error(const cli::Args& a, const std::string& msg) {

@@ -144,7 +144,7 @@ ValueId Graph::param(const std::string& name, Shape shape, bool trainable, DType
   Value v;
   v.name = name;
   v.shape = std::move(shape);
-  v.dtype = dt;
+  v.dtype = dt == DType::f32 && v.shape.size() >= 2 ? weight_storage : dt;
   v.cls = VClass::Param;
   v.trainable = trainable;
   return add_value(std::move(v));

@@ -150,7 +150,16 @@ enum class StateFormat : uint8_t { F32, BF16, Q8 };
 struct StateLayout {
   StateFormat format = StateFormat::F32;
   std::vector<uint8_t> blockwise;  // Q8: per tensor
-  std::vector<std::string> names;  // per tensor (BF16, Q8)
+  std::vector<std::string> names;  // per tensor (BF16, Q8, or any bf16 weight)
+  // bf16 master weights: per tensor, 1 where the parameter is stored in
+  // bf16 (its update computes in f32 and rounds stochastically: see
+  // kernels/optim_state.hpp); empty when every parameter is f32.
+  std::vector<uint8_t> bf16_weights;
+  bool any_bf16_weights() const {
+    for (uint8_t b : bf16_weights)
+      if (b) return true;
+    return false;
+  }
 };
 
 struct SgdParams {

@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/bf16.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/rng.hpp"
@@ -292,7 +293,9 @@ void Executor::init_params(uint64_t seed) {
       continue;
     }
     if (val.cls != VClass::Param && val.cls != VClass::Buffer) continue;
-    if (val.dtype != DType::f32) throw std::runtime_error("init_params: '" + val.name + "' is not f32");
+    // bf16 master weights: drawn in f32, stored rounded to nearest.
+    const bool half = val.dtype == DType::bf16;
+    if (val.dtype != DType::f32 && !half) throw std::runtime_error("init_params: '" + val.name + "' is not f32 or bf16");
     // Generated in chunks through a small host buffer: a temporary copy of
     // the largest parameter would be memory outside the plan.
     const size_t n = static_cast<size_t>(numel(val.shape));
@@ -315,8 +318,15 @@ void Executor::init_params(uint64_t seed) {
         if (wide) d[j] = x;
         else f[j] = x;
       }
-      if (wide) dev_->copy_to_device(dst + i0 * 8, d, m * 8);
-      else dev_->copy_to_device(dst + i0 * 4, f, m * 4);
+      if (wide) {
+        dev_->copy_to_device(dst + i0 * 8, d, m * 8);
+      } else if (half) {
+        kernels::bf16_t h[kCopyChunk];
+        kernels::f32_to_bf16(f, h, m);
+        dev_->copy_to_device(dst + i0 * 2, h, m * 2);
+      } else {
+        dev_->copy_to_device(dst + i0 * 4, f, m * 4);
+      }
     }
   }
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "kernels/bf16.hpp"
 #include "memfit/rng.hpp"
 #include "train/step_graph.hpp"
 
@@ -222,7 +223,11 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
     if (!t)
       throw std::runtime_error(path + " has no tensor '" + v.name +
                                "' (weights of another architecture? --reinit PATTERN keeps a layer's fresh weights)");
-    if (t->dtype != io::DType::F32 || t->shape != v.shape)
+    // F32 or BF16 in the file, into f32 or bf16 weights (--master-weights):
+    // f32 into bf16 rounds to nearest, bf16 into f32 widens exactly.
+    const bool float_file = t->dtype == io::DType::F32 || t->dtype == io::DType::BF16;
+    const bool float_value = v.dtype == DType::f32 || v.dtype == DType::bf16;
+    if (!float_file || !float_value || (v.cls == VClass::Buffer && t->dtype != io::DType::F32) || t->shape != v.shape)
       throw std::runtime_error(path + ": tensor '" + v.name + "' is " + std::string(io::dtype_name(t->dtype)) + " " +
                                shape_str(t->shape) + " but the model expects F32 " + shape_str(v.shape) +
                                " (--reinit " + v.name.substr(0, v.name.rfind('.')) + " keeps this layer's fresh weights)");
@@ -230,7 +235,32 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
   }
   for (auto& [v, t] : todo) {
     auto* dst = static_cast<unsigned char*>(ex.data(v));
-    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
+    const DType to = g.value(v).dtype;
+    if (file_dtype(to) == t->dtype) {
+      stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
+      continue;
+    }
+    // Converted through small aligned buffers (the file's bytes may sit at
+    // any alignment); chunks hold whole elements.
+    const bool narrow = to == DType::bf16;
+    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) {
+      constexpr size_t kBlock = 1024;
+      float x[kBlock];
+      kernels::bf16_t h[kBlock];
+      const size_t in_size = narrow ? 4 : 2, count = n / in_size, first = off / in_size;
+      for (size_t i = 0; i < count; i += kBlock) {
+        const size_t m = std::min(kBlock, count - i);
+        if (narrow) {
+          std::memcpy(x, p + i * 4, m * 4);
+          kernels::f32_to_bf16(x, h, m);
+          std::memcpy(dst + (first + i) * 2, h, m * 2);
+        } else {
+          std::memcpy(h, p + i * 2, m * 2);
+          kernels::bf16_to_f32(h, x, m);
+          std::memcpy(dst + (first + i) * 4, x, m * 4);
+        }
+      }
+    });
   }
   return todo.size();
 }

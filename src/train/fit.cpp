@@ -16,7 +16,8 @@ std::string FitCandidate::describe() const {
                      : saved == DType::bf16    ? ", fp32 with bf16 saved activations"
                                                : ", fp32";
   const std::string state =
-      optimizer_state.empty() || optimizer_state == "fp32" ? "" : ", " + optimizer_state + " optimizer state";
+      (optimizer_state.empty() || optimizer_state == "fp32" ? "" : ", " + optimizer_state + " optimizer state") +
+      std::string(master_weights == DType::bf16 ? ", bf16 master weights" : "");
   std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s%s%s: %.1f MiB, ~%.2f s/step",
                 static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(),
                 update_in_backward ? ", update in backward" : "", state.c_str(), data,
@@ -24,14 +25,14 @@ std::string FitCandidate::describe() const {
   return buf;
 }
 
-double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t micro, int64_t accumulate,
+double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t rows, int64_t accumulate,
                             size_t nodes) {
   // The measured sustained rate for large batches (60 GFLOP/s where the
   // device has no measurement); a micro-batch of m rows runs at m / (m + 4)
   // of that (kernels amortise less), and every node run costs ~20 us of
   // launch and bookkeeping.
   const double sustained = dev.product_flops_per_second() > 0 ? dev.product_flops_per_second() : 60e9;
-  const double rate = sustained * static_cast<double>(micro) / static_cast<double>(micro + 4);
+  const double rate = sustained * static_cast<double>(rows) / static_cast<double>(rows + 4);
   return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
 }
 
@@ -40,9 +41,23 @@ std::vector<FitPrecision> default_fit_precisions(const Device& dev) {
   return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, bf16}, {DType::f32, DType::bf16, 1.08}};
 }
 
-std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg) {
-  if (cfg.state != "fp32" || optimizer_state_floats(cfg) == 0) return {};
-  return {{"fp32", 0.0}, {"bf16", 0.4e-9}, {"8bit", 0.8e-9}};
+std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free, bool weights_free) {
+  std::vector<std::pair<std::string, double>> states{{cfg.state, 0.0}};
+  if (state_free && cfg.state == "fp32" && optimizer_state_floats(cfg) > 0)
+    states = {{"fp32", 0.0}, {"bf16", 0.4e-9}, {"8bit", 0.8e-9}};
+  std::vector<std::pair<DType, double>> weights{{DType::f32, 0.0}};
+  if (weights_free && cfg.kind != "adafactor") weights.push_back({DType::bf16, 0.5e-9});
+  if (states.size() == 1 && weights.size() == 1) return {};
+  std::vector<FitState> r;
+  for (const auto& [w, wc] : weights)
+    for (const auto& [s, sc] : states) r.push_back({s, w, sc + wc});
+  return r;
+}
+
+int64_t rows_per_sample(const StepSpec& spec) {
+  for (const TensorSpec& t : spec.data)
+    if (t.dtype == DType::i32 && t.shape.size() == 1) return std::max<int64_t>(1, t.shape[0]);
+  return 1;
 }
 
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
@@ -53,7 +68,8 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   const std::vector<FitPrecision> precisions =
       precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
   const bool searched_state = !states_in.empty();
-  const std::vector<FitState> states = searched_state ? states_in : std::vector<FitState>{{base.optimizer.state, 0.0}};
+  const std::vector<FitState> states =
+      searched_state ? states_in : std::vector<FitState>{{base.optimizer.state, base.master_weights, 0.0}};
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitState& st : states)
@@ -71,6 +87,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       s.precision = fp.precision;
       s.saved = fp.saved;
       s.optimizer.state = st.state;
+      s.master_weights = st.weights;
       auto sg = build_step_graph(s);
       // The plan alone: no executor, and each distinct layer's kernel is
       // built once across all candidates (plan_for's cache).
@@ -81,7 +98,8 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       double trainable = 0;
       for (ValueId p : sg->g.trainable_params()) trainable += static_cast<double>(numel(sg->g.value(p).shape));
       const double seconds =
-          fp.time_factor * predict_step_seconds(device_for(cfg.backend), flops, s.batch, k, sg->g.num_nodes()) +
+          fp.time_factor * predict_step_seconds(device_for(cfg.backend), flops, s.batch * rows_per_sample(base), k,
+                                                sg->g.num_nodes()) +
           st.seconds_per_param * trainable;
       for (const FitData& d : data) {
         FitCandidate cand;
@@ -92,6 +110,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
         cand.precision = fp.precision;
         cand.saved = fp.saved;
         cand.optimizer_state = searched_state ? st.state : "";
+        cand.master_weights = st.weights;
         cand.data_in = data.size() > 1 ? d.data_in : "";
         cand.total_bytes = d.fixed_bytes + plan.total_bytes();
         cand.step_flops = flops * static_cast<double>(k);

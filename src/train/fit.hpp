@@ -3,7 +3,8 @@
 // activation storage and, without accumulation, update in backward (exact,
 // where no global-norm clipping or fp16 loss scaling needs every gradient
 // first) for the fastest predicted plan that fits; with --allow-approx also
-// compact optimizer state (bf16, 8bit), which changes the numerics.
+// compact optimizer state (bf16, 8bit) and bf16 master weights, which change
+// the numerics.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ struct FitCandidate {
   DType precision = DType::f32;  // activations (StepSpec::precision)
   DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)
   std::string optimizer_state;   // OptimizerConfig::state when searched (an approximation), else ""
+  DType master_weights = DType::f32;  // StepSpec::master_weights (bf16: an approximation)
   size_t total_bytes = 0;        // predicted peak of the whole process
   double step_flops = 0;         // per optimizer step, recomputation included
   double predicted_seconds = 0;  // cost model, per optimizer step
@@ -36,10 +38,15 @@ struct FitResult {
 
 // Predicted time of one optimizer step on `dev`: FLOPs at its sustained
 // rate (Device::product_flops_per_second), at an efficiency that falls for
-// small micro-batches, plus a fixed cost per node run. A model for ranking
-// plans, not a promise.
-double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t micro, int64_t accumulate,
+// micro-batches of few rows (`rows`: the rows of its products, images or
+// tokens: rows_per_sample times the micro-batch), plus a fixed cost per
+// node run. A model for ranking plans, not a promise.
+double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t rows, int64_t accumulate,
                             size_t nodes);
+
+// The rows one sample gives the products: its tokens for a sequence of token
+// ids (each is a row of every linear layer), else 1 (an image).
+int64_t rows_per_sample(const StepSpec& spec);
 
 // One way to hold the dataset, a dimension of the search: what it adds to
 // every plan, and what it costs per training sample.
@@ -73,20 +80,26 @@ struct FitPrecision {
 // (Device::storage_cost).
 std::vector<FitPrecision> default_fit_precisions(const Device& dev);
 
-// One optimizer-state storage, a dimension of the search that changes the
-// numerics (compact optimizer state): only with --allow-approx. Its cost is
-// per trainable parameter and step: the update decodes and encodes each
-// block (build/bench/optim_bench on GPT-2's 124M parameters, one thread:
-// fp32 AdamW ~0.1 s, bf16 ~0.15 s, 8bit ~0.2 s, so +0.4 and +0.8 ns).
+// One optimizer-state and weight storage, a dimension of the search that
+// changes the numerics (compact optimizer state, bf16 master weights): only
+// with --allow-approx. Its cost is per trainable parameter and step: the
+// update decodes and encodes each block (build/bench/optim_bench on GPT-2's
+// 124M parameters, one thread: fp32 AdamW ~0.1 s, bf16 ~0.15 s, 8bit ~0.2 s,
+// so +0.4 and +0.8 ns); bf16 weights are widened and rounded again in the
+// update and widened where a layer reads them in f32 (+0.5 ns, about a
+// bf16 state's).
 struct FitState {
   std::string state;  // OptimizerConfig::state
+  DType weights = DType::f32;  // StepSpec::master_weights
   double seconds_per_param = 0;
 };
 
-// The storages the search may try with --allow-approx for `cfg`: fp32,
-// bf16 and 8bit for optimizers that keep moments (adam, adamw, sgd with
-// momentum), when the state is fp32 now; empty otherwise.
-std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg);
+// The storages the search may try with --allow-approx for `cfg`: state
+// fp32, bf16 and 8bit for optimizers that keep moments (adam, adamw, sgd
+// with momentum) when the state is fp32 now and free (not given), times
+// weights fp32 and bf16 when the weights are free and the optimizer takes
+// bf16 weights (not adafactor); empty when there is no choice.
+std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free = true, bool weights_free = true);
 
 // base: the run's step spec (its batch is the effective batch).
 // data: the ways to hold the data, in order of preference (first wins a tie).

@@ -64,6 +64,11 @@ void validate(const TrainOptions& o) {
            "fp16 decides after the whole backward): drop one of the two, or use --precision bf16");
   }
   validate_optimizer(o.optimizer);
+  if (o.master_weights == DType::bf16 && o.optimizer.kind == "adafactor")
+    fail("--master-weights bf16 takes sgd, adam or adamw; adafactor updates fp32 weights (its relative step reads "
+         "the weights' scale): drop one of the two");
+  if (o.master_weights == DType::bf16 && o.backend == Backend::Reference64)
+    fail("--master-weights bf16 has no double-precision reference: use the cpu or the f32 reference backend");
   if (!valid_recompute_policy(o.recompute))
     fail("--recompute expects none, auto, cheap or segments, got '" + o.recompute + "'");
   if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")

@@ -34,6 +34,8 @@ struct TrainOptions {
   bool precision_set = false;    // given by --precision: the fit keeps it
   double loss_scale = 65536.0;   // fp16: initial dynamic loss scale (a power of two)
   DType saved_activations = DType::f32;  // bf16: compress what backward reads (StepSpec::saved)
+  DType master_weights = DType::f32;     // bf16: weight matrices stored in bf16 (StepSpec::master_weights)
+  bool master_weights_set = false;       // given by --master-weights: the fit keeps it
   int64_t eval_batch = 0;      // 0: same as batch
   double lr = 0.05;
   OptimizerConfig optimizer{.kind = "sgd", .momentum = 0.9, .weight_decay = 5e-4};

@@ -57,6 +57,13 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.data_note = in.data_note;
   r.data_cache = in.data_cache;
   describe_optimizer_state(g, p, r);
+  size_t half = 0;
+  for (ValueId v : g.params())
+    if (g.value(v).dtype == DType::bf16) half += g.value(v).bytes();
+  if (half) {
+    r.master_weights = "bf16";
+    r.params_fp32 = r.params + half;
+  }
 
   // Live transient bytes at every node, by kind; the report shows the peak.
   // A buffer is a parameter gradient's when its alias set holds one (an
@@ -171,7 +178,9 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
     if (!r.products.empty()) o << "  " << r.precision << " convolutions and linear layers: " << r.products << "\n";
   }
   row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
-  row(o, "parameters", r.params);
+  const std::string params_note =
+      r.master_weights == "bf16" ? "bf16 master weights (vectors fp32; fp32 would be " + format_bytes(r.params_fp32) + ")" : "";
+  row(o, "parameters", r.params, params_note.c_str());
   if (r.update_in_backward)
     row(o, "gradients", r.grads, ("in the activations arena (update in backward): at most " + format_bytes(r.grads_live) +
                                   " live, not " + format_bytes(r.grads_unfused)).c_str());
@@ -262,6 +271,7 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                             {"trainable_parameters", r.trainable},
                             {"bytes_per_parameter", r.trainable ? static_cast<double>(r.optstate) / static_cast<double>(r.trainable) : 0.0},
                             {"fp32_bytes", r.optstate_fp32}};
+  o["master_weights"] = r.master_weights;
   if (!r.precision.empty()) o["precision"] = r.precision;
   if (!r.saved_activations.empty()) o["saved_precision"] = r.saved_activations;
   if (r.micro_batch) {

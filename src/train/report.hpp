@@ -66,6 +66,10 @@ struct MemoryReport {
   // serves, and what the same parameters' moments would take in fp32 as
   // planned (adafactor: Adam's two moments), to show the policy's effect.
   std::string optstate_policy;
+  // bf16 master weights: the weights' storage ("fp32" | "bf16") and what the
+  // parameters would take in fp32.
+  std::string master_weights = "fp32";
+  size_t params_fp32 = 0;
   int64_t trainable = 0;
   size_t optstate_fp32 = 0;
   size_t total = 0;

@@ -30,6 +30,7 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   spec.recompute = o.recompute;
   spec.precision = o.precision;
   spec.saved = o.saved_activations;
+  spec.master_weights = o.master_weights;
   spec.classes = train.num_classes();
   spec.optimizer = o.optimizer;
   spec.label_smoothing = o.label_smoothing;
@@ -47,7 +48,7 @@ std::string nothing_fits_message(const MemoryReport& rep, const Budget& budget, 
     << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
     << ", so the smallest budget that would work is "
     << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << " (--memory " << smallest_memory_flag(fr.smallest.total_bytes)
-    << ": 2% slack for the fit and 1 MiB for the baseline's variation between runs)"
+    << ": 2% and 4 MiB of slack for the fit, for the baseline's variation between plans and runs)"
     << (budget.margin ? " plus the margin of a detected limit" : "") << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
   return m.str();
 }
@@ -261,14 +262,18 @@ class Planner {
     auto under = [&](const FitCandidate& c) { return format_bytes(target - c.total_bytes) + " under the fit's target"; };
     if (!approx.empty()) {
       const FitResult a = search_fit(base, o_.batch, fit_data_, target, fcfg, precisions, approx);
-      if (!a.fitting.empty())
-        m << " It would fit with compact optimizer state, which changes the numerics: --allow-approx lets the fit "
-             "choose "
-          << a.fitting[0].describe() << " (" << under(a.fitting[0]) << "; or pass --optimizer-state "
-          << a.fitting[0].optimizer_state << " yourself).";
-      else
-        m << " Compact optimizer state does not make it fit either (smallest with it: "
+      if (!a.fitting.empty()) {
+        const FitCandidate& c = a.fitting[0];
+        std::string flags;
+        if (c.optimizer_state != base.optimizer.state) flags += " --optimizer-state " + c.optimizer_state;
+        if (c.master_weights != base.master_weights) flags += " --master-weights bf16";
+        m << " It would fit with compact optimizer state or bf16 master weights, which change the numerics: "
+             "--allow-approx lets the fit choose "
+          << c.describe() << " (" << under(c) << "; or pass" << flags << " yourself).";
+      } else {
+        m << " Compact optimizer state and bf16 master weights do not make it fit either (smallest with them: "
           << format_bytes_up(a.smallest.total_bytes) << ", " << a.smallest.describe() << ").";
+      }
     }
     if (base.optimizer.kind == "adam" || base.optimizer.kind == "adamw") {
       StepSpec f = base;
@@ -295,8 +300,9 @@ class Planner {
     if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
     std::vector<FitPrecision> precisions =
         o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
-    const size_t target = budget.bytes - budget.bytes / 50;
-    const std::vector<FitState> approx = o_.optimizer_state_set ? std::vector<FitState>{} : approx_fit_states(o_.optimizer);
+    const size_t target = fit_target(budget.bytes);
+    const std::vector<FitState> approx =
+        approx_fit_states(o_.optimizer, !o_.optimizer_state_set, !o_.master_weights_set && o_.backend != Backend::Reference64);
     FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, precisions,
                               o_.allow_approx ? approx : std::vector<FitState>{});
     if (fr.fitting.empty())
@@ -312,6 +318,7 @@ class Planner {
     next.precision = fr.fitting[0].precision;
     next.saved_activations = fr.fitting[0].saved;
     if (!fr.fitting[0].optimizer_state.empty()) next.optimizer.state = fr.fitting[0].optimizer_state;
+    next.master_weights = fr.fitting[0].master_weights;
     if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
     next.auto_fit = false;
     next.fitted = true;
@@ -362,15 +369,17 @@ TrainResult planned_result(const RunPlan& p) {
   return r;
 }
 
-// The fit keeps 2% of the budget as slack, and 1 MiB is left for the
-// measured baseline's variation between runs (tens of KiB).
+size_t fit_target(size_t budget) {
+  const size_t slack = budget / 50 + (size_t(4) << 20);
+  return budget > slack ? budget - slack : 0;
+}
+
 std::string smallest_memory_flag(size_t need) {
-  const size_t want = need + (size_t(1) << 20);
-  for (long tenths = static_cast<long>(static_cast<double>(want) / 104857.6);; ++tenths) {
+  for (long tenths = static_cast<long>(static_cast<double>(need) / 104857.6);; ++tenths) {
     char v[32];
     std::snprintf(v, sizeof v, "%.1fMiB", static_cast<double>(tenths) / 10);
     const size_t b = parse_bytes(v).value_or(0);
-    if (b - b / 50 >= want) return v;
+    if (fit_target(b) >= need) return v;
   }
 }
 

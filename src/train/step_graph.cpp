@@ -54,6 +54,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   const models::Model model = s.model_def ? *s.model_def : models::resolve(s.model);
   sg->task = model.task;
   const std::vector<TensorSpec> data = s.data.empty() ? image_tensors(s.channels, s.height, s.width, s.classes) : s.data;
+  g.weight_storage = s.master_weights;
   Builder b(g, s.training);
   // The graph's inputs in the data's order, each [N, per-sample shape].
   for (const TensorSpec& t : data) {

@@ -52,6 +52,11 @@ struct StepSpec {
   // bf16: keep f32 values saved for backward as bf16 in between (lossy
   // compression, memfit/recompute.hpp compress_saved); f32: as computed.
   DType saved = DType::f32;
+  // bf16 master weights (Graph::weight_storage): every weight of rank >= 2
+  // is stored in bf16 and updated from its f32 gradient with stochastic
+  // rounding; vectors (biases, norms) stay f32. An approximation: the
+  // weights carry 8 significant bits.
+  DType master_weights = DType::f32;
 };
 
 // One named input of a step: a model input or the target.

@@ -84,6 +84,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   st_.extra["accumulate"] = std::to_string(o_.accumulate);
   st_.extra["optimizer"] = o_.optimizer.kind;
   st_.extra["optimizer_state"] = o_.optimizer.state;
+  st_.extra["master_weights"] = o_.master_weights == DType::bf16 ? "bf16" : "fp32";
   st_.extra["dataset_size"] = std::to_string(p.data.train->size());
   // The data options, so that --resume can take them when not given.
   st_.extra["data"] = o_.data;
@@ -129,6 +130,10 @@ void TrainLoop::resume() {
       throw std::runtime_error("cannot resume from " + o_.resume + ": its optimizer state is stored as " + state +
                                ", this run's as " + o_.optimizer.state + "; pass --optimizer-state " + state +
                                " (a run keeps the state format it started with: its moments are resumed as stored)");
+    const std::string weights = meta.count("master_weights") ? meta["master_weights"] : "fp32";
+    if (weights != st_.extra["master_weights"])
+      throw std::runtime_error("cannot resume from " + o_.resume + ": its weights are stored as " + weights +
+                               ", this run's as " + st_.extra["master_weights"] + "; pass --master-weights " + weights);
   }
   TrainState r = load_checkpoint(o_.resume, ex_);
   for (const char* k : {"batch", "optimizer", "dataset_size"})

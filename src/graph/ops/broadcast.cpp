@@ -30,10 +30,11 @@ void register_broadcast_ops() {
     const ValueId d = c.out_grads[0];
     if (d == kNone) return r;
     if (c.need[0]) r[0] = d;
-    // The sum has b's type (an f32 parameter's gradient stays f32 under
-    // bf16 activations).
+    // The sum has the type of b's gradient (a parameter's gradient is f32
+    // under bf16 activations and bf16 master weights: grad_dtype).
     const Value& bv = c.g.value(c.in(1));
-    if (c.need[1]) r[1] = c.emit1("sum_leading", {d}, {{"shape", bv.shape}, {"dtype", int64_t(bv.dtype)}});
+    if (c.need[1])
+      r[1] = c.emit1("sum_leading", {d}, {{"shape", bv.shape}, {"dtype", int64_t(grad_dtype(c.g, c.in(1)))}});
     return r;
   };
   add.flops = [](const Graph& g, const Node& n) { return static_cast<double>(numel(in_shape(g, n, 0))); };

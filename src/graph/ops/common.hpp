@@ -11,6 +11,23 @@ inline const Shape& in_shape(const Graph& g, const Node& n, size_t i) {
 }
 inline DType in_dtype(const Graph& g, const Node& n, size_t i) { return g.value(n.inputs.at(i)).dtype; }
 
+// The type of the gradient of v: f32 for a parameter and for a slice, view
+// or permutation of one (bf16 master weights are updated from f32
+// gradients, and an f32 weight's gradient stays f32 under bf16
+// activations), else v's own type.
+inline DType grad_dtype(const Graph& g, ValueId v) {
+  ValueId at = v;
+  for (int hops = 0; hops < 8; ++hops) {
+    const Value& x = g.value(at);
+    if (x.cls == VClass::Param) return DType::f32;
+    if (x.producer < 0) break;
+    const Node& p = g.node(x.producer);
+    if ((p.op != "slice" && p.op != "reshape" && p.op != "permute") || p.inputs.empty()) break;
+    at = p.inputs[0];
+  }
+  return g.value(v).dtype;
+}
+
 // Output 0 has the shape and dtype of input `i`.
 inline std::vector<ValueMeta> same_as(const Graph& g, const Node& n, size_t i) {
   return {{in_shape(g, n, i), in_dtype(g, n, i)}};

@@ -93,9 +93,11 @@ ValueId mm(GradContext& c, ValueId a, ValueId b, bool ta, bool tb) {
 
 // d, cast to the type of the operand it is the gradient of where the two
 // differ (a matmul's output takes its first operand's type: an f32 weight
-// times bf16 activations gets its gradient in f32, like linear's weight).
+// times bf16 activations gets its gradient in f32, like linear's weight). A
+// parameter's gradient is f32 whatever the parameter's storage (bf16 master
+// weights are updated from f32 gradients).
 ValueId typed_like(GradContext& c, ValueId d, ValueId operand) {
-  const DType want = c.g.value(operand).dtype;
+  const DType want = grad_dtype(c.g, operand);
   if (c.g.value(d).dtype == want) return d;
   return c.emit1("cast", {d}, {{"dtype", int64_t(want)}});
 }

@@ -103,9 +103,44 @@ class EmbeddingBwd final : public Kernel {
   EmbeddingParams p_;
 };
 
+// A bf16 table (bf16 master weights): in: ids[n] (i32), table[V,D] (bf16)
+// out: y[n,D], bf16 (rows copied) or f32 (widened exactly). Plain copies and
+// conversions: no AVX-512 needed.
+class EmbeddingFwdBf16Table final : public Kernel {
+ public:
+  EmbeddingFwdBf16Table(const EmbeddingParams& p, bool f32_out) : p_(p), f32_out_(f32_out) {}
+  const char* name() const override { return f32_out_ ? "cpu.embedding.w16" : "cpu.embedding.bf16.w16"; }
+  void run(const StepContext&) override {
+    const int32_t* ids = in<int32_t>(0);
+    const bf16_t* table = in<bf16_t>(1);
+    const int64_t V = p_.V, D = p_.D;
+    parallel_for(p_.n, p_.n * D, [&](int64_t i) {
+      const int64_t id = ids[i];
+      const size_t d = static_cast<size_t>(D);
+      if (f32_out_) {
+        float* row = out<float>(0) + i * D;
+        if (id < 0 || id >= V) std::fill(row, row + D, std::numeric_limits<float>::quiet_NaN());
+        else bf16_to_f32(table + id * D, row, d);
+      } else {
+        bf16_t* row = out<bf16_t>(0) + i * D;
+        if (id < 0 || id >= V) std::fill(row, row + D, f32_to_bf16(std::numeric_limits<float>::quiet_NaN()));
+        else std::memcpy(row, table + id * D, d * sizeof(bf16_t));
+      }
+    });
+  }
+
+ private:
+  EmbeddingParams p_;
+  bool f32_out_;
+};
+
 }  // namespace
 
-std::unique_ptr<Kernel> make_embedding(const EmbeddingParams& p, ElemType act) {
+std::unique_ptr<Kernel> make_embedding(const EmbeddingParams& p, ElemType act, bool bf16_table) {
+  if (bf16_table) {
+    if (act != ElemType::F32 && act != ElemType::BF16) return nullptr;
+    return std::make_unique<EmbeddingFwdBf16Table>(p, act == ElemType::F32);
+  }
   return simd::make_for<EmbeddingFwd>(act, p);
 }
 std::unique_ptr<Kernel> make_embedding_bwd(const EmbeddingParams& p, ElemType act) {

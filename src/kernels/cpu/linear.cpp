@@ -76,9 +76,10 @@ struct WeightCopy {
 // in: x, w, (b)  out: y = x w^T (+ b)
 class LinearFwd final : public Kernel {
  public:
-  LinearFwd(const LinearParams& p, ElemType act)
+  LinearFwd(const LinearParams& p, ElemType act, bool bf16_weights)
       : p_(p),
         bf16_(is_bf16(act)),
+        round_(bf16_ && !bf16_weights),
         x_(plain_of({p.M, p.K}, bf16_ ? dt::bf16 : dt::f32)),
         wt_(strided_of({p.K, p.N}, {1, p.K}, bf16_ ? dt::bf16 : dt::f32)),
         b_(p.bias ? plain_f32({1, p.N}) : dnnl::memory::desc()),
@@ -86,14 +87,14 @@ class LinearFwd final : public Kernel {
     dnnl::matmul::desc desc(x_, wt_, b_, y_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
-    wcopy_.plan(scratchpad_bytes(pd_), p.N * p.K, bf16_);
+    wcopy_.plan(scratchpad_bytes(pd_), p.N * p.K, round_);
     heap_ = matmul_heap_bytes(pd_, p.M, p.N, p.K);
   }
   const char* name() const override { return bf16_ ? "dnnl.linear.bf16" : "dnnl.linear"; }
   size_t heap_bytes() const override { return heap_; }
   size_t scratch_bytes() const override { return wcopy_.total; }
   void run(const StepContext&) override {
-    if (bf16_) round_weights(in<float>(1), wcopy_.at(scratch_), p_.N * p_.K);
+    if (round_) round_weights(in<float>(1), wcopy_.at(scratch_), p_.N * p_.K);
     call_.run();
   }
 
@@ -101,13 +102,13 @@ class LinearFwd final : public Kernel {
   void on_bind() override {
     call_.clear_args();
     call_.arg(DNNL_ARG_SRC, x_, in_[0]);
-    call_.arg(DNNL_ARG_WEIGHTS, wt_, bf16_ ? static_cast<void*>(wcopy_.at(scratch_)) : in_[1]);
+    call_.arg(DNNL_ARG_WEIGHTS, wt_, round_ ? static_cast<void*>(wcopy_.at(scratch_)) : in_[1]);
     if (p_.bias) call_.arg(DNNL_ARG_BIAS, b_, in_[2]);
     call_.arg(DNNL_ARG_DST, y_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
   LinearParams p_;
-  bool bf16_;
+  bool bf16_, round_;  // round_: w is f32, rounded into the scratch's copy
   dnnl::memory::desc x_, wt_, b_, y_;
   dnnl::matmul::primitive_desc pd_;
   WeightCopy wcopy_;
@@ -118,23 +119,24 @@ class LinearFwd final : public Kernel {
 // in: dy, w  out: dx = dy w
 class LinearBwdData final : public Kernel {
  public:
-  LinearBwdData(const LinearParams& p, ElemType act)
+  LinearBwdData(const LinearParams& p, ElemType act, bool bf16_weights)
       : nw_(p.N * p.K),
         bf16_(is_bf16(act)),
+        round_(bf16_ && !bf16_weights),
         dy_(plain_of({p.M, p.N}, bf16_ ? dt::bf16 : dt::f32)),
         w_(plain_of({p.N, p.K}, bf16_ ? dt::bf16 : dt::f32)),
         dx_(plain_of({p.M, p.K}, bf16_ ? dt::bf16 : dt::f32)) {
     dnnl::matmul::desc desc(dy_, w_, dx_);
     pd_ = {desc, user_scratchpad_attr(), engine()};
     call_.set(dnnl::matmul(pd_));
-    wcopy_.plan(scratchpad_bytes(pd_), nw_, bf16_);
+    wcopy_.plan(scratchpad_bytes(pd_), nw_, round_);
     heap_ = matmul_heap_bytes(pd_, p.M, p.K, p.N);
   }
   size_t heap_bytes() const override { return heap_; }
   const char* name() const override { return bf16_ ? "dnnl.linear_bwd_data.bf16" : "dnnl.linear_bwd_data"; }
   size_t scratch_bytes() const override { return wcopy_.total; }
   void run(const StepContext&) override {
-    if (bf16_) round_weights(in<float>(1), wcopy_.at(scratch_), nw_);
+    if (round_) round_weights(in<float>(1), wcopy_.at(scratch_), nw_);
     call_.run();
   }
 
@@ -142,12 +144,12 @@ class LinearBwdData final : public Kernel {
   void on_bind() override {
     call_.clear_args();
     call_.arg(DNNL_ARG_SRC, dy_, in_[0]);
-    call_.arg(DNNL_ARG_WEIGHTS, w_, bf16_ ? static_cast<void*>(wcopy_.at(scratch_)) : in_[1]);
+    call_.arg(DNNL_ARG_WEIGHTS, w_, round_ ? static_cast<void*>(wcopy_.at(scratch_)) : in_[1]);
     call_.arg(DNNL_ARG_DST, dx_, out_[0]);
     call_.arg(DNNL_ARG_SCRATCHPAD, pd_.scratchpad_desc(), scratch_);
   }
   int64_t nw_;
-  bool bf16_;
+  bool bf16_, round_;
   dnnl::memory::desc dy_, w_, dx_;
   dnnl::matmul::primitive_desc pd_;
   WeightCopy wcopy_;
@@ -242,11 +244,13 @@ class Matmul final : public Kernel {
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_linear(const LinearParams& p, ElemType act) {
-  return try_make<LinearFwd, Kernel>(p, act);
+std::unique_ptr<Kernel> make_linear(const LinearParams& p, ElemType act, bool bf16_weights) {
+  if (bf16_weights && act != ElemType::BF16) return nullptr;
+  return try_make<LinearFwd, Kernel>(p, act, bf16_weights);
 }
-std::unique_ptr<Kernel> make_linear_bwd_data(const LinearParams& p, ElemType act) {
-  return try_make<LinearBwdData, Kernel>(p, act);
+std::unique_ptr<Kernel> make_linear_bwd_data(const LinearParams& p, ElemType act, bool bf16_weights) {
+  if (bf16_weights && act != ElemType::BF16) return nullptr;
+  return try_make<LinearBwdData, Kernel>(p, act, bf16_weights);
 }
 std::unique_ptr<Kernel> make_linear_bwd_weight(const LinearParams& p, ElemType act) {
   return try_make<LinearBwdWeight, Kernel>(p, act);

@@ -255,13 +255,13 @@ class CompactUpdate final : public Kernel {
     const int64_t items = first_.back();
     std::atomic<int64_t> bad{INT64_MAX};
     parallel_region(total_, [&] {
-      alignas(64) float buf[2][qstate::kQuantBlock];
+      alignas(64) float buf[3][qstate::kQuantBlock];
 #pragma omp for schedule(static) nowait
       for (int64_t it = 0; it < items; ++it) {
         const size_t t = tensor_of(it);
         const int64_t b = it - first_[t], begin = b * qstate::kQuantBlock;
         const int64_t n = std::min(qstate::kQuantBlock, p_.sizes[t] - begin);
-        if (!block(rule, ctx, t, b, begin, n, buf[0], buf[1])) {
+        if (!block(rule, ctx, t, b, begin, n, buf[0], buf[1], buf[2])) {
           int64_t seen = bad.load();
           while (it < seen && !bad.compare_exchange_weak(seen, it)) {
           }
@@ -288,14 +288,27 @@ class CompactUpdate final : public Kernel {
   void* state(size_t t, size_t s) const { return in_[(2 + s) * p_.sizes.size() + t]; }
 
   // Block b of tensor t in its format; false (nothing written) if not finite.
+  // bf16 weights are widened into sw, updated there and rounded
+  // stochastically back.
   bool block(const Rule& rule, const StepContext& ctx, size_t t, int64_t b, int64_t begin, int64_t n, float* sm,
-             float* sv) const {
+             float* sv, float* sw) const {
     const size_t k = p_.sizes.size();
-    float* w = in<float>(t) + begin;
+    const bool w16 = !p_.state.bf16_weights.empty() && p_.state.bf16_weights[t];
+    bf16_t* w16p = w16 ? in<bf16_t>(t) + begin : nullptr;
+    if (w16) bf16_to_f32(w16p, sw, static_cast<size_t>(n));
+    float* w = w16 ? sw : in<float>(t) + begin;
     const float* g = in<float>(k + t) + begin;
     const float wd = static_cast<float>(p_.weight_decay[t]);
     const float l2 = rule.decoupled ? 0.0f : wd, dw = rule.decoupled ? wd : 0.0f;
-    auto run = [&](auto m0, auto m1) { return fused(rule, w, g, l2, dw, n, m0, m1, sm, sv); };
+    auto run = [&](auto m0, auto m1) {
+      if (!fused(rule, w, g, l2, dw, n, m0, m1, sm, sv)) return false;
+      if (w16) {
+        const uint64_t key = qstate::weight_rounding_key(ctx.seed, ctx.step, p_.state.names[t]);
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) w16p[i] = qstate::bf16_stochastic(w[i], qstate::rounding_bits(key, begin + i));
+      }
+      return true;
+    };
     auto second = [&](auto m0, auto m1) {
       if constexpr (Rule::kMoments == 2) return run(m0, m1);
       else return run(m0, NoMoment{});
@@ -305,7 +318,9 @@ class CompactUpdate final : public Kernel {
       return second(Bf16Moment{static_cast<bf16_t*>(state(t, 0)) + begin, key, begin, 0},
                     Bf16Moment{Rule::kMoments == 2 ? static_cast<bf16_t*>(state(t, 1)) + begin : nullptr, key, begin, 16});
     }
-    if (!p_.state.blockwise[t])
+    if (p_.state.format == StateFormat::F32 && p_.sizes.size() * 2 == in_.size())  // sgd without momentum
+      return run(NoMoment{}, NoMoment{});
+    if (p_.state.format == StateFormat::F32 || !p_.state.blockwise[t])
       return second(F32Moment{static_cast<float*>(state(t, 0)) + begin},
                     F32Moment{Rule::kMoments == 2 ? static_cast<float*>(state(t, 1)) + begin : nullptr});
     float* scales = static_cast<float*>(in_[(2 + Rule::kMoments) * k + t]);
@@ -527,11 +542,12 @@ class AdafactorUpdate final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> make_sgd_update(const SgdParams& p) {
-  if (p.momentum != 0.0 && p.state.format != StateFormat::F32) return std::make_unique<CompactUpdate<SgdRule>>(p);
+  if ((p.momentum != 0.0 && p.state.format != StateFormat::F32) || p.state.any_bf16_weights())
+    return std::make_unique<CompactUpdate<SgdRule>>(p);
   return std::make_unique<SgdUpdate>(p);
 }
 std::unique_ptr<Kernel> make_adam_update(const AdamParams& p) {
-  if (p.state.format != StateFormat::F32) return std::make_unique<CompactUpdate<AdamRule>>(p);
+  if (p.state.format != StateFormat::F32 || p.state.any_bf16_weights()) return std::make_unique<CompactUpdate<AdamRule>>(p);
   return std::make_unique<AdamUpdate>(p);
 }
 std::unique_ptr<Kernel> make_adafactor_update(const AdafactorParams& p) { return std::make_unique<AdafactorUpdate>(p); }

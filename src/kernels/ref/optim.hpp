@@ -93,11 +93,13 @@ class AdamUpdate final : public Kernel {
   AdamParams p_;
 };
 
-// sgd_update / adam_update with bf16 or 8-bit state (f32 storage: the
-// double reference has none): SgdUpdate's and AdamUpdate's formulas, one
-// block of qstate::kQuantBlock elements at a time, the moments decoded to f32
-// and encoded again by qstate::BlockStates. A block whose new moments are
-// not all finite is left as it was, and the step then throws naming it.
+// sgd_update / adam_update with bf16 or 8-bit state, or bf16 master weights
+// (f32 storage: the double reference has none): SgdUpdate's and
+// AdamUpdate's formulas, one block of qstate::kQuantBlock elements at a time,
+// the moments decoded to f32 and encoded again by qstate::BlockStates, bf16
+// weights widened and rounded stochastically again. A block whose new
+// moments are not all finite is left as it was, and the step then throws
+// naming it.
 template <class P>
 class CompactUpdate final : public Kernel {
   static constexpr bool kAdam = std::is_same_v<P, AdamParams>;
@@ -107,7 +109,9 @@ class CompactUpdate final : public Kernel {
   const char* name() const override { return kAdam ? "ref.adam_update" : "ref.sgd_update"; }
   void run(const StepContext& ctx) override {
     const size_t k = p_.sizes.size();
-    const qstate::BlockStates io(p_.state, p_.sizes, in_, kAdam ? 2 : 1);
+    size_t moments = 2;
+    if constexpr (!kAdam) moments = p_.momentum != 0.0 ? 1 : 0;  // sgd without momentum: bf16 weights only
+    const qstate::BlockStates io(p_.state, p_.sizes, in_, moments);
     const float gs = static_cast<float>(clipped_scale<float>(in_, p_.sizes, ctx.grad_scale, p_.clip_norm));
     if constexpr (kAdam) {
       const double t1 = static_cast<double>(ctx.step + 1);
@@ -118,10 +122,16 @@ class CompactUpdate final : public Kernel {
     std::string error;
     for (size_t t = 0; t < k; ++t) {
       const float wd = static_cast<float>(p_.weight_decay[t]);
-      const uint64_t key = qstate::rounding_key(ctx.seed, ctx.step, p_.state.names[t]);
+      const bool w16 = !p_.state.bf16_weights.empty() && p_.state.bf16_weights[t];
+      const uint64_t key = p_.state.names.empty() ? 0 : qstate::rounding_key(ctx.seed, ctx.step, p_.state.names[t]);
+      const uint64_t wkey = w16 ? qstate::weight_rounding_key(ctx.seed, ctx.step, p_.state.names[t]) : 0;
       for (int64_t b = 0; b < qstate::blocks_of(p_.sizes[t]); ++b) {
         const int64_t begin = b * qstate::kQuantBlock, n = std::min(qstate::kQuantBlock, p_.sizes[t] - begin);
-        float* w = in<float>(t) + begin;
+        // bf16 weights: updated in f32 here, then rounded stochastically.
+        bf16_t* w16p = w16 ? in<bf16_t>(t) + begin : nullptr;
+        if (w16)
+          for (int64_t i = 0; i < n; ++i) w_[i] = bf16_to_f32(w16p[i]);
+        float* w = w16 ? w_.data() : in<float>(t) + begin;
         const float* g = in<float>(k + t) + begin;
         io.load(t, b, n, st);
         bool finite = true;
@@ -131,6 +141,8 @@ class CompactUpdate final : public Kernel {
           continue;
         }
         for (int64_t i = 0; i < n; ++i) apply(ctx, w[i], g[i] * gs, wd, m_[i], v_[i]);
+        if (w16)
+          for (int64_t i = 0; i < n; ++i) w16p[i] = qstate::bf16_stochastic(w[i], qstate::rounding_bits(wkey, begin + i));
         io.store(t, b, n, st, key);
       }
     }
@@ -139,7 +151,8 @@ class CompactUpdate final : public Kernel {
 
  private:
   P p_;
-  std::vector<float> m_ = std::vector<float>(qstate::kQuantBlock), v_ = std::vector<float>(qstate::kQuantBlock);
+  std::vector<float> m_ = std::vector<float>(qstate::kQuantBlock), v_ = std::vector<float>(qstate::kQuantBlock),
+                     w_ = std::vector<float>(qstate::kQuantBlock);
 
   // The new moments of one element from its scaled gradient gg; false if
   // one is not finite.

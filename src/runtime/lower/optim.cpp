@@ -29,7 +29,7 @@ void register_optim_kernels() {
     p.momentum = n.attrs.f("momentum");
     p.nesterov = n.attrs.i("nesterov") != 0;
     p.state = state_layout(g, n, p.momentum != 0.0 ? 1 : 0);
-    if (p.state.format != kernels::StateFormat::F32) return make_compact(b, p);
+    if (p.state.format != kernels::StateFormat::F32 || p.state.any_bf16_weights()) return make_compact(b, p);
     return make_ref<kernels::ref::SgdUpdate>(b, p);
   });
   register_kernel("grad_accumulate", [](const LoweredGraph& lg, NodeId id) {
@@ -44,12 +44,17 @@ void register_optim_kernels() {
     const Backend b = lg.backend();
     kernels::AdamParams p;
     fill_adam_params(g, n, p);
-    if (p.state.format != kernels::StateFormat::F32) return make_compact(b, p);
+    if (p.state.format != kernels::StateFormat::F32 || p.state.any_bf16_weights()) return make_compact(b, p);
     return make_ref<kernels::ref::AdamUpdate>(b, p);
   });
   register_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) {
     kernels::AdafactorParams p;
     fill_adafactor_params(lg.graph(), lg.node(id), p);
+    for (size_t t = 0; t < p.sizes.size(); ++t)
+      if (lg.graph().value(lg.node(id).inputs[t]).dtype != DType::f32)
+        throw std::runtime_error("adafactor updates f32 parameters only; '" + lg.graph().value(lg.node(id).inputs[t]).name +
+                                 "' is " + dtype_name(lg.graph().value(lg.node(id).inputs[t]).dtype) +
+                                 " (bf16 master weights take sgd, adam or adamw)");
     return make_ref<kernels::ref::AdafactorUpdate>(lg.backend(), p);
   });
 }

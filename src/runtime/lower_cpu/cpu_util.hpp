@@ -10,16 +10,28 @@
 
 namespace memfit {
 
+// A parameter stored in bf16 (--master-weights bf16).
+inline bool bf16_weight(const Graph& g, ValueId v) {
+  return g.value(v).cls == VClass::Param && g.value(v).dtype == DType::bf16;
+}
+
 // The fast CPU kernels store activations in f32 or bf16 (parameters,
 // their gradients and statistics are f32 either way). The activation type of
 // a node: F32 if every float operand is f32, BF16 if the others are bf16;
 // nullopt for f16 (no f16 arithmetic on the CPU: runtime/mixed.hpp converts
 // around the f32 kernel instead), and for bf16 in a build without the bf16
-// kernels.
-inline std::optional<kernels::ElemType> cpu_act(const Graph& g, const Node& n) {
+// kernels. A bf16 parameter (bf16 master weights) also gives nullopt, so
+// that the node runs between conversions (runtime/mixed.hpp), unless the
+// caller's kernel reads bf16 weights itself (weights_native): then the
+// parameter does not count towards the activation type.
+inline std::optional<kernels::ElemType> cpu_act(const Graph& g, const Node& n, bool weights_native = false) {
   kernels::ElemType act = kernels::ElemType::F32;
   for (const auto* vs : {&n.inputs, &n.outputs})
     for (ValueId v : *vs) {
+      if (bf16_weight(g, v)) {
+        if (!weights_native) return std::nullopt;
+        continue;
+      }
       const DType t = g.value(v).dtype;
       if (t == DType::f16) return std::nullopt;
       if (t == DType::bf16) {

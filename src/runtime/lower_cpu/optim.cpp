@@ -5,12 +5,15 @@
 namespace memfit {
 namespace {
 
-// The fast kernels take f32 parameters and gradients (their state may be
-// f32, bf16 or 8-bit: the node's own format).
+// The fast kernels take f32 or bf16 parameters (bf16 master weights) and
+// f32 gradients (their state may be f32, bf16 or 8-bit: the node's own
+// format).
 bool f32_params_and_grads(const Graph& g, const Node& n) {
   const size_t k = static_cast<size_t>(n.attrs.i("count"));
-  for (size_t i = 0; i < 2 * k; ++i)
-    if (g.value(n.inputs[i]).dtype != DType::f32) return false;
+  for (size_t i = 0; i < 2 * k; ++i) {
+    const DType t = g.value(n.inputs[i]).dtype;
+    if (t != DType::f32 && !(i < k && t == DType::bf16)) return false;
+  }
   return true;
 }
 
