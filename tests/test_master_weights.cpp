@@ -6,8 +6,8 @@
 //    parameter name and element), for every optimizer and state format.
 //  - Stochastic rounding keeps updates far below half an ulp: their
 //    expectation is the f32 update's.
-//  - A linear layer reads a bf16 weight natively where the CPU computes in
-//    bf16, and between conversions elsewhere, with the reference's result.
+//  - Linear and convolution layers read a bf16 weight themselves where they
+//    can, and between conversions elsewhere, with the reference's result.
 //  - gpt-tiny trains with bf16 master weights close to fp32 (the accuracy
 //    cost, printed), and the plan's parameter class is the bf16 bytes.
 //  - Through the binary: the weights file holds bf16 matrices, a run resumes
@@ -231,51 +231,65 @@ TEST(MasterWeights, StochasticRoundingKeepsUpdatesFarBelowAnUlp) {
 
 namespace {
 
-// x [M, K] and a weight [N, K] stored as the graph says, y = linear(x, w, b).
-struct LinearGraph {
+// One layer over x (activations of type act) and a bf16 weight: linear
+// (x [64, 96], w [48, 96], b [48]) or conv2d (x [4, 32, 10, 10], w [32, 32,
+// 3, 3], b [32], padding 1).
+struct LayerGraph {
   Graph g;
   ValueId x, w, b, y;
-  LinearGraph(DType act) {
+  LayerGraph(const std::string& op, DType act) {
     g.weight_storage = DType::bf16;
-    x = g.input("x", {64, 96}, act);
-    w = g.param("fc.weight", {48, 96});
-    b = g.param("fc.bias", {48});
-    y = g.add1("linear", {x, w, b}, {}, "fc");
+    Attrs a;
+    if (op == "linear") {
+      x = g.input("x", {64, 96}, act);
+      w = g.param("l.weight", {48, 96});
+      b = g.param("l.bias", {48});
+    } else {
+      x = g.input("x", {4, 32, 10, 10}, act);
+      w = g.param("l.weight", {32, 32, 3, 3});
+      b = g.param("l.bias", {32});
+      a = {{"stride", Shape{1, 1}}, {"pad", Shape{1, 1}}, {"dilation", Shape{1, 1}}, {"groups", int64_t(1)}};
+    }
+    y = g.add1(op, {x, w, b}, a, "l");
     g.value(y).is_output = true;
   }
 };
 
 }  // namespace
 
-// A linear layer's forward with a bf16 weight, under bf16 and under f32
-// activations: the CPU's kernel (native bf16 where the CPU computes in bf16,
-// between conversions elsewhere) against the reference (between
-// conversions). Both multiply the same bf16 values exactly and add in f32
-// (in different orders: f32 roundings, about 1e-6 relative), so bf16
+// A linear or convolution layer's forward with a bf16 weight, under bf16
+// and under f32 activations: the CPU's kernel (reading the bf16 weight
+// itself where it can, between conversions elsewhere) against the reference
+// (between conversions). Both multiply the same bf16 values exactly and add
+// in f32 (in different orders: f32 roundings, about 1e-6 relative), so bf16
 // outputs differ by at most one bf16 rounding (2^-8 relative) and f32
-// outputs by 1e-5 of the row's scale.
-TEST(MasterWeights, LinearReadsBf16WeightsAsTheReferenceDoes) {
-  for (DType act : {DType::bf16, DType::f32}) {
-    SCOPED_TRACE(dtype_name(act));
-    LinearGraph lg(act);
-    ASSERT_EQ(lg.g.value(lg.w).dtype, DType::bf16);
-    ASSERT_EQ(lg.g.value(lg.b).dtype, DType::f32);
-    std::vector<std::vector<float>> ys;
-    for (Backend bk : {Backend::Cpu, Backend::Reference}) {
-      Executor ex(lg.g, config(bk));
-      ex.init_params(1);
-      fill(ex, lg.x, 1, 1.0f);
-      fill(ex, lg.w, 2, 0.1f);
-      fill(ex, lg.b, 3, 0.1f);
-      ex.run(kernels::StepContext{});
-      std::printf("%s %s: %s\n", backend_name(bk), dtype_name(act), ex.kernel_name(0));
-      ys.push_back(read(ex, lg.y));
+// outputs by 1e-5 of their scale (outputs here are about 1).
+TEST(MasterWeights, LayersReadBf16WeightsAsTheReferenceDoes) {
+  for (const std::string op : {"linear", "conv2d"})
+    for (DType act : {DType::bf16, DType::f32}) {
+      SCOPED_TRACE(op + " " + dtype_name(act));
+      LayerGraph lg(op, act);
+      ASSERT_EQ(lg.g.value(lg.w).dtype, DType::bf16);
+      ASSERT_EQ(lg.g.value(lg.b).dtype, DType::f32);
+      std::vector<std::vector<float>> ys;
+      for (Backend bk : {Backend::Cpu, Backend::Reference}) {
+        Executor ex(lg.g, config(bk));
+        ex.init_params(1);
+        fill(ex, lg.x, 1, 1.0f);
+        fill(ex, lg.w, 2, 0.1f);
+        fill(ex, lg.b, 3, 0.1f);
+        ex.run(kernels::StepContext{});
+        std::printf("%s %s %s: %s\n", backend_name(bk), op.c_str(), dtype_name(act), ex.kernel_name(0));
+        ys.push_back(read(ex, lg.y));
+      }
+      double scale = 0;
+      for (float v : ys[1]) scale = std::max(scale, std::abs(double(v)));
+      ASSERT_GT(scale, 0.1);
+      for (size_t i = 0; i < ys[0].size(); ++i) {
+        const double tol = act == DType::bf16 ? 1.0001 * bf16_ulp(ys[1][i]) : 1e-5 * scale;
+        ASSERT_LE(std::abs(double(ys[0][i]) - double(ys[1][i])), tol) << i << ": " << ys[0][i] << " vs " << ys[1][i];
+      }
     }
-    for (size_t i = 0; i < ys[0].size(); ++i) {
-      const double tol = act == DType::bf16 ? 1.0001 * bf16_ulp(ys[1][i]) : 1e-5;
-      ASSERT_LE(std::abs(double(ys[0][i]) - double(ys[1][i])), tol) << i << ": " << ys[0][i] << " vs " << ys[1][i];
-    }
-  }
 }
 
 // ---------------------------------------------------------------- gpt-tiny

@@ -63,14 +63,17 @@ dnnl::memory::desc data_desc(const dims& d, Layout l, dt t) {
   return dnnl::memory::desc(d, t, l == Layout::Plain ? tag::nchw : tag::nChw16c);
 }
 
-ConvDescs conv_descs(const ConvParams& p, Layout src, Layout dst, dt t) {
+// w16: the weights are stored in bf16 (bf16 master weights); their reorder
+// into the primitive's layout and type converts them.
+ConvDescs conv_descs(const ConvParams& p, Layout src, Layout dst, dt t, bool w16 = false) {
   ConvDescs d;
   d.src_dims = {p.N, p.C, p.H, p.W};
   // [K, C/G, R, S] is the same memory as oneDNN's grouped [G, K/G, C/G, R, S].
   d.wei_dims = p.groups > 1 ? dims{p.groups, p.K / p.groups, p.C / p.groups, p.R, p.S} : dims{p.K, p.C, p.R, p.S};
   d.dst_dims = {p.N, p.K, p.OH, p.OW};
   d.src = data_desc(d.src_dims, src, t);
-  d.wei = plain_f32(d.wei_dims);
+  d.wei = w16 ? dnnl::memory::desc(d.wei_dims, dt::bf16, d.wei_dims.size() == 5 ? tag::goihw : tag::oihw)
+              : plain_f32(d.wei_dims);
   d.bias = p.bias ? plain_f32({p.K}) : dnnl::memory::desc();
   d.dst = data_desc(d.dst_dims, dst, t);
   d.strides = {p.stride_h, p.stride_w};
@@ -86,8 +89,8 @@ struct Chosen {
 };
 Chosen choose(const ConvDescs& d, bool any, dt t) {
   if (!any) {
-    if (t == dt::f32) return {plain_f32(d.src_dims), d.wei, plain_f32(d.dst_dims)};
     const tag wt = d.wei_dims.size() == 5 ? tag::goihw : tag::oihw;
+    if (t == dt::f32) return {plain_f32(d.src_dims), dnnl::memory::desc(d.wei_dims, dt::f32, wt), plain_f32(d.dst_dims)};
     return {dnnl::memory::desc(d.src_dims, t, tag::nchw), dnnl::memory::desc(d.wei_dims, t, wt),
             dnnl::memory::desc(d.dst_dims, t, tag::nchw)};
   }
@@ -105,9 +108,9 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const ConvDescs& d, const Chose
 // in: x, w (, b)  out: y
 class ConvFwd final : public RelayoutKernel {
  public:
-  ConvFwd(const ConvParams& p, Layout x, Layout y, ElemType act) : bf16_(act == ElemType::BF16) {
+  ConvFwd(const ConvParams& p, Layout x, Layout y, ElemType act, bool w16) : bf16_(act == ElemType::BF16) {
     const dt t = act_type(act);
-    const ConvDescs d = conv_descs(p, x, y, t);
+    const ConvDescs d = conv_descs(p, x, y, t, w16);
     auto pd = fwd_pd(d, choose(d, true, t), p.bias);
     std::vector<Operand> ops{{DNNL_ARG_SRC, true, 0, d.src, pd.src_desc()},
                              {DNNL_ARG_WEIGHTS, true, 1, d.wei, pd.weights_desc()},
@@ -124,9 +127,9 @@ class ConvFwd final : public RelayoutKernel {
 // in: dy, w  out: dx
 class ConvBwdData final : public RelayoutKernel {
  public:
-  ConvBwdData(const ConvParams& p, Layout dy, Layout dx, ElemType act) : bf16_(act == ElemType::BF16) {
+  ConvBwdData(const ConvParams& p, Layout dy, Layout dx, ElemType act, bool w16) : bf16_(act == ElemType::BF16) {
     const dt t = act_type(act);
-    const ConvDescs d = conv_descs(p, dx, dy, t);
+    const ConvDescs d = conv_descs(p, dx, dy, t, w16);
     const Chosen c = choose(d, p.groups > 1 || p.C >= 16, t);
     dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, c.src, c.wei, c.dst, d.strides,
                                                d.dilates, d.pad, d.pad);
@@ -169,11 +172,12 @@ class ConvBwdWeight final : public RelayoutKernel {
 
 }  // namespace
 
-std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x, Layout y, ElemType act) {
-  return try_make<ConvFwd, Kernel>(p, x, y, act);
+std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x, Layout y, ElemType act, bool bf16_weights) {
+  return try_make<ConvFwd, Kernel>(p, x, y, act, bf16_weights);
 }
-std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy, Layout dx, ElemType act) {
-  return try_make<ConvBwdData, Kernel>(p, dy, dx, act);
+std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy, Layout dx, ElemType act,
+                                             bool bf16_weights) {
+  return try_make<ConvBwdData, Kernel>(p, dy, dx, act, bf16_weights);
 }
 std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x, Layout dy, ElemType act) {
   return try_make<ConvBwdWeight, Kernel>(p, x, dy, act);

@@ -6,6 +6,9 @@
 //         oneDNN's layout; the bias stays f32 (not rounded); dw and db are
 //         f32. Products of bf16 values are exact in f32, sums run in f32, and
 //         each bf16 output element is rounded once.
+// bf16_weights (forward and backward data; bf16 master weights): w is
+// plain bf16, converted by the same reorder into the primitive's layout
+// and type (exactly, into f32 or bf16).
 // Each factory returns nullptr when oneDNN has no implementation for the
 // shape (or the element type, e.g. bf16 on a CPU without AVX-512).
 #pragma once
@@ -19,9 +22,9 @@
 namespace memfit::kernels::cpu {
 
 std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x = Layout::Plain, Layout y = Layout::Plain,
-                                    ElemType act = ElemType::F32);
+                                    ElemType act = ElemType::F32, bool bf16_weights = false);
 std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy = Layout::Plain, Layout dx = Layout::Plain,
-                                             ElemType act = ElemType::F32);
+                                             ElemType act = ElemType::F32, bool bf16_weights = false);
 std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = Layout::Plain,
                                                Layout dy = Layout::Plain, ElemType act = ElemType::F32);
 

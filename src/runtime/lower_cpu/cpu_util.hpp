@@ -56,11 +56,18 @@ inline kernels::ElemType product_type(const LoweredGraph& lg, kernels::ElemType 
 
 // k, made for storage type made_for (product_type()): wrapped in the
 // conversions (runtime/mixed.hpp) when the node stores bf16 but k was made
-// for f32.
+// for f32. weights_native: k reads the node's bf16 weights itself, so they
+// do not count as bf16 storage (the conversions would widen them).
 inline std::unique_ptr<kernels::Kernel> converted(const Graph& g, const Node& n, kernels::ElemType made_for,
-                                                  std::unique_ptr<kernels::Kernel> k) {
-  if (k && made_for == kernels::ElemType::F32 && low_precision_type(g, n) != DType::f32)
-    return wrap_low_precision(g, n, std::move(k));
+                                                  std::unique_ptr<kernels::Kernel> k, bool weights_native = false) {
+  bool low = false;
+  for (const auto* vs : {&n.inputs, &n.outputs})
+    for (ValueId v : *vs) {
+      if (weights_native && bf16_weight(g, v)) continue;
+      const DType t = g.value(v).dtype;
+      low = low || t == DType::bf16 || t == DType::f16;
+    }
+  if (k && made_for == kernels::ElemType::F32 && low) return wrap_low_precision(g, n, std::move(k));
   return k;
 }
 
