@@ -1,0 +1,151 @@
+#include "train/run_log.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <stdexcept>
+#include <vector>
+
+#include "train/memory.hpp"
+#include "train/run_plan.hpp"
+
+namespace memfit::train {
+namespace {
+
+const char* phase_name(Phase p) { return p == Phase::Forward ? "forward" : p == Phase::Backward ? "backward" : "update"; }
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json run_header(const RunPlan& p, int64_t total_steps) {
+  const TrainOptions& o = p.options;
+  const bool lm = p.train_g->task == models::Task::LanguageModel;
+  Json run = {{"model", o.model},
+              {"data", o.data},
+              {"task", lm ? "language_model" : "classification"},
+              {"samples", lm ? "windows" : p.data.train->is_image() ? "images" : "sequences"},
+              {"batch", o.batch},
+              {"micro_batch", p.report.micro_batch},
+              {"accumulate", o.accumulate},
+              {"precision", precision_name(o.precision)},
+              {"saved_activations", precision_name(o.saved_activations)},
+              {"optimizer", o.optimizer.kind},
+              {"optimizer_state", o.optimizer.state},
+              {"lr", o.lr},
+              {"schedule", o.schedule},
+              {"recompute", o.recompute},
+              {"update_in_backward", o.update_in_backward},
+              {"backend", backend_name(o.backend)},
+              {"threads", o.threads},
+              {"steps", total_steps},
+              {"train_samples", p.data.train->size()},
+              {"resumed_from", o.resume},
+              {"started", utc_now()}};
+  if (lm) run["tokens_per_sample"] = p.train_g->inputs.back().spec.shape.at(0);
+  return run;
+}
+
+// The activations arena over one step: every buffer, the nodes in schedule
+// order, and where the live bytes peak.
+Json schedule_json(const Graph& g, const Plan& plan) {
+  std::vector<ArenaBuffer> bufs = arena_buffers(g, plan);
+  const size_t nn = g.num_nodes();
+  std::vector<int64_t> delta(nn + 2, 0);  // live bytes by schedule index, as differences
+  for (const ArenaBuffer& b : bufs) {
+    delta[static_cast<size_t>(b.first)] += static_cast<int64_t>(b.bytes);
+    delta[static_cast<size_t>(b.last) + 1] -= static_cast<int64_t>(b.bytes);
+  }
+  int64_t live = 0, best = 0;
+  size_t at = 0;
+  for (size_t k = 0; k <= nn; ++k) {
+    live += delta[k];
+    if (live > best) best = live, at = k;
+  }
+  Json s;
+  s["arena"] = "activations";
+  s["arena_bytes"] = plan.arena_bytes[static_cast<size_t>(Arena::Transient)];
+  s["node_count"] = nn;
+  s["peak_index"] = at;
+  s["peak_live_bytes"] = best;
+  s["buffer_count"] = bufs.size();
+  const bool cut = bufs.size() > kPlanFileMaxBuffers;
+  if (cut) {
+    std::stable_sort(bufs.begin(), bufs.end(), [](const ArenaBuffer& a, const ArenaBuffer& b) { return a.bytes > b.bytes; });
+    bufs.resize(kPlanFileMaxBuffers);
+    s["truncated"] = "the " + std::to_string(kPlanFileMaxBuffers) + " largest of " + s["buffer_count"].dump() +
+                     " buffers are listed";
+  }
+  Json nodes = Json::array();
+  for (size_t k = 0; k < std::min(nn, kPlanFileMaxNodes); ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    nodes.push_back(Json::array({n.op, n.layer, phase_name(n.phase)}));
+  }
+  if (nn > kPlanFileMaxNodes)
+    s["nodes_truncated"] = "the first " + std::to_string(kPlanFileMaxNodes) + " of " + std::to_string(nn) + " nodes are listed";
+  s["nodes"] = std::move(nodes);
+  Json list = Json::array();
+  for (const ArenaBuffer& b : bufs)
+    list.push_back({{"value", b.name}, {"op", b.op}, {"layer", b.layer}, {"kind", b.kind}, {"offset", b.offset},
+                    {"bytes", b.bytes}, {"first", b.first}, {"last", b.last}});
+  s["buffers"] = std::move(list);
+  return s;
+}
+
+}  // namespace
+
+Json plan_file_json(const RunPlan& p, int64_t total_steps) {
+  Json j;
+  j["format"] = "memfit-plan";
+  j["version"] = 1;
+  j["run"] = run_header(p, total_steps);
+  j["report"] = Json::parse(report_json(p.report, p.budget));
+  j["schedule"] = schedule_json(p.train_g->g, p.train_ex->plan());
+  return j;
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0) ok = false;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + path);
+  }
+}
+
+void StepLog::open(const std::string& dir, bool resume) {
+  path_ = dir + "/steps.jsonl";
+  out_.open(path_, resume ? std::ios::app : std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot write " + path_);
+}
+
+bool StepLog::due(int64_t step, int64_t last_step) {
+  if (step == last_step || step <= 2000) return true;
+  return step <= 20000 ? step % 10 == 0 : step % 100 == 0;
+}
+
+void StepLog::record(int64_t step, uint64_t epoch, double train_loss, int64_t samples, double seconds,
+                     int64_t tokens_per_sample) {
+  const double dt = seconds - seconds_;
+  const double rate = dt > 0 ? static_cast<double>(samples - samples_) / dt : 0.0;
+  samples_ = samples;
+  seconds_ = seconds;
+  Json line = {{"step", step}, {"epoch", epoch}, {"train_loss", train_loss}, {"samples_per_second", rate}};
+  if (tokens_per_sample) line["tokens_per_second"] = rate * static_cast<double>(tokens_per_sample);
+  line["seconds"] = seconds;
+  line["rss_bytes"] = current_rss();
+  line["peak_rss_bytes"] = peak_rss();
+  out_ << json_line(line) << "\n";
+  out_.flush();
+}
+
+}  // namespace memfit::train
