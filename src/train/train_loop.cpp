@@ -12,6 +12,7 @@
 
 #include "train/json.hpp"
 #include "train/memory.hpp"
+#include "train/run_report.hpp"
 
 namespace memfit::train {
 namespace {
@@ -157,25 +158,30 @@ void TrainLoop::resume() {
 
 std::variant<TrainResult, Replan> TrainLoop::run() {
   const auto t_start = Clock::now();
-  while (st_.step < total_steps_) {
-    if (stop_signal() && group_ == 0) {
-      res_.interrupted = stop_signal();
-      break;
+  try {
+    while (st_.step < total_steps_) {
+      if (stop_signal() && group_ == 0) {
+        res_.interrupted = stop_signal();
+        break;
+      }
+      const auto t0 = Clock::now();
+      const size_t n = inputs_.next(loader_);
+      if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
+        group_ = 0;
+        group_loss_ = 0.0;
+        // The loader has moved to the next epoch: its index is the number of
+        // epochs finished, the 1-based number of the one that just ended.
+        const uint64_t finished = loader_.position().epoch;
+        if (o_.eval_every < 0) eval_and_record(finished);
+        checkpoint();
+        continue;
+      }
+      if (group_ == 0 && st_.step == o_.inject_oom_at_step && st_.step > 0) return injected_oom(n);
+      run_micro_batch(n, t0);
     }
-    const auto t0 = Clock::now();
-    const size_t n = inputs_.next(loader_);
-    if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
-      group_ = 0;
-      group_loss_ = 0.0;
-      // The loader has moved to the next epoch: its index is the number of
-      // epochs finished, the 1-based number of the one that just ended.
-      const uint64_t finished = loader_.position().epoch;
-      if (o_.eval_every < 0) eval_and_record(finished);
-      checkpoint();
-      continue;
-    }
-    if (group_ == 0 && st_.step == o_.inject_oom_at_step && st_.step > 0) return injected_oom(n);
-    run_micro_batch(n, t0);
+  } catch (...) {
+    write_report();  // what the run recorded before it failed
+    throw;
   }
   finish(t_start);
   return std::move(res_);
@@ -318,6 +324,7 @@ void TrainLoop::finish(Clock::time_point t_start) {
     prog_->finish();
   }
 
+  write_report();
   res_.steps = st_.step;
   res_.skipped_steps = scaler_.skipped_steps();
   res_.loss_scale = scaler_.scale();
@@ -338,6 +345,14 @@ void TrainLoop::finish(Clock::time_point t_start) {
                   100.0 * static_cast<double>(over) / static_cast<double>(planned), format_bytes(planned).c_str(),
                   peak > p_.budget.bytes ? (", and over the budget of " + format_bytes(p_.budget.bytes)).c_str() : "");
     log_ << buf;
+  }
+}
+
+void TrainLoop::write_report() {
+  try {
+    log_ << "report: " << write_run_report(o_.out) << "\n";
+  } catch (const std::exception& e) {
+    log_ << "memfit: warning: no report.html: " << e.what() << "\n";
   }
 }
 
