@@ -25,7 +25,7 @@ std::string utc_now() {
   return buf;
 }
 
-Json run_header(const RunPlan& p, int64_t total_steps) {
+Json run_header(const RunPlan& p) {
   const TrainOptions& o = p.options;
   const bool lm = p.train_g->task == models::Task::LanguageModel;
   Json run = {{"model", o.model},
@@ -45,7 +45,8 @@ Json run_header(const RunPlan& p, int64_t total_steps) {
               {"update_in_backward", o.update_in_backward},
               {"backend", backend_name(o.backend)},
               {"threads", o.threads},
-              {"steps", total_steps},
+              {"steps", o.steps},
+              {"epochs", o.epochs},
               {"train_samples", p.data.train->size()},
               {"resumed_from", o.resume},
               {"started", utc_now()}};
@@ -54,8 +55,10 @@ Json run_header(const RunPlan& p, int64_t total_steps) {
 }
 
 // The activations arena over one step: every buffer, the nodes in schedule
-// order, and where the live bytes peak.
-Json schedule_json(const Graph& g, const Plan& plan) {
+// order, and where the live bytes peak. Built as text, one small object at
+// a time: a plan of thousands of buffers never becomes a document of
+// thousands of heap nodes inside a run.
+std::string schedule_text(const Graph& g, const Plan& plan) {
   std::vector<ArenaBuffer> bufs = arena_buffers(g, plan);
   const size_t nn = g.num_nodes();
   std::vector<int64_t> delta(nn + 2, 0);  // live bytes by schedule index, as differences
@@ -69,46 +72,50 @@ Json schedule_json(const Graph& g, const Plan& plan) {
     live += delta[k];
     if (live > best) best = live, at = k;
   }
-  Json s;
-  s["arena"] = "activations";
-  s["arena_bytes"] = plan.arena_bytes[static_cast<size_t>(Arena::Transient)];
-  s["node_count"] = nn;
-  s["peak_index"] = at;
-  s["peak_live_bytes"] = best;
-  s["buffer_count"] = bufs.size();
-  const bool cut = bufs.size() > kPlanFileMaxBuffers;
-  if (cut) {
+  Json head;
+  head["arena"] = "activations";
+  head["arena_bytes"] = plan.arena_bytes[static_cast<size_t>(Arena::Transient)];
+  head["node_count"] = nn;
+  head["peak_index"] = at;
+  head["peak_live_bytes"] = best;
+  head["buffer_count"] = bufs.size();
+  if (bufs.size() > kPlanFileMaxBuffers) {
     std::stable_sort(bufs.begin(), bufs.end(), [](const ArenaBuffer& a, const ArenaBuffer& b) { return a.bytes > b.bytes; });
+    head["truncated"] = "the " + std::to_string(kPlanFileMaxBuffers) + " largest of " + std::to_string(bufs.size()) +
+                        " buffers are listed";
     bufs.resize(kPlanFileMaxBuffers);
-    s["truncated"] = "the " + std::to_string(kPlanFileMaxBuffers) + " largest of " + s["buffer_count"].dump() +
-                     " buffers are listed";
-  }
-  Json nodes = Json::array();
-  for (size_t k = 0; k < std::min(nn, kPlanFileMaxNodes); ++k) {
-    const Node& n = g.node(static_cast<NodeId>(k));
-    nodes.push_back(Json::array({n.op, n.layer, phase_name(n.phase)}));
   }
   if (nn > kPlanFileMaxNodes)
-    s["nodes_truncated"] = "the first " + std::to_string(kPlanFileMaxNodes) + " of " + std::to_string(nn) + " nodes are listed";
-  s["nodes"] = std::move(nodes);
-  Json list = Json::array();
-  for (const ArenaBuffer& b : bufs)
-    list.push_back({{"value", b.name}, {"op", b.op}, {"layer", b.layer}, {"kind", b.kind}, {"offset", b.offset},
-                    {"bytes", b.bytes}, {"first", b.first}, {"last", b.last}});
-  s["buffers"] = std::move(list);
-  return s;
+    head["nodes_truncated"] = "the first " + std::to_string(kPlanFileMaxNodes) + " of " + std::to_string(nn) + " nodes are listed";
+  std::string s = json_line(head);
+  s.pop_back();  // the closing brace: the lists follow
+  s += ",\"nodes\":[";
+  for (size_t k = 0; k < std::min(nn, kPlanFileMaxNodes); ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    if (k) s += ',';
+    s += json_line(Json::array({n.op, n.layer, phase_name(n.phase)}));
+  }
+  s += "],\"buffers\":[";
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    const ArenaBuffer& b = bufs[i];
+    if (i) s += ',';
+    s += json_line({{"value", b.name}, {"op", b.op}, {"layer", b.layer}, {"kind", b.kind},
+                    {"offset", b.offset}, {"bytes", b.bytes}, {"first", b.first}, {"last", b.last}});
+  }
+  return s + "]}";
 }
 
 }  // namespace
 
-Json plan_file_json(const RunPlan& p, int64_t total_steps) {
-  Json j;
-  j["format"] = "memfit-plan";
-  j["version"] = 1;
-  j["run"] = run_header(p, total_steps);
-  j["report"] = Json::parse(report_json(p.report, p.budget));
-  j["schedule"] = schedule_json(p.train_g->g, p.train_ex->plan());
-  return j;
+std::string plan_file_text(const RunPlan& p) {
+  Json head;
+  head["format"] = "memfit-plan";
+  head["version"] = 1;
+  head["run"] = run_header(p);
+  std::string s = json_line(head);
+  s.pop_back();
+  return s + ",\"report\":" + report_json(p.report, p.budget) + ",\"schedule\":" +
+         schedule_text(p.train_g->g, p.train_ex->plan()) + "}\n";
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {

@@ -21,11 +21,12 @@ struct RunPlan;
 constexpr size_t kPlanFileMaxBuffers = 20000;
 constexpr size_t kPlanFileMaxNodes = 20000;
 
-// The plan file's object: {"format": "memfit-plan", "version": 1, "run":
-// {...}, "report": report_json's object, "schedule": {"nodes": [[op, layer,
-// phase], ...], "buffers": [{value, op, layer, kind, offset, bytes, first,
-// last}, ...], "arena_bytes", "peak_index", "peak_live_bytes", ...}}.
-Json plan_file_json(const RunPlan& p, int64_t total_steps);
+// The plan file, one JSON object on one line: {"format": "memfit-plan",
+// "version": 1, "run": {...}, "report": report_json's object, "schedule":
+// {"arena_bytes", "node_count", "peak_index", "peak_live_bytes",
+// "buffer_count", "nodes": [[op, layer, phase], ...], "buffers": [{value,
+// op, layer, kind, offset, bytes, first, last}, ...]}}.
+std::string plan_file_text(const RunPlan& p);
 // Writes `text` to `path` through a temporary file in the same folder and
 // a rename, so that a reader never sees half of it. Throws
 // std::runtime_error naming the path when it cannot.

@@ -133,7 +133,8 @@ std::string header_section(const Run& r) {
   kv(s, "backend", str(run, "backend") + (num(run, "threads", 0) > 0 ? ", " + str(run, "threads") + " threads" : ""));
   kv(s, "started", str(run, "started") + (str(run, "resumed_from").empty() ? "" : " (resumed from " + str(run, "resumed_from") + ")"));
   const double done = r.steps.empty() ? (r.evals.empty() ? 0 : num(r.evals.back(), "step")) : num(r.steps.back(), "step");
-  kv(s, "steps", fixed(done, 0) + " of " + str(run, "steps"));
+  kv(s, "steps", fixed(done, 0) + (num(run, "steps", 0) > 0 ? " of " + str(run, "steps")
+                                                              : " (" + str(run, "epochs") + " epochs asked for)"));
   if (!r.evals.empty()) {
     const Json& e = r.evals.back();
     kv(s, "last evaluation",
@@ -360,6 +361,7 @@ Run load_run(const std::string& dir) {
   r.dir = dir;
   const fs::path d(dir), plan = d / "plan.json";
   std::error_code ec;
+  if (!fs::exists(d, ec)) throw std::runtime_error("no memfit run in " + dir + ": there is no such directory");
   if (!fs::is_directory(d, ec)) throw std::runtime_error("no memfit run in " + dir + ": it is not a directory");
   if (!fs::exists(plan, ec))
     throw std::runtime_error("no memfit run in " + dir + ": it has no plan.json" +

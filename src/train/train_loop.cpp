@@ -12,7 +12,6 @@
 
 #include "train/json.hpp"
 #include "train/memory.hpp"
-#include "train/run_report.hpp"
 
 namespace memfit::train {
 namespace {
@@ -107,8 +106,6 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes,
                 tokens_per_sample_ ? "tok" : sequences ? "seq" : "img");
   metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
-  // The report's files: the plan as this attempt runs it, and the steps.
-  write_file_atomically(o_.out + "/plan.json", json_line(plan_file_json(p, total_steps_)) + "\n");
   steps_.open(o_.out, !o_.resume.empty());
   res_ = planned_result(p);
   res_.sequences = sequences;
@@ -158,30 +155,25 @@ void TrainLoop::resume() {
 
 std::variant<TrainResult, Replan> TrainLoop::run() {
   const auto t_start = Clock::now();
-  try {
-    while (st_.step < total_steps_) {
-      if (stop_signal() && group_ == 0) {
-        res_.interrupted = stop_signal();
-        break;
-      }
-      const auto t0 = Clock::now();
-      const size_t n = inputs_.next(loader_);
-      if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
-        group_ = 0;
-        group_loss_ = 0.0;
-        // The loader has moved to the next epoch: its index is the number of
-        // epochs finished, the 1-based number of the one that just ended.
-        const uint64_t finished = loader_.position().epoch;
-        if (o_.eval_every < 0) eval_and_record(finished);
-        checkpoint();
-        continue;
-      }
-      if (group_ == 0 && st_.step == o_.inject_oom_at_step && st_.step > 0) return injected_oom(n);
-      run_micro_batch(n, t0);
+  while (st_.step < total_steps_) {
+    if (stop_signal() && group_ == 0) {
+      res_.interrupted = stop_signal();
+      break;
     }
-  } catch (...) {
-    write_report();  // what the run recorded before it failed
-    throw;
+    const auto t0 = Clock::now();
+    const size_t n = inputs_.next(loader_);
+    if (n == 0) {  // end of an epoch; an unfinished accumulation group is dropped
+      group_ = 0;
+      group_loss_ = 0.0;
+      // The loader has moved to the next epoch: its index is the number of
+      // epochs finished, the 1-based number of the one that just ended.
+      const uint64_t finished = loader_.position().epoch;
+      if (o_.eval_every < 0) eval_and_record(finished);
+      checkpoint();
+      continue;
+    }
+    if (group_ == 0 && st_.step == o_.inject_oom_at_step && st_.step > 0) return injected_oom(n);
+    run_micro_batch(n, t0);
   }
   finish(t_start);
   return std::move(res_);
@@ -324,7 +316,6 @@ void TrainLoop::finish(Clock::time_point t_start) {
     prog_->finish();
   }
 
-  write_report();
   res_.steps = st_.step;
   res_.skipped_steps = scaler_.skipped_steps();
   res_.loss_scale = scaler_.scale();
@@ -345,14 +336,6 @@ void TrainLoop::finish(Clock::time_point t_start) {
                   100.0 * static_cast<double>(over) / static_cast<double>(planned), format_bytes(planned).c_str(),
                   peak > p_.budget.bytes ? (", and over the budget of " + format_bytes(p_.budget.bytes)).c_str() : "");
     log_ << buf;
-  }
-}
-
-void TrainLoop::write_report() {
-  try {
-    log_ << "report: " << write_run_report(o_.out) << "\n";
-  } catch (const std::exception& e) {
-    log_ << "memfit: warning: no report.html: " << e.what() << "\n";
   }
 }
 

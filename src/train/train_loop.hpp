@@ -104,8 +104,6 @@ class TrainLoop {
   void eval_and_record(uint64_t epoch);
   void checkpoint();
   void finish(Clock::time_point t_start);
-  // report.html from the run directory's files; a failure is a warning.
-  void write_report();
   double images_per_second() const;
 };
 
