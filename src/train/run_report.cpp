@@ -115,7 +115,9 @@ std::string header_section(const Run& r) {
   const Json& rep = r.plan["report"];
   std::string s = "<section id=\"run\">\n<table class=\"kv\">\n";
   kv(s, "model", str(run, "model"));
-  kv(s, "data", str(run, "data") + " (" + str(run, "train_samples") + " training " + str(run, "samples") + ")");
+  kv(s, "data", str(run, "data") + (run.contains("train_samples") ? " (" + str(run, "train_samples") + " training " +
+                                                                      str(run, "samples") + ")"
+                                                                : ""));
   kv(s, "task", str(run, "task") == "language_model" ? "language model" : "classification");
   std::string batch = str(run, "batch");
   if (num(run, "accumulate", 1) > 1) batch += " (micro-batch " + str(run, "micro_batch") + " x " + str(run, "accumulate") + ")";
