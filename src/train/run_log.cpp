@@ -1,9 +1,13 @@
 #include "train/run_log.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <stdexcept>
 #include <vector>
@@ -129,10 +133,14 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+StepLog::~StepLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 void StepLog::open(const std::string& dir, bool resume) {
-  path_ = dir + "/steps.jsonl";
-  out_.open(path_, resume ? std::ios::app : std::ios::trunc);
-  if (!out_) throw std::runtime_error("cannot write " + path_);
+  const std::string path = dir + "/steps.jsonl";
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? O_APPEND : O_TRUNC), 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
 }
 
 bool StepLog::due(int64_t step, int64_t last_step) {
@@ -146,13 +154,21 @@ void StepLog::record(int64_t step, uint64_t epoch, double train_loss, int64_t sa
   const double rate = dt > 0 ? static_cast<double>(samples - samples_) / dt : 0.0;
   samples_ = samples;
   seconds_ = seconds;
-  Json line = {{"step", step}, {"epoch", epoch}, {"train_loss", train_loss}, {"samples_per_second", rate}};
-  if (tokens_per_sample) line["tokens_per_second"] = rate * static_cast<double>(tokens_per_sample);
-  line["seconds"] = seconds;
-  line["rss_bytes"] = current_rss();
-  line["peak_rss_bytes"] = peak_rss();
-  out_ << json_line(line) << "\n";
-  out_.flush();
+  // JSON numbers; a value that is not finite is null (as json_line writes it).
+  char loss[32], tokens[64] = "";
+  if (std::isfinite(train_loss)) std::snprintf(loss, sizeof loss, "%.9g", train_loss);
+  else std::snprintf(loss, sizeof loss, "null");
+  if (tokens_per_sample)
+    std::snprintf(tokens, sizeof tokens, ",\"tokens_per_second\":%.9g", rate * static_cast<double>(tokens_per_sample));
+  char line[400];
+  const int n = std::snprintf(line, sizeof line,
+                              "{\"step\":%lld,\"epoch\":%llu,\"train_loss\":%s,\"samples_per_second\":%.9g%s,"
+                              "\"seconds\":%.9g,\"rss_bytes\":%zu,\"peak_rss_bytes\":%zu}\n",
+                              static_cast<long long>(step), static_cast<unsigned long long>(epoch), loss, rate, tokens,
+                              seconds, current_rss(), peak_rss());
+  if (fd_ < 0 || n <= 0 || static_cast<size_t>(n) >= sizeof line) return;
+  const ssize_t written = ::write(fd_, line, static_cast<size_t>(n));
+  (void)written;  // a line lost (a full disk) only thins the report; the checkpoint reports the disk
 }
 
 }  // namespace memfit::train

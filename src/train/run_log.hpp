@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 #include "train/json.hpp"
@@ -34,9 +33,15 @@ void write_file_atomically(const std::string& path, const std::string& text);
 
 // steps.jsonl: one line per logged optimizer step. Every step is logged up
 // to step 2000, every 10th up to 20000, every 100th after, and always the
-// run's last step: 100k steps make under 5,000 lines (< 1 MB).
+// run's last step: 100k steps make under 5,000 lines (< 1 MB). A line is
+// formatted on the stack and written with one write(2): logging a step
+// allocates nothing and holds no stream buffer.
 class StepLog {
  public:
+  StepLog() = default;
+  ~StepLog();
+  StepLog(const StepLog&) = delete;
+  StepLog& operator=(const StepLog&) = delete;
   // A fresh run starts the file; a resumed one continues it (the report
   // reads a step that is not after the line before it as the run starting
   // over from there: a resume from an earlier checkpoint).
@@ -49,8 +54,7 @@ class StepLog {
               int64_t tokens_per_sample);
 
  private:
-  std::ofstream out_;
-  std::string path_;
+  int fd_ = -1;
   int64_t samples_ = 0;
   double seconds_ = 0.0;
 };
