@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "run_binary.hpp"
 
 using memfit::testing::json_uint;
@@ -21,11 +23,24 @@ using memfit::testing::run_memfit;
 
 namespace {
 
+// The run directory, removed when the case ends (MEMFIT_KEEP_TEST_DIRS keeps it).
+struct RemovedAtEnd {
+  std::string path;
+  ~RemovedAtEnd() {
+    if (std::getenv("MEMFIT_KEEP_TEST_DIRS")) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 void check(const std::string& model, int batch, std::vector<std::string> extra = {}) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under AddressSanitizer the process's memory is the sanitizer's, not the plan's";
 #endif
-  const std::string out = "/tmp/memfit-test-accuracy-" + model + "-" + std::to_string(batch);
+  // Per process: the AVX2 twin of this suite runs alongside it under ctest -j.
+  const std::string out = "/tmp/memfit-test-accuracy-" + model + "-" + std::to_string(batch) + "-" +
+                          std::to_string(::getpid());
+  const RemovedAtEnd cleanup{out};
   std::vector<std::string> args = {"train", "--model", model, "--batch", std::to_string(batch), "--steps", "20",
                                    "--subset", "2000", "--progress", "lines", "--json", "--out", out};
   if (extra.empty()) extra = {"--test-subset", "512"};
@@ -78,7 +93,8 @@ TEST(PlanAccuracy, ResumeStaysInThePlan) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under AddressSanitizer the process's memory is the sanitizer's, not the plan's";
 #endif
-  const std::string out = "/tmp/memfit-test-accuracy-resume";
+  const std::string out = "/tmp/memfit-test-accuracy-resume-" + std::to_string(::getpid());
+  const RemovedAtEnd cleanup{out};
   const std::vector<std::string> common = {"train", "--model", "convnet", "--batch", "16", "--subset", "2000",
                                            "--test-subset", "512", "--progress", "lines", "--json", "--out", out};
   std::vector<std::string> first = common, second = common;

@@ -1,7 +1,8 @@
 // The memfit command: `memfit train` (the main job), `memfit plan` (the
 // memory plan of a run, without running it), `memfit generate` (text from a
-// trained language model) and `memfit tokenize` (a text's
-// token ids, for users and for checking a tokenizer).
+// trained language model), `memfit tokenize` (a text's token ids, for
+// users and for checking a tokenizer) and `memfit report` (a run
+// directory's report.html, written again).
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/run_data.hpp"
+#include "train/run_report.hpp"
 #include "train/trainer.hpp"
 
 using namespace memfit;
@@ -45,6 +47,7 @@ const char* kTopUsage =
     "  plan      print the memory plan of a training run without running it\n"
     "  generate  sample text from a trained language model's run directory\n"
     "  tokenize  print the token ids of a text file (or the text of ids)\n"
+    "  report    write a run directory's report.html again\n"
     "\n"
     "`memfit <command> --help` lists a command's options.\n";
 
@@ -545,6 +548,23 @@ int cmd_tokenize(const std::vector<std::string>& argv) {
   return 0;
 }
 
+int cmd_report(const std::vector<std::string>& argv) {
+  std::string dir, out;
+  cli::Args a("report", "Write the report of a training run again from its run directory's files (plan.json,\n"
+                        "steps.jsonl, metrics.jsonl): one self-contained HTML page with the loss, evaluation and\n"
+                        "throughput curves, the plan by class, the predicted peak against the measured RSS, and\n"
+                        "the activations arena over one step. memfit train writes it at the end of every run.");
+  a.add_positional("DIR", &dir, "the run directory (memfit train --out DIR)");
+  a.add("out", &out, "FILE", "write the page here (default DIR/report.html)");
+  if (auto err = a.parse(argv)) return usage_error(a, *err);
+  if (a.help_requested()) {
+    std::cout << a.usage();
+    return 0;
+  }
+  std::cout << train::write_run_report(dir, out) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -560,6 +580,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "generate") return cmd_generate(args);
     if (cmd == "tokenize") return cmd_tokenize(args);
+    if (cmd == "report") return cmd_report(args);
   } catch (const train::BudgetError& e) {
     std::cerr << "memfit: over budget: " << e.what() << "\n";
     return 3;

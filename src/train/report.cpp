@@ -43,6 +43,43 @@ size_t pages(size_t b) { return (b + 4095) / 4096 * 4096; }
 size_t align_up(size_t b, size_t a) { return (b + a - 1) / a * a; }
 }  // namespace
 
+std::vector<ArenaBuffer> arena_buffers(const Graph& g, const Plan& p) {
+  // A buffer is a parameter gradient's when its alias set holds one (an
+  // in-place sum of a tied weight's contributions shares its first part's).
+  const size_t nn = g.num_nodes();
+  std::vector<bool> grad_buffer(g.num_values(), false);
+  for (size_t v = 0; v < g.num_values(); ++v)
+    if (is_param_grad(g, static_cast<ValueId>(v)) && p.values[v].arena == Arena::Transient)
+      grad_buffer[static_cast<size_t>(p.values[v].root)] = true;
+  std::vector<ArenaBuffer> bufs;
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    const Placement& pl = p.values[v];
+    if (pl.arena != Arena::Transient || pl.root != static_cast<ValueId>(v) || pl.bytes == 0) continue;
+    const Value& val = g.value(static_cast<ValueId>(v));
+    bool fwd = val.producer >= 0 && (g.node(val.producer).phase == Phase::Forward);
+    bool into_bwd = pl.last >= 0 && pl.last < static_cast<int32_t>(nn) &&
+                    g.node(static_cast<NodeId>(pl.last)).phase == Phase::Backward;
+    bool is_saved = fwd && into_bwd;
+    ArenaBuffer b;
+    b.name = val.name;
+    b.op = val.producer >= 0 ? g.node(val.producer).op : "input";
+    b.layer = val.producer >= 0 ? g.node(val.producer).layer : "";
+    b.kind = grad_buffer[v] ? "gradient" : is_saved ? "saved" : "transient";
+    b.offset = pl.offset;
+    b.bytes = pl.bytes;
+    b.first = std::max(pl.first, 0);
+    b.last = std::min<int32_t>(pl.last, static_cast<int32_t>(nn));
+    bufs.push_back(std::move(b));
+  }
+  for (size_t k = 0; k < nn; ++k) {
+    if (!p.scratch[k].bytes) continue;
+    const Node& n = g.node(static_cast<NodeId>(k));
+    bufs.push_back({"scratch of " + n.op, n.op, n.layer, "scratch", p.scratch[k].offset, p.scratch[k].bytes,
+                    static_cast<int32_t>(k), static_cast<int32_t>(k)});
+  }
+  return bufs;
+}
+
 MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) {
   MemoryReport r;
   r.baseline = in.baseline;
@@ -66,38 +103,18 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   }
 
   // Live transient bytes at every node, by kind; the report shows the peak.
-  // A buffer is a parameter gradient's when its alias set holds one (an
-  // in-place sum of a tied weight's contributions shares its first part's).
   const size_t nn = g.num_nodes();
-  std::vector<bool> grad_buffer(g.num_values(), false);
-  for (size_t v = 0; v < g.num_values(); ++v) {
-    if (!is_param_grad(g, static_cast<ValueId>(v))) continue;
-    r.grads_unfused += align_up(p.values[v].bytes, p.options.alignment);
-    if (p.values[v].arena == Arena::Transient) grad_buffer[static_cast<size_t>(p.values[v].root)] = true;
-  }
+  for (size_t v = 0; v < g.num_values(); ++v)
+    if (is_param_grad(g, static_cast<ValueId>(v))) r.grads_unfused += align_up(p.values[v].bytes, p.options.alignment);
+  const std::vector<ArenaBuffer> arena = arena_buffers(g, p);
   std::vector<size_t> saved(nn + 1, 0), trans(nn + 1, 0), grad(nn + 1, 0), scr(nn + 1, 0);
   std::vector<BufferInfo> bufs;
-  for (size_t v = 0; v < g.num_values(); ++v) {
-    const Placement& pl = p.values[v];
-    if (pl.arena != Arena::Transient || pl.root != static_cast<ValueId>(v) || pl.bytes == 0) continue;
-    const Value& val = g.value(static_cast<ValueId>(v));
-    bool fwd = val.producer >= 0 && (g.node(val.producer).phase == Phase::Forward);
-    bool into_bwd = pl.last >= 0 && pl.last < static_cast<int32_t>(nn) &&
-                    g.node(static_cast<NodeId>(pl.last)).phase == Phase::Backward;
-    bool is_saved = fwd && into_bwd;
-    auto& arr = grad_buffer[v] ? grad : is_saved ? saved : trans;
-    for (int32_t t = std::max(pl.first, 0); t <= std::min<int32_t>(pl.last, static_cast<int32_t>(nn)); ++t)
-      arr[static_cast<size_t>(t)] += pl.bytes;
-    bufs.push_back({val.name, val.producer >= 0 ? g.node(val.producer).layer : "", pl.bytes,
-                    grad_buffer[v] ? "gradient" : is_saved ? "saved" : "transient"});
+  for (const ArenaBuffer& b : arena) {
+    auto& arr = b.kind == "gradient" ? grad : b.kind == "saved" ? saved : b.kind == "scratch" ? scr : trans;
+    for (int32_t t = b.first; t <= b.last; ++t) arr[static_cast<size_t>(t)] += b.bytes;
+    bufs.push_back({b.name, b.layer, b.bytes, b.kind});
   }
-  for (size_t k = 0; k < nn; ++k) {
-    scr[k] += p.scratch[k].bytes;
-    if (p.scratch[k].bytes)
-      bufs.push_back({"scratch of " + g.node(static_cast<NodeId>(k)).op, g.node(static_cast<NodeId>(k)).layer,
-                      p.scratch[k].bytes, "scratch"});
-  }
-  r.update_in_backward = std::any_of(grad_buffer.begin(), grad_buffer.end(), [](bool b) { return b; });
+  r.update_in_backward = std::any_of(arena.begin(), arena.end(), [](const ArenaBuffer& b) { return b.kind == "gradient"; });
   r.grads_live = *std::max_element(grad.begin(), grad.end());
   size_t best = 0, at = 0;
   for (size_t k = 0; k <= nn; ++k)
@@ -107,14 +124,8 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     }
   // The same buffers again, those live at the peak, by producing op.
   std::map<std::string, size_t> by_op;
-  for (size_t v = 0; v < g.num_values(); ++v) {
-    const Placement& pl = p.values[v];
-    if (pl.arena != Arena::Transient || pl.root != static_cast<ValueId>(v) || pl.bytes == 0) continue;
-    if (static_cast<int32_t>(at) < std::max(pl.first, 0) || static_cast<int32_t>(at) > pl.last) continue;
-    const Value& val = g.value(static_cast<ValueId>(v));
-    by_op[val.producer >= 0 ? g.node(val.producer).op : "input"] += pl.bytes;
-  }
-  if (at < nn && p.scratch[at].bytes) by_op["scratch of " + g.node(static_cast<NodeId>(at)).op] += p.scratch[at].bytes;
+  for (const ArenaBuffer& b : arena)
+    if (b.first <= static_cast<int32_t>(at) && static_cast<int32_t>(at) <= b.last) by_op[b.kind == "scratch" ? b.name : b.op] += b.bytes;
   r.peak_by_op.assign(by_op.begin(), by_op.end());
   std::stable_sort(r.peak_by_op.begin(), r.peak_by_op.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   r.saved = saved[at];

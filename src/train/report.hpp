@@ -80,6 +80,23 @@ struct MemoryReport {
   std::vector<std::pair<std::string, size_t>> peak_by_op;
 };
 
+// A buffer of the activations arena as planned: a value's own buffer (views
+// and in-place outputs share it) or a node's kernel scratch, with where it
+// sits and when it is live (schedule indices, clamped to the step: `first`
+// 0 for a value from before the step, `last` the number of nodes for one
+// kept after it).
+struct ArenaBuffer {
+  std::string name;   // the value's name, or "scratch of <op>"
+  std::string op;     // the op that writes it ("input": none in the step)
+  std::string layer;  // that node's layer ("" for an input)
+  std::string kind;   // "saved", "transient", "gradient", "scratch"
+  size_t offset = 0, bytes = 0;
+  int32_t first = 0, last = 0;
+};
+// Every non-empty buffer of p's transient arena: the values' in value
+// order, then the scratch in node order.
+std::vector<ArenaBuffer> arena_buffers(const Graph& g, const Plan& p);
+
 // Fills the report's machine fields (cpu_model ... products) from the
 // device a run at this activation precision computes on (Device::info,
 // product_path; bf16 on the CPU measures the convolution path once).

@@ -107,6 +107,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes,
                 tokens_per_sample_ ? "tok" : sequences ? "seq" : "img");
   metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
+  steps_.open(o_.out, !o_.resume.empty());
   res_ = planned_result(p);
   res_.sequences = sequences;
   ctx_.seed = o_.seed;
@@ -224,6 +225,8 @@ void TrainLoop::end_group(Clock::time_point t0) {
   train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   prog_->step(st_.step, last_loss_, images_per_second() * static_cast<double>(std::max<int64_t>(1, tokens_per_sample_)),
               current_rss());
+  if (StepLog::due(st_.step, total_steps_))
+    steps_.record(st_.step, loader_.position().epoch + 1, last_loss_, images_, train_seconds_, tokens_per_sample_);
   if (o_.eval_every > 0 && st_.step % o_.eval_every == 0) eval_and_record(loader_.position().epoch + 1);
   if (o_.checkpoint_every > 0 && st_.step % o_.checkpoint_every == 0) checkpoint();
 }

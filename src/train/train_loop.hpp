@@ -19,6 +19,7 @@
 #include "train/checkpoint.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/progress.hpp"
+#include "train/run_log.hpp"
 #include "train/run_plan.hpp"
 #include "train/step_io.hpp"
 #include "train/trainer.hpp"
@@ -83,6 +84,7 @@ class TrainLoop {
   EvalMetrics eval_metrics_;
   std::optional<Progress> prog_;  // made after the checkpoint is loaded, as the run starts
   std::ofstream metrics_;
+  StepLog steps_;
   TrainResult res_;
   kernels::StepContext ctx_;
   double loss_sum_ = 0.0, last_loss_ = 0.0;  // loss_sum_: since the last evaluation

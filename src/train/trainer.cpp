@@ -10,7 +10,9 @@
 
 #include "train/checkpoint.hpp"
 #include "train/run_data.hpp"
+#include "train/run_log.hpp"
 #include "train/run_plan.hpp"
+#include "train/run_report.hpp"
 #include "train/train_loop.hpp"
 
 namespace fs = std::filesystem;
@@ -43,8 +45,9 @@ void initialise_weights(RunPlan& p, std::ostream& log) {
 
 // One attempt: plan, allocate, train. It ends with the result, or with the
 // options to start again with; either way its arenas are freed when it
-// returns, before the next attempt plans.
-std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& log) {
+// returns, before the next attempt plans. `started`: plan.json is written
+// (the run has a report to write).
+std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& log, bool& started) {
   std::variant<RunPlan, Replan> planned = plan_run(o, log);
   if (auto* again = std::get_if<Replan>(&planned)) return std::move(*again);
   RunPlan& plan = std::get<RunPlan>(planned);
@@ -57,6 +60,10 @@ std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& 
   if (auto again = allocate_plan(plan, log)) return std::move(*again);
   initialise_weights(plan, log);
   TrainLoop loop(plan, log);
+  // The plan as this attempt runs it, for the report, once the run is
+  // known to start (a resume that does not match its checkpoint does not).
+  write_file_atomically(o.out + "/plan.json", plan_file_text(plan));
+  started = true;
   return loop.run();
 }
 
@@ -127,6 +134,17 @@ void adopt_init_folder(TrainOptions& o, std::ostream& log) {
   }
 }
 
+// report.html from what the run directory holds, after the attempt's arenas
+// are freed (the page is not part of the run's memory); a failure is a
+// warning, not a failed run.
+void write_report(const std::string& dir, std::ostream& log) {
+  try {
+    log << "report: " << write_run_report(dir) << "\n";
+  } catch (const std::exception& e) {
+    log << "memfit: warning: no report.html: " << e.what() << "\n";
+  }
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
@@ -136,9 +154,19 @@ TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
   adopt_init_folder(o, log);
   adopt_resume_options(o, log);
   validate(o);
+  bool started = false;
   for (int attempt = 0;; ++attempt) {
-    std::variant<TrainResult, Replan> r = run_once(o, log);
-    if (auto* done = std::get_if<TrainResult>(&r)) return std::move(*done);
+    std::variant<TrainResult, Replan> r;
+    try {
+      r = run_once(o, log, started);
+    } catch (...) {
+      if (started) write_report(o.out, log);  // what the run recorded before it failed
+      throw;
+    }
+    if (auto* done = std::get_if<TrainResult>(&r)) {
+      if (started) write_report(o.out, log);
+      return std::move(*done);
+    }
     if (attempt >= 16) throw std::runtime_error("could not settle on a plan");
     o = std::get<Replan>(r).options;
   }
