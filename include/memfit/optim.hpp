@@ -24,6 +24,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "memfit/graph.hpp"
 
@@ -56,7 +57,21 @@ struct OptimizerConfig {
   // parameter's RMS (at least eps2), the learning rate unused; false: the
   // step size is the learning rate (the schedule's).
   bool relative_step = true;
+  // Sharded optimizer state (data parallelism, ZeRO stage 1): the update
+  // covers shard `shard` of `shards` of the trainable parameters
+  // (shard_bounds), and only their state exists. 1 shard: all of them.
+  int shard = 0, shards = 1;
 };
+
+// The trainable parameters the optimizer updates (those with a gradient),
+// in creation order: the order of the parameter and gradient arenas.
+std::vector<ValueId> updated_params(const Graph& g);
+
+// Shard s of `shards` is updated_params(g)[b[s], b[s+1]): contiguous runs
+// of whole tensors whose element counts are as even as whole tensors allow
+// (each cut at the tensor boundary nearest to an equal share), every shard
+// non-empty. Throws GraphError when there are fewer tensors than shards.
+std::vector<size_t> shard_bounds(const Graph& g, int shards);
 
 // Appends optimizer state values (class OptState) and the update node.
 // Requires build_backward to have run. Returns the update node id.

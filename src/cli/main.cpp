@@ -22,6 +22,7 @@
 #include "data/tokenizer.hpp"
 #include "memfit/graph.hpp"
 #include "models/model.hpp"
+#include "dist/comm.hpp"
 #include "models/model_file.hpp"
 #include "models/zoo.hpp"
 #include "train/generate.hpp"
@@ -181,11 +182,38 @@ void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
   a.add_flag(
       "no-fit", [&o] { o.auto_fit = false; },
       "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");
+  a.add(
+      "shard-optimizer", [&o](const std::string& v) {
+        if (v == "on") o.shard_optimizer = true;
+        else if (v == "off") o.shard_optimizer = false;
+        else return "--shard-optimizer expects on or off, got '" + v + "'";
+        return std::string();
+      },
+      "on|off",
+      "on several ranks: each keeps the optimizer state of 1/N of the parameters and sends the others their "
+      "update (ZeRO stage 1; default on); off: every rank keeps all of it");
   a.add_flag("allow-approx", &o.allow_approx,
              "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given) "
              "and bf16 master weights (unless --master-weights is given); without it a refusal names what would fit "
              "with them");
 }
+
+// A failed rank ends the whole job: the others would wait for it in their
+// next collective. One process just returns the code.
+int fail_job(int code) {
+  dist::Comm& c = dist::Comm::world();
+  if (!c.distributed()) return code;
+  std::cerr.flush();
+  c.abort(code);
+}
+
+// Where the ranks other than 0 send their progress: nowhere.
+struct NullStream : std::ostream {
+  struct Buf : std::streambuf {
+    int overflow(int c) override { return c; }
+  } buf;
+  NullStream() : std::ostream(&buf) {}
+};
 
 int usage_error(const cli::Args& a, const std::string& msg) {
   std::cerr << "memfit: " << msg << "\n\n" << a.usage();
@@ -299,9 +327,18 @@ int cmd_train(const std::vector<std::string>& argv) {
     return usage_error(a, e.what());
   }
   o.handle_signals = true;
+  // Under mpirun: this process is one rank of the job. Rank 0 speaks for
+  // the job (plan, progress, metrics, the result); the others print only
+  // their errors.
+  const dist::Comm& comm = dist::Comm::world();
+  o.ranks = comm.size();
+  o.rank = comm.rank();
+  if (auto why = invalid(o)) return usage_error(a, *why);
+  NullStream quiet;
   // --json: stdout carries only the JSON object; every human line goes to stderr.
-  std::ostream& log = o.json ? std::cerr : std::cout;
+  std::ostream& log = comm.rank() > 0 ? static_cast<std::ostream&>(quiet) : o.json ? std::cerr : std::cout;
   train::TrainResult r = train::run_training(o, log);
+  if (comm.rank() > 0) return r.interrupted ? 128 + r.interrupted : 0;
   if (r.interrupted) {
     // The same command, continued from the run directory.
     std::string again = "memfit train --resume " + o.out;
@@ -344,6 +381,16 @@ int cmd_train(const std::vector<std::string>& argv) {
     log << ", fp16 loss scale " << short_num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
   log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
       << train::format_bytes(r.planned_peak_bytes) << ")\n";
+  if (!r.rank_peak_rss_bytes.empty()) {
+    log << "ranks: " << r.rank_peak_rss_bytes.size() << ", optimizer state " << (o.shard_optimizer ? "sharded" : "whole")
+        << "; peak RSS by rank:";
+    for (size_t i = 0; i < r.rank_peak_rss_bytes.size(); ++i)
+      log << (i ? "," : "") << " " << train::format_bytes(r.rank_peak_rss_bytes[i]) << " (planned "
+          << train::format_bytes(r.rank_planned_peak_bytes[i]) << ")";
+    log << "; rank 0 spent " << short_num(r.comm_seconds) << " s of " << short_num(r.seconds)
+        << " s exchanging gradients and parameters (" << train::format_bytes(r.comm_bytes_per_step)
+        << " sent per rank and step)\n";
+  }
   if (o.json) {
     train::Json j = {{"steps", r.steps}, {"final_train_loss", r.final_train_loss}};
     if (r.evaluated) {
@@ -356,6 +403,14 @@ int cmd_train(const std::vector<std::string>& argv) {
     j["peak_rss_bytes"] = r.peak_rss_bytes;
     j["planned_peak_bytes"] = r.planned_peak_bytes;
     j["budget_bytes"] = r.budget_bytes;
+    if (!r.rank_peak_rss_bytes.empty()) {
+      j["ranks"] = r.rank_peak_rss_bytes.size();
+      j["optimizer_sharded"] = o.shard_optimizer;
+      j["rank_peak_rss_bytes"] = r.rank_peak_rss_bytes;
+      j["rank_planned_peak_bytes"] = r.rank_planned_peak_bytes;
+      j["comm_seconds"] = r.comm_seconds;
+      j["comm_bytes_per_step"] = r.comm_bytes_per_step;
+    }
     if (o.precision == DType::f16) {
       j["loss_scale"] = r.loss_scale;
       j["skipped_steps"] = r.skipped_steps;
@@ -372,6 +427,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
                       "buffers, and the total without planning. Nothing is trained.");
   add_common(a, o, memory);
   add_memory_policy(a, o);
+  int64_t ranks = 1, rank = 0;
+  a.add("ranks", &ranks, "N", "plan one rank of a data-parallel job of N ranks (mpirun -np N): its share of the "
+                              "optimizer state when sharded (default 1)");
+  a.add("rank", &rank, "R", "with --ranks: the rank to plan (default 0)");
   if (auto err = a.parse(argv)) return usage_error(a, *err);
   if (a.help_requested()) {
     std::cout << a.usage();
@@ -379,6 +438,11 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
   std::string err;
   if (!parse_memory(memory, o, err)) return usage_error(a, err);
+  if (ranks < 1 || ranks > 65536 || rank < 0 || rank >= ranks)
+    return usage_error(a, "--ranks expects 1 to 65536 and --rank 0 to ranks-1, got rank " + std::to_string(rank) +
+                              " of " + std::to_string(ranks));
+  o.ranks = static_cast<int>(ranks);
+  o.rank = static_cast<int>(rank);
   if (auto why = invalid(o)) return usage_error(a, *why);
   if (a.given("data")) o.given.push_back("data");
   try {
@@ -575,24 +639,35 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = args[0];
   args.erase(args.begin());
+  // A rank's error names the rank: several processes share the terminal.
+  std::string who = "memfit";
+  struct Finalize {
+    ~Finalize() { dist::Comm::world().finalize(); }
+  };
+  std::optional<Finalize> finalize;
   try {
+    if (cmd == "train") {
+      const dist::Comm& c = dist::Comm::world();  // MPI_Init under mpirun, before any thread starts
+      if (c.distributed()) who = "memfit (" + c.describe() + ")";
+      finalize.emplace();
+    }
     if (cmd == "train") return cmd_train(args);
     if (cmd == "plan") return cmd_plan(args);
     if (cmd == "generate") return cmd_generate(args);
     if (cmd == "tokenize") return cmd_tokenize(args);
     if (cmd == "report") return cmd_report(args);
   } catch (const train::BudgetError& e) {
-    std::cerr << "memfit: over budget: " << e.what() << "\n";
-    return 3;
+    std::cerr << who << ": over budget: " << e.what() << "\n";
+    return fail_job(3);
   } catch (const models::ModelFileError& e) {
-    std::cerr << "memfit: bad model file: " << e.what() << "\n";
-    return 1;
+    std::cerr << who << ": bad model file: " << e.what() << "\n";
+    return fail_job(1);
   } catch (const GraphError& e) {
-    std::cerr << "memfit: bad model: " << e.what() << "\n";
-    return 1;
+    std::cerr << who << ": bad model: " << e.what() << "\n";
+    return fail_job(1);
   } catch (const std::exception& e) {
-    std::cerr << "memfit: " << e.what() << "\n";
-    return 1;
+    std::cerr << who << ": " << e.what() << "\n";
+    return fail_job(1);
   }
   std::cerr << "memfit: unknown command '" << cmd << "'\n\n" << kTopUsage;
   return 2;

@@ -23,10 +23,17 @@ void validate(const Dataset& ds, const LoaderOptions& opt) {
   if (ds.size() == 0) throw std::invalid_argument("loader: the dataset is empty");
   if (ds.size() > std::numeric_limits<uint32_t>::max())
     throw std::invalid_argument("loader: datasets of more than 2^32-1 samples are not supported");
-  if (opt.drop_last && ds.size() < opt.batch_size)
+  if (opt.ranks == 0 || opt.rank >= opt.ranks)
+    throw std::invalid_argument("loader: rank " + std::to_string(opt.rank) + " of " + std::to_string(opt.ranks));
+  if (opt.ranks > 1 && !opt.drop_last)
+    throw std::invalid_argument("loader: ranks share full global batches only (drop_last)");
+  if (opt.drop_last && ds.size() < opt.batch_size * opt.ranks)
     throw std::invalid_argument("loader: the dataset has " + std::to_string(ds.size()) +
                                 " samples, not one full batch of " +
-                                std::to_string(opt.batch_size) +
+                                std::to_string(opt.batch_size * opt.ranks) +
+                                (opt.ranks > 1 ? " (" + std::to_string(opt.batch_size) + " per rank x " +
+                                                     std::to_string(opt.ranks) + " ranks)"
+                                               : std::string()) +
                                 " (lower the batch size or keep the partial batch)");
   const std::vector<TensorSpec> ts = ds.tensors();
   if (ts.empty() || ts.size() > kMaxTensors)
@@ -108,7 +115,8 @@ Loader::Loader(const Dataset& ds, const LoaderOptions& opt) : ds_(ds), opt_(opt)
     sample_floats_ = sample_numel(shape_);
   }
   const size_t B = opt.batch_size, K = size_t(opt.prefetch), T = size_t(opt.decode_threads);
-  epoch_len_ = opt.drop_last ? ds.size() / B * B : ds.size();
+  const size_t G = B * opt.ranks;  // one global batch
+  epoch_len_ = opt.drop_last ? ds.size() / G * G : ds.size();
   augment_ = opt.crop_padding > 0 || opt.hflip;
   if (image_) {
     fill_.resize(size_t(shape_[0]));
@@ -144,7 +152,8 @@ Loader::Loader(const Dataset& ds, const LoaderOptions& opt) : ds_(ds), opt_(opt)
 Loader::~Loader() { stop_worker(); }
 
 size_t Loader::batches_per_epoch() const {
-  return (epoch_len_ + opt_.batch_size - 1) / opt_.batch_size;
+  const size_t G = opt_.batch_size * opt_.ranks;
+  return (epoch_len_ + G - 1) / G;
 }
 
 SampleShape Loader::sample_shape() const {
@@ -200,8 +209,11 @@ size_t Loader::produce(Position& p, std::byte* const* out) {
     order_valid_ = true;
   }
   const size_t B = opt_.batch_size;
-  const size_t n = std::min<size_t>(B, epoch_len_ - size_t(p.sample));
-  const size_t first = size_t(p.sample);
+  // This rank's share of the global batch that starts at p.sample (all of
+  // it with one rank; drop_last makes every share full with more).
+  const size_t global = std::min<size_t>(B * opt_.ranks, epoch_len_ - size_t(p.sample));
+  const size_t first = size_t(p.sample) + opt_.rank * B;
+  const size_t n = std::min<size_t>(B, global);
   const uint64_t epoch = p.epoch;
   const size_t nt = tensors_.size();
   auto index_of = [&](size_t k) {
@@ -244,7 +256,7 @@ size_t Loader::produce(Position& p, std::byte* const* out) {
   }
   if (n < B)
     for (size_t t = 0; t < nt; ++t) pad_rows(tensors_[t], out[t], n, B);
-  p.sample += n;
+  p.sample += global;
   return n;
 }
 

@@ -46,6 +46,14 @@ struct LoaderOptions {
   // buffers.
   int prefetch = 2;
   int decode_threads = 1;  // threads decoding one batch (OpenMP); image folders gain
+  // Data parallelism: the epoch's order is read in global batches of
+  // batch_size * ranks samples, of which this loader delivers rows
+  // [rank * batch_size, (rank + 1) * batch_size): the ranks' shares are
+  // disjoint and together are the batch one loader of batch_size * ranks
+  // would deliver. Positions count the global batches' samples, the same on
+  // every rank. Needs drop_last with ranks > 1 (every rank gets a full share).
+  size_t ranks = 1;
+  size_t rank = 0;
 };
 
 // Where a loader is: `sample` samples of epoch `epoch` have been delivered.

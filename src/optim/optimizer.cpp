@@ -1,3 +1,4 @@
+#include <cmath>
 #include <stdexcept>
 
 #include "memfit/optim.hpp"
@@ -13,6 +14,11 @@ void check_optimizer(const OptimizerConfig& c) {
     throw std::invalid_argument("adafactor keeps a factored fp32 second moment (a few bytes per row and column); "
                                 "--optimizer-state " + c.state + " applies to adam, adamw and sgd");
   if (c.quantise_min < 0) throw std::invalid_argument("quantise_min must not be negative");
+  if (c.shards < 1 || c.shard < 0 || c.shard >= c.shards)
+    throw std::invalid_argument("optimizer shard " + std::to_string(c.shard) + " of " + std::to_string(c.shards));
+  if (c.shards > 1 && c.clip_grad_norm > 0)
+    throw std::invalid_argument("--clip-grad-norm needs the global norm of every gradient, and with sharded optimizer "
+                                "state each rank updates only its own parameters: pass --shard-optimizer off to clip");
 }
 
 size_t optimizer_state_floats(const OptimizerConfig& c) {
@@ -47,12 +53,48 @@ ValueId state_value(Graph& g, const std::string& name, Shape shape, DType dt) {
 
 }  // namespace
 
+std::vector<ValueId> updated_params(const Graph& g) {
+  std::vector<ValueId> out;
+  for (ValueId p : g.trainable_params())
+    if (g.value(p).grad != kNone) out.push_back(p);  // (one without does not reach the loss)
+  return out;
+}
+
+std::vector<size_t> shard_bounds(const Graph& g, int shards) {
+  const std::vector<ValueId> ps = updated_params(g);
+  const size_t n = ps.size(), S = static_cast<size_t>(std::max(shards, 1));
+  if (n < S)
+    throw GraphError("cannot shard the optimizer state of " + std::to_string(n) + " parameter tensors over " +
+                     std::to_string(S) + " ranks (each rank needs at least one); use fewer ranks or "
+                     "--shard-optimizer off");
+  std::vector<double> prefix(n + 1, 0.0);  // elements before tensor i
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + static_cast<double>(numel(g.value(ps[i]).shape));
+  std::vector<size_t> b(S + 1, 0);
+  b[S] = n;
+  for (size_t s = 1; s < S; ++s) {
+    const double want = prefix[n] * static_cast<double>(s) / static_cast<double>(S);
+    // The boundary nearest the equal share, leaving every shard a tensor.
+    size_t best = std::max(b[s - 1] + 1, size_t(1));
+    for (size_t i = best; i <= n - (S - s); ++i)
+      if (std::abs(prefix[i] - want) < std::abs(prefix[best] - want)) best = i;
+    b[s] = best;
+  }
+  return b;
+}
+
 NodeId append_optimizer(Graph& g, const OptimizerConfig& c) {
   const size_t moments = optimizer_state_floats(c);
   std::vector<ValueId> params, grads;
   std::vector<int64_t> decay;  // per tensor, 0/1
-  for (ValueId p : g.trainable_params()) {
-    if (g.value(p).grad == kNone) continue;  // does not reach the loss
+  const std::vector<ValueId> all = updated_params(g);
+  size_t lo = 0, hi = all.size();
+  if (c.shards > 1) {
+    const std::vector<size_t> b = shard_bounds(g, c.shards);
+    lo = b[static_cast<size_t>(c.shard)];
+    hi = b[static_cast<size_t>(c.shard) + 1];
+  }
+  for (size_t i = lo; i < hi; ++i) {
+    const ValueId p = all[i];
     params.push_back(p);
     grads.push_back(g.value(p).grad);
     decay.push_back(c.decay_bias_and_norm || !g.value(p).no_weight_decay ? 1 : 0);  // the model's groups

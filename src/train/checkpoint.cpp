@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
@@ -141,9 +142,14 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
   io::write_safetensors(dir + "/model.safetensors", weights, {{"format", "pt"}, {"model", st.model}});
 }
 
-TrainState load_checkpoint(const std::string& dir, Executor& ex) {
+namespace {
+
+// The values a file holds: all state (a checkpoint) or the optimizer
+// state alone (a rank's shard).
+bool in_file(const Value& v, bool state_only) { return state_only ? v.cls == VClass::OptState : is_state(v); }
+
+TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
   require_f32_storage(ex);
-  const std::string path = dir + "/checkpoint.safetensors";
   struct stat sb;
   if (::stat(path.c_str(), &sb) != 0)
     throw std::runtime_error("no checkpoint to resume from: " + path + " does not exist");
@@ -177,7 +183,7 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
   std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
-    if (!is_state(v)) continue;
+    if (!in_file(v, state_only)) continue;
     const io::TensorInfo* t = f.find(v.name);
     if (!t) throw std::runtime_error(path + " has no tensor '" + v.name + "' (checkpoint of a different model or optimizer)");
     if (t->dtype != file_dtype(v.dtype) || t->shape != v.shape)
@@ -195,6 +201,54 @@ TrainState load_checkpoint(const std::string& dir, Executor& ex) {
     stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
   }
   return st;
+}
+
+}  // namespace
+
+TrainState load_checkpoint(const std::string& dir, Executor& ex) {
+  return load_file(dir + "/checkpoint.safetensors", ex, false);
+}
+
+std::string shard_checkpoint_path(const std::string& dir, int rank, int64_t step) {
+  return dir + "/checkpoint.rank" + std::to_string(rank) + ".step" + std::to_string(step) + ".safetensors";
+}
+
+void save_state_shard(const std::string& path, Executor& ex, const TrainState& st) {
+  require_f32_storage(ex);
+  const Graph& g = ex.graph();
+  std::vector<io::TensorView> all;
+  uint64_t sum = rng::kFnvOffset;
+  for (size_t i = 0; i < g.num_values(); ++i) {
+    const Value& v = g.value(static_cast<ValueId>(i));
+    if (v.cls != VClass::OptState) continue;
+    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, ex.data(static_cast<ValueId>(i))};
+    sum = rng::fnv1a(sum, t.data, v.bytes());
+    all.push_back(t);
+  }
+  std::map<std::string, std::string> meta = st.extra;
+  meta["format"] = kFormat;
+  meta["model"] = st.model;
+  meta["step"] = std::to_string(st.step);
+  meta["epoch"] = std::to_string(st.epoch);
+  meta["sample"] = std::to_string(st.sample);
+  meta["seed"] = std::to_string(st.seed);
+  meta["checksum"] = hex(fold_metadata(sum, meta));
+  io::write_safetensors(path, all, meta);
+}
+
+TrainState load_state_shard(const std::string& path, Executor& ex) { return load_file(path, ex, true); }
+
+void remove_other_shards(const std::string& dir, int rank, int64_t keep_step) {
+  namespace fs = std::filesystem;
+  const std::string prefix = "checkpoint.rank" + std::to_string(rank) + ".step";
+  const std::string keep = fs::path(shard_checkpoint_path(dir, rank, keep_step)).filename().string();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name != keep && name.size() > 12 &&
+        name.compare(name.size() - 12, 12, ".safetensors") == 0)
+      fs::remove(e.path(), ec);
+  }
 }
 
 std::map<std::string, std::string> checkpoint_metadata(const std::string& dir) {

@@ -47,4 +47,18 @@ std::map<std::string, std::string> checkpoint_metadata(const std::string& dir);
 // Returns the number of tensors loaded.
 size_t load_weights(const std::string& path, Executor& ex, const std::vector<std::string>& keep = {});
 
+// Sharded optimizer state (data parallelism): rank r > 0 keeps its shard of
+// the state in its own file per step, beside checkpoint.safetensors (rank
+// 0's weights, buffers and shard). The ranks write their shards, then rank 0
+// its file, which commits the step; the shards of other steps go after
+// that. A job that dies in between resumes from the step the main file
+// names, whose shards are still there.
+std::string shard_checkpoint_path(const std::string& dir, int rank, int64_t step);
+// The executor's optimizer state (only) and the state's metadata, atomically.
+void save_state_shard(const std::string& path, Executor& ex, const TrainState& st);
+// Loads a shard written by save_state_shard, checked as load_checkpoint checks.
+TrainState load_state_shard(const std::string& path, Executor& ex);
+// Removes rank's shard files of every step but keep_step.
+void remove_other_shards(const std::string& dir, int rank, int64_t keep_step);
+
 }  // namespace memfit::train

@@ -78,7 +78,9 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
     for (const bool uib : {false, true}) {
       // Update in backward needs each gradient to be final when made: one
       // micro-batch, no global-norm clipping, no fp16 step to skip.
-      if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16)) continue;
+      // Not on several ranks either: the update waits for the others' gradients.
+      if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16 || base.ranks > 1)) continue;
+      if (fp.precision == DType::f16 && base.ranks > 1) continue;  // loss scaling decides per rank
       StepSpec s = base;
       s.batch = batch / k;
       s.accumulation = k;

@@ -63,6 +63,23 @@ void validate(const TrainOptions& o) {
       fail("--update-in-backward cannot skip a step whose fp16 gradients overflowed (the loss scaling of --precision "
            "fp16 decides after the whole backward): drop one of the two, or use --precision bf16");
   }
+  if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks)
+    fail("--ranks must be positive (and --rank below it), got rank " + std::to_string(o.rank) + " of " +
+         std::to_string(o.ranks));
+  if (o.ranks > 1) {
+    // Every rank takes the same steps on the same plan: nothing may decide
+    // on one rank's gradients alone, or re-plan one rank alone.
+    if (o.update_in_backward)
+      fail("--update-in-backward updates each parameter before the gradients of the other ranks are added: it "
+           "cannot run on several ranks");
+    if (o.precision == DType::f16)
+      fail("--precision fp16's loss scaling skips steps on one rank's overflow: use --precision bf16 on several "
+           "ranks");
+    if (o.inject_oom_at_step >= 0) fail("--inject-oom-at-step re-plans one process: not on several ranks");
+    if (o.shard_optimizer && o.optimizer.clip_grad_norm > 0)
+      fail("--clip-grad-norm needs the global norm of every gradient, and with sharded optimizer state each rank "
+           "updates only its own parameters: pass --shard-optimizer off to clip");
+  }
   validate_optimizer(o.optimizer);
   if (o.master_weights == DType::bf16 && o.optimizer.kind == "adafactor")
     fail("--master-weights bf16 takes sgd, adam or adamw; adafactor updates fp32 weights (its relative step reads "

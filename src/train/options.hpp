@@ -97,6 +97,14 @@ struct TrainOptions {
   // with TrainResult::interrupted set; a second signal exits at once (the
   // process's handlers are replaced while run_training runs).
   bool handle_signals = false;
+  // Data parallelism over MPI (src/dist, set from the job; `memfit plan
+  // --ranks N` sets them to plan rank 0 of N): each rank trains on its share
+  // of every global batch of batch x ranks, the gradients are averaged, and
+  // with shard_optimizer each rank keeps and updates the optimizer state of
+  // 1/ranks of the parameters (ZeRO stage 1), sending them to the others.
+  int ranks = 1;
+  int rank = 0;
+  bool shard_optimizer = true;
   // Flags the user gave (names without "--"): on --resume, the data options
   // not given are taken from the checkpoint, and given ones must match it;
   // validate() refuses a given --eval-every of -1 (the default's meaning).

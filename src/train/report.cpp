@@ -138,8 +138,12 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.largest = bufs;
   r.library_heap = std::max(p.library_heap_bytes, in.eval_library_heap);
   const size_t persistent = r.params + r.grads + r.optstate + r.inputs;
-  r.total = r.baseline + persistent + r.arena + r.library_heap + r.data + r.eval;
-  r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.library_heap + r.data + r.eval;
+  r.comm = in.comm_bytes;
+  r.rank = in.rank;
+  r.ranks = in.ranks;
+  r.sharded = in.sharded;
+  r.total = r.baseline + persistent + r.arena + r.library_heap + r.data + r.eval + r.comm;
+  r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.library_heap + r.data + r.eval + r.comm;
   return r;
 }
 
@@ -197,7 +201,13 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
                                   " live, not " + format_bytes(r.grads_unfused)).c_str());
   else
     row(o, "gradients", r.grads);
-  row(o, "optimizer state", r.optstate, optstate_note(r).c_str());
+  {
+    std::string note = optstate_note(r);
+    if (r.sharded)
+      note = "rank " + std::to_string(r.rank) + "'s shard of " + std::to_string(r.ranks) + " (ZeRO-1)" +
+             (note.empty() ? "" : "; " + note);
+    row(o, "optimizer state", r.optstate, note.c_str());
+  }
   row(o, "activations arena", r.arena, "one planned arena; at its peak:");
   row(o, "  saved for backward", r.saved);
   row(o, "  transient", r.transient);
@@ -212,6 +222,9 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   }
   if (r.library_heap) row(o, "library heap", r.library_heap, "oneDNN's gemm packing inside one matmul (no brgemm on this CPU)");
   row(o, "batch inputs", r.inputs);
+  if (r.ranks > 1)
+    row(o, "communication", r.comm,
+        ("MPI's buffers for one piece of the gradients' reduction (" + std::to_string(r.ranks) + " ranks)").c_str());
   row(o, "data pipeline", r.data, r.data_note.empty() ? "dataset in memory + loader buffers" : r.data_note.c_str());
   row(o, "evaluation", r.eval, r.eval ? "" : "runs in the activations arena");
   o << "  ------------------------------------\n";
@@ -271,7 +284,13 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                    {"library_heap", r.library_heap},
                    {"inputs", r.inputs},
                    {"data_pipeline", r.data},
-                   {"evaluation", r.eval}};
+                   {"evaluation", r.eval},
+                   {"communication", r.comm}};
+  if (r.ranks > 1) {
+    o["rank"] = r.rank;
+    o["ranks"] = r.ranks;
+    o["optimizer_sharded"] = r.sharded;
+  }
   if (r.update_in_backward) {
     o["gradients_unfused_bytes"] = r.grads_unfused;
     o["gradients_live_bytes"] = r.grads_live;

@@ -26,6 +26,12 @@ struct MemoryInputs {
   std::string data_in;      // where the dataset lives: "memory" or "disk" ("" for image folders)
   std::string data_note;    // the "data pipeline" row's note ("" = "dataset in memory + loader buffers")
   std::string data_cache;   // disk: the file samples are read from; text: its token cache
+  // Data parallelism: what the MPI library holds for one collective's
+  // piece (dist::comm_scratch_bytes), this rank and the job's ranks, and
+  // whether the optimizer state is sharded over them.
+  size_t comm_bytes = 0;
+  int rank = 0, ranks = 1;
+  bool sharded = false;
 };
 
 struct BufferInfo {
@@ -49,6 +55,9 @@ struct MemoryReport {
   size_t grads_unfused = 0, grads_live = 0;
   size_t library_heap = 0;    // the largest heap a kernel's library takes inside one run
   size_t data = 0, eval = 0;
+  size_t comm = 0;
+  int rank = 0, ranks = 1;
+  bool sharded = false;
   std::string data_in, data_note, data_cache;  // as in MemoryInputs
   std::string precision;        // "fp32" | "bf16" | "fp16" (activation storage)
   std::string saved_activations;  // "fp32" | "bf16"

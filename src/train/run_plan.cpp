@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include "train/run_plan.hpp"
 
 #include <malloc.h>
@@ -12,6 +13,7 @@
 
 #include "runtime/device.hpp"
 #include "train/fit.hpp"
+#include "dist/comm.hpp"
 #include "train/memory.hpp"
 
 namespace memfit::train {
@@ -33,6 +35,11 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   spec.master_weights = o.master_weights;
   spec.classes = train.num_classes();
   spec.optimizer = o.optimizer;
+  spec.ranks = o.ranks;
+  if (o.ranks > 1 && o.shard_optimizer) {
+    spec.optimizer.shard = o.rank;
+    spec.optimizer.shards = o.ranks;
+  }
   spec.label_smoothing = o.label_smoothing;
   return spec;
 }
@@ -125,6 +132,8 @@ class Planner {
     lo.seed = o_.seed;
     lo.drop_last = true;
     lo.shuffle = true;
+    lo.ranks = static_cast<size_t>(o_.ranks);  // each rank its share of every global batch
+    lo.rank = static_cast<size_t>(o_.rank);
     if (o_.augment) {
       lo.crop_padding = 4;
       lo.hflip = true;
@@ -159,8 +168,24 @@ class Planner {
                      eval_plan.arena_bytes[static_cast<size_t>(Arena::Inputs)];
     mi_.eval_library_heap = eval_plan.library_heap_bytes;
     describe_data(ds, mi_);
+    mi_.ranks = o_.ranks;
+    mi_.rank = o_.rank;
+    mi_.sharded = o_.ranks > 1 && o_.shard_optimizer;
+    mi_.comm_bytes = dist::comm_scratch_bytes(o_.ranks);
     p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
     p_.budget = detect_budget(o_.memory);
+    share_budget();
+  }
+
+  // Ranks on one machine share its memory: a detected budget (not
+  // --memory, which is per rank) is split between them.
+  void share_budget() {
+    if (o_.memory || o_.ranks < 2) return;
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const long n = local ? std::strtol(local, nullptr, 10) : 1;
+    if (n < 2) return;
+    p_.budget.bytes /= static_cast<size_t>(n);
+    p_.budget.source += ", shared by " + std::to_string(n) + " ranks on this machine";
   }
 
   // The same plan with the dataset resident: load it when that fits, else
@@ -341,6 +366,9 @@ std::optional<Replan> allocate_plan(RunPlan& p, std::ostream& log) {
     if (p.eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));
     eval_ex.allocate();
   } catch (const std::bad_alloc&) {
+    if (o.ranks > 1)  // one rank alone cannot change the plan every rank runs
+      throw std::runtime_error("out of memory allocating the plan (" + format_bytes(p.report.total) +
+                               ") on this rank: give every rank a smaller plan (--memory, --batch or --accumulate)");
     auto h = halved(o);
     if (!h) throw std::runtime_error("out of memory allocating the plan (" + format_bytes(p.report.total) +
                                      ") and the micro-batch cannot be halved further");

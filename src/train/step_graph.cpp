@@ -130,6 +130,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
     if (s.saved != DType::f32) sg->compress = compress_saved(g, s.saved);
     // Last: it places the updates among the nodes the passes above made.
     if (s.update_in_backward) {
+      if (s.ranks > 1) throw GraphError("update in backward cannot run on several ranks (the update waits for their gradients)");
       if (!s.with_update) throw GraphError("update in backward needs the optimizer update (with_update)");
       sg->updates_in_backward = update_in_backward(g);
     }

@@ -57,6 +57,10 @@ struct StepSpec {
   // rounding; vectors (biases, norms) stay f32. An approximation: the
   // weights carry 8 significant bits.
   DType master_weights = DType::f32;
+  // Data parallelism: the ranks the gradients are averaged over (the update
+  // waits for that, so never inside backward); the optimizer's shards
+  // (OptimizerConfig::shard) say which parameters this rank updates.
+  int ranks = 1;
 };
 
 // One named input of a step: a model input or the target.

@@ -1,5 +1,7 @@
 #include "train/train_loop.hpp"
 
+#include "dist/comm.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,10 +69,15 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
       scaler_(o_.precision == DType::f16, o_.loss_scale),
       inputs_(ex_, *p.train_g),
       eval_inputs_(*p.eval_ex, *p.eval_g),
-      eval_metrics_(*p.eval_ex, *p.eval_g) {
+      eval_metrics_(*p.eval_ex, *p.eval_g),
+      dp_(*p.train_ex, dist::Comm::world(), p.options.shard_optimizer) {
+  if (dist::Comm::world().size() != o_.ranks)
+    throw std::logic_error("the run was planned for " + std::to_string(o_.ranks) + " ranks, the job has " +
+                           std::to_string(dist::Comm::world().size()));
   const int64_t per_epoch = steps_per_epoch(loader_, o_, *p.data.train);
   const Graph& g = p.train_g->g;
-  update_node_ = o_.accumulate > 1 || scaler_.enabled() ? update_begin(g) : g.num_nodes();
+  // The update also waits for the other ranks' gradients.
+  update_node_ = o_.accumulate > 1 || scaler_.enabled() || dp_.active() ? update_begin(g) : g.num_nodes();
   total_steps_ = o_.steps > 0 ? o_.steps : o_.epochs * per_epoch;
   sched_.kind = o_.schedule;
   sched_.base_lr = o_.lr;
@@ -86,6 +93,10 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   st_.extra["optimizer_state"] = o_.optimizer.state;
   st_.extra["master_weights"] = o_.master_weights == DType::bf16 ? "bf16" : "fp32";
   st_.extra["dataset_size"] = std::to_string(p.data.train->size());
+  // The optimizer state's shards: a sharded checkpoint resumes on as many
+  // ranks; a whole one on any number (with --shard-optimizer off).
+  st_.extra["optimizer_shards"] = std::to_string(dp_.sharded() ? dp_.ranks() : 1);
+  st_.extra["ranks"] = std::to_string(dp_.ranks());
   // The data options, so that --resume can take them when not given.
   st_.extra["data"] = o_.data;
   st_.extra["subset"] = o_.subset;
@@ -98,7 +109,10 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
     st_.extra["val_fraction"] = short_num(o_.val_fraction);
     st_.extra["max_len"] = std::to_string(o_.max_len);
   }
-  if (!o_.resume.empty()) resume();
+  if (!o_.resume.empty()) {
+    if (dp_.active()) resume_rank();
+    else resume();
+  }
 
   if (p.train_g->task == models::Task::LanguageModel) tokens_per_sample_ = p.train_g->inputs.back().spec.shape.at(0);
   // Samples of token ids (a text classifier's) are sequences, not images.
@@ -106,8 +120,10 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
                          p.train_g->inputs.front().spec.dtype == DType::i32;
   prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes,
                 tokens_per_sample_ ? "tok" : sequences ? "seq" : "img");
-  metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
-  steps_.open(o_.out, !o_.resume.empty());
+  if (lead()) {
+    metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
+    steps_.open(o_.out, !o_.resume.empty());
+  }
   res_ = planned_result(p);
   res_.sequences = sequences;
   ctx_.seed = o_.seed;
@@ -131,6 +147,18 @@ void TrainLoop::resume() {
       throw std::runtime_error("cannot resume from " + o_.resume + ": its optimizer state is stored as " + state +
                                ", this run's as " + o_.optimizer.state + "; pass --optimizer-state " + state +
                                " (a run keeps the state format it started with: its moments are resumed as stored)");
+    const std::string shards = meta.count("optimizer_shards") ? meta["optimizer_shards"] : "1";
+    if (shards != st_.extra["optimizer_shards"])
+      throw std::runtime_error(
+          "cannot resume from " + o_.resume + ": " +
+          (shards == "1" ? std::string("it holds the whole optimizer state (one process, or --shard-optimizer off)")
+                         : "its optimizer state is sharded over " + shards + " ranks") +
+          ", this run's is " +
+          (st_.extra["optimizer_shards"] == "1" ? std::string("whole")
+                                                 : "sharded over " + st_.extra["optimizer_shards"] + " ranks") +
+          "; " +
+          (shards == "1" ? std::string("pass --shard-optimizer off") : "run it with mpirun -np " + shards) +
+          " (a sharded checkpoint resumes on as many ranks, a whole one on any number)");
     const std::string weights = meta.count("master_weights") ? meta["master_weights"] : "fp32";
     if (weights != st_.extra["master_weights"])
       throw std::runtime_error("cannot resume from " + o_.resume + ": its weights are stored as " + weights +
@@ -158,11 +186,37 @@ void TrainLoop::resume() {
   log_ << "resumed from " << o_.resume << " at step " << st_.step << " (epoch " << p.epoch + 1 << ")\n";
 }
 
+// Rank 0 resumes as one process does (every check, its file); the ranks
+// then agree on the position, take rank 0's parameters (and whole
+// optimizer state), and each sharded rank loads its own shard of the step.
+void TrainLoop::resume_rank() {
+  if (lead()) resume();
+  dist::Comm& c = dist::Comm::world();
+  int64_t pos[3] = {st_.step, static_cast<int64_t>(st_.epoch), static_cast<int64_t>(st_.sample)};
+  c.broadcast(pos, sizeof pos, 0);
+  dp_.broadcast_state();
+  if (!lead()) {
+    st_.step = pos[0];
+    st_.epoch = static_cast<uint64_t>(pos[1]);
+    st_.sample = static_cast<uint64_t>(pos[2]);
+    if (dp_.sharded()) {
+      const std::string path = shard_checkpoint_path(o_.resume, dp_.rank(), st_.step);
+      TrainState s = load_state_shard(path, ex_);
+      if (s.step != st_.step) throw std::runtime_error(path + " holds step " + std::to_string(s.step));
+    }
+    data::Position p{st_.epoch, st_.sample};
+    if (p.sample >= loader_.epoch_size()) p = {p.epoch + 1, 0};
+    loader_.seek(p);
+  }
+}
+
 std::variant<TrainResult, Replan> TrainLoop::run() {
   const auto t_start = Clock::now();
   while (st_.step < total_steps_) {
-    if (stop_signal() && group_ == 0) {
-      res_.interrupted = stop_signal();
+    // Every rank stops at the same step (a signal reaches them at different times).
+    const int stop = group_ == 0 ? dp_.any_stop(stop_signal()) : 0;
+    if (stop) {
+      res_.interrupted = stop;
       break;
     }
     const auto t0 = Clock::now();
@@ -173,6 +227,7 @@ std::variant<TrainResult, Replan> TrainLoop::run() {
       // The loader has moved to the next epoch: its index is the number of
       // epochs finished, the 1-based number of the one that just ended.
       const uint64_t finished = loader_.position().epoch;
+      dp_.check_identical("end of epoch " + std::to_string(finished));
       if (o_.eval_every < 0) eval_and_record(finished);
       checkpoint();
       continue;
@@ -193,7 +248,7 @@ void TrainLoop::run_micro_batch(size_t n, Clock::time_point t0) {
   if (o_.profile > 0 && group_ == 0 && st_.step == total_steps_ - o_.profile) ex_.set_profiling(true);
   ex_.run_nodes(0, update_node_, ctx_);
   group_loss_ += ex_.fetch_scalar(p_.train_g->loss);
-  images_ += static_cast<int64_t>(n);
+  images_ += static_cast<int64_t>(n) * dp_.ranks();  // the job's samples
   if (++group_ < o_.accumulate) {
     train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
     return;
@@ -202,7 +257,11 @@ void TrainLoop::run_micro_batch(size_t n, Clock::time_point t0) {
 }
 
 void TrainLoop::end_group(Clock::time_point t0) {
-  ctx_.grad_scale = 1.0 / (static_cast<double>(o_.accumulate) * scaler_.scale());
+  // Several ranks: the update reads the sum of their gradients; the mean is the step's.
+  ctx_.grad_scale = 1.0 / (static_cast<double>(o_.accumulate) * scaler_.scale() * dp_.ranks());
+  const auto c0 = Clock::now();
+  dp_.reduce_gradients();
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - c0).count();
   bool skip = false;
   if (scaler_.enabled())
     if (auto skipped = scaler_.record(grads_->all_finite(), st_.step)) {
@@ -210,10 +269,13 @@ void TrainLoop::end_group(Clock::time_point t0) {
       prog_->message(*skipped);
     }
   if (!skip) ex_.run_nodes(update_node_, p_.train_g->g.num_nodes(), ctx_);
+  const auto c1 = Clock::now();
+  dp_.share_parameters();
+  comm_seconds_ += std::chrono::duration<double>(Clock::now() - c1).count();
   if (o_.plan.guard_bytes && !ex_.guards_intact())
     throw std::logic_error("guard bytes after " + ex_.broken_guard() + " overwritten in step " +
                            std::to_string(st_.step) + ": a kernel wrote outside its planned buffer");
-  last_loss_ = group_loss_ / static_cast<double>(o_.accumulate);
+  last_loss_ = dp_.mean(group_loss_ / static_cast<double>(o_.accumulate));
   group_ = 0;
   group_loss_ = 0.0;
   if (!std::isfinite(last_loss_))
@@ -225,7 +287,7 @@ void TrainLoop::end_group(Clock::time_point t0) {
   train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   prog_->step(st_.step, last_loss_, images_per_second() * static_cast<double>(std::max<int64_t>(1, tokens_per_sample_)),
               current_rss());
-  if (StepLog::due(st_.step, total_steps_))
+  if (lead() && StepLog::due(st_.step, total_steps_))
     steps_.record(st_.step, loader_.position().epoch + 1, last_loss_, images_, train_seconds_, tokens_per_sample_);
   if (o_.eval_every > 0 && st_.step % o_.eval_every == 0) eval_and_record(loader_.position().epoch + 1);
   if (o_.checkpoint_every > 0 && st_.step % o_.checkpoint_every == 0) checkpoint();
@@ -265,7 +327,7 @@ TrainLoop::EvalResult TrainLoop::evaluate() {
 }
 
 void TrainLoop::eval_and_record(uint64_t epoch) {
-  if (!test_loader_) return;
+  if (!test_loader_ || !lead()) return;  // rank 0 evaluates for the job (the parameters are the same)
   EvalResult e = evaluate();
   if (stop_signal()) return;  // cut short: nothing to record
   res_.evaluated = true;
@@ -299,7 +361,18 @@ void TrainLoop::checkpoint() {
   st_.epoch = p.epoch;
   st_.sample = p.sample;
   scaler_.save(st_.extra);
-  save_checkpoint(o_.out, ex_, st_);
+  if (!dp_.active()) {
+    save_checkpoint(o_.out, ex_, st_);
+    return;
+  }
+  // The shards first, then rank 0's file, which commits the step; a shard
+  // of an older step goes only once the step after it is committed.
+  dist::Comm& c = dist::Comm::world();
+  if (dp_.sharded() && !lead()) save_state_shard(shard_checkpoint_path(o_.out, dp_.rank(), st_.step), ex_, st_);
+  c.barrier();
+  if (lead()) save_checkpoint(o_.out, ex_, st_);
+  c.barrier();
+  if (dp_.sharded() && !lead()) remove_other_shards(o_.out, dp_.rank(), st_.step);
 }
 
 double TrainLoop::images_per_second() const {
@@ -321,6 +394,7 @@ void TrainLoop::finish(Clock::time_point t_start) {
     prog_->finish();
   }
 
+  dp_.check_identical("end of training");
   res_.steps = st_.step;
   res_.skipped_steps = scaler_.skipped_steps();
   res_.loss_scale = scaler_.scale();
@@ -329,6 +403,13 @@ void TrainLoop::finish(Clock::time_point t_start) {
   res_.images_per_second = images_per_second();
   res_.tokens_per_second = images_per_second() * static_cast<double>(tokens_per_sample_);
   res_.peak_rss_bytes = peak_rss();
+  if (dp_.active()) {
+    dist::Comm& c = dist::Comm::world();
+    for (uint64_t v : c.allgather(res_.peak_rss_bytes)) res_.rank_peak_rss_bytes.push_back(static_cast<size_t>(v));
+    for (uint64_t v : c.allgather(p_.report.total)) res_.rank_planned_peak_bytes.push_back(static_cast<size_t>(v));
+    res_.comm_bytes_per_step = dp_.bytes_per_step();
+    res_.comm_seconds = comm_seconds_;
+  }
   // The plan is a promise: say so when the process went past it.
   const size_t planned = p_.report.total, peak = res_.peak_rss_bytes;
   if (peak > planned + planned / 33) {

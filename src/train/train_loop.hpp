@@ -17,6 +17,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/schedule.hpp"
 #include "train/checkpoint.hpp"
+#include "train/data_parallel.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/progress.hpp"
 #include "train/run_log.hpp"
@@ -86,15 +87,19 @@ class TrainLoop {
   std::ofstream metrics_;
   StepLog steps_;
   TrainResult res_;
+  DataParallel dp_;  // several ranks: the gradients' sum and the parameters' exchange
   kernels::StepContext ctx_;
   double loss_sum_ = 0.0, last_loss_ = 0.0;  // loss_sum_: since the last evaluation
   int64_t loss_n_ = 0, images_ = 0;
   int64_t tokens_per_sample_ = 0;  // a language model's window length (else 0)
   double train_seconds_ = 0.0;
+  double comm_seconds_ = 0.0;  // in the ranks' exchange of gradients and parameters
   int64_t group_ = 0;        // micro-batches done in this optimizer step
   double group_loss_ = 0.0;
 
   void resume();
+  void resume_rank();  // data parallel: rank 0 loads, the others take what it loaded
+  bool lead() const { return dp_.rank() == 0; }  // writes the run's files and speaks for it
   // One micro-batch of n rows (already in the inputs), and when it ends a
   // group, the update and the step's bookkeeping.
   void run_micro_batch(size_t n, Clock::time_point t0);

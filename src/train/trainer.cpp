@@ -8,6 +8,8 @@
 #include <ostream>
 #include <variant>
 
+#include "dist/comm.hpp"
+#include "memfit/rng.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_data.hpp"
 #include "train/run_log.hpp"
@@ -43,6 +45,25 @@ void initialise_weights(RunPlan& p, std::ostream& log) {
   }
 }
 
+// Every rank must run the same policy (each plans and fits on its own
+// budget): the settings that shape the step, compared across ranks.
+void check_same_plan(const RunPlan& p) {
+  dist::Comm& c = dist::Comm::world();
+  if (!c.distributed()) return;
+  const TrainOptions& o = p.options;
+  const std::string mine = "micro-batch " + std::to_string(micro_batch(o)) + " x " + std::to_string(o.accumulate) +
+                           ", recompute " + o.recompute + ", precision " + precision_name(o.precision) +
+                           ", saved " + precision_name(o.saved_activations) + ", optimizer state " + o.optimizer.state +
+                           ", master weights " + precision_name(o.master_weights);
+  const uint64_t h = rng::fnv1a(rng::kFnvOffset, mine.data(), mine.size());
+  const std::vector<uint64_t> all = c.allgather(h);
+  for (uint64_t x : all)
+    if (x != h)
+      throw std::runtime_error("the ranks chose different plans (this rank: " + mine +
+                               "); give each rank the same budget (--memory) or the policy flags themselves "
+                               "(--accumulate, --recompute, --precision) so that all run one plan");
+}
+
 // One attempt: plan, allocate, train. It ends with the result, or with the
 // options to start again with; either way its arenas are freed when it
 // returns, before the next attempt plans. `started`: plan.json is written
@@ -53,8 +74,10 @@ std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& 
   RunPlan& plan = std::get<RunPlan>(planned);
   if (o.plan_only) return planned_result(plan);
   check_run_dir(o.out);
+  check_same_plan(plan);
+  const bool lead = dist::Comm::world().rank() == 0;  // rank 0 writes the run's files
   // The tokenizer goes with the run: resume and generation read the same ids.
-  if (plan.data.tokenizer) plan.data.tokenizer->save(o.out + "/tokenizer.json");
+  if (plan.data.tokenizer && lead) plan.data.tokenizer->save(o.out + "/tokenizer.json");
   log.flush();
   std::fflush(nullptr);
   if (auto again = allocate_plan(plan, log)) return std::move(*again);
@@ -62,8 +85,10 @@ std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& 
   TrainLoop loop(plan, log);
   // The plan as this attempt runs it, for the report, once the run is
   // known to start (a resume that does not match its checkpoint does not).
-  write_file_atomically(o.out + "/plan.json", plan_file_text(plan));
-  started = true;
+  if (lead) {
+    write_file_atomically(o.out + "/plan.json", plan_file_text(plan));
+    started = true;
+  }
   return loop.run();
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <stdexcept>
+#include <vector>
 
 #include "train/options.hpp"
 #include "train/report.hpp"
@@ -28,6 +29,12 @@ struct TrainResult {
   MemoryReport report;
   Budget budget;
   int interrupted = 0;         // the signal that stopped the run (SIGINT, SIGTERM), else 0
+  // Several ranks: each rank's peak RSS and planned peak, by rank (the
+  // fields above are this rank's), and the bytes of gradients and
+  // parameters each rank sends per step.
+  std::vector<size_t> rank_peak_rss_bytes, rank_planned_peak_bytes;
+  size_t comm_bytes_per_step = 0;
+  double comm_seconds = 0.0;   // this rank's time in the gradients' and parameters' exchange
 };
 
 // Thrown when the plan does not fit the budget; the message has the table.

@@ -1,0 +1,169 @@
+#include "dist/comm.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+#ifdef MEMFIT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace memfit::dist {
+namespace {
+
+// Started by an MPI launcher: Open MPI's mpirun sets these (PMIx for newer
+// launchers). Without them memfit never initialises MPI, so a plain run
+// starts no MPI runtime at all.
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+#ifdef MEMFIT_HAVE_MPI
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw std::runtime_error(std::string("MPI ") + what + " failed: " + std::string(msg, static_cast<size_t>(len)));
+  }
+}
+
+// Pieces of at most kPieceBytes of T.
+template <class T, class F> void in_pieces(T* p, size_t n, F&& f) {
+  const size_t step = kPieceBytes / sizeof(T);
+  for (size_t i = 0; i < n; i += step) f(p + i, static_cast<int>(std::min(step, n - i)));
+}
+#endif
+
+}  // namespace
+
+Comm& Comm::world() {
+  static Comm c;
+  return c;
+}
+
+bool Comm::built_with_mpi() {
+#ifdef MEMFIT_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+Comm::Comm() {
+  char h[256] = {};
+  ::gethostname(h, sizeof h - 1);
+  host_ = h;
+  if (!launched_by_mpi()) return;
+#ifdef MEMFIT_HAVE_MPI
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+  mpi_ = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+#else
+  // mpirun started a build without MPI: every process would train alone and
+  // write the same files. Refuse instead.
+  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (n && std::atoi(n) > 1)
+    throw std::runtime_error("this memfit was built without MPI (libopenmpi-dev was missing at build time): "
+                             "install it (make deps) and rebuild to train on several ranks");
+#endif
+}
+
+std::string Comm::describe() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " on " + host_;
+}
+
+void Comm::allreduce_sum(float* p, size_t n) {
+  if (size_ == 1) return;
+#ifdef MEMFIT_HAVE_MPI
+  in_pieces(p, n, [](float* q, int k) {
+    check(MPI_Allreduce(MPI_IN_PLACE, q, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
+  });
+#else
+  (void)p, (void)n;
+#endif
+}
+
+void Comm::allreduce_sum(double* p, size_t n) {
+  if (size_ == 1) return;
+#ifdef MEMFIT_HAVE_MPI
+  in_pieces(p, n, [](double* q, int k) {
+    check(MPI_Allreduce(MPI_IN_PLACE, q, k, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "all-reduce");
+  });
+#else
+  (void)p, (void)n;
+#endif
+}
+
+int64_t Comm::allreduce_max(int64_t v) {
+  if (size_ == 1) return v;
+#ifdef MEMFIT_HAVE_MPI
+  long long x = v, out = 0;
+  check(MPI_Allreduce(&x, &out, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD), "all-reduce");
+  return out;
+#else
+  return v;
+#endif
+}
+
+void Comm::reduce_sum(float* p, size_t n, int root) {
+  if (size_ == 1) return;
+#ifdef MEMFIT_HAVE_MPI
+  const bool me = rank_ == root;
+  in_pieces(p, n, [&](float* q, int k) {
+    check(MPI_Reduce(me ? MPI_IN_PLACE : q, me ? q : nullptr, k, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD), "reduce");
+  });
+#else
+  (void)p, (void)n, (void)root;
+#endif
+}
+
+void Comm::broadcast(void* p, size_t bytes, int root) {
+  if (size_ == 1) return;
+#ifdef MEMFIT_HAVE_MPI
+  in_pieces(static_cast<unsigned char*>(p), bytes,
+            [&](unsigned char* q, int k) { check(MPI_Bcast(q, k, MPI_BYTE, root, MPI_COMM_WORLD), "broadcast"); });
+#else
+  (void)p, (void)bytes, (void)root;
+#endif
+}
+
+std::vector<uint64_t> Comm::allgather(uint64_t v) {
+  std::vector<uint64_t> out(static_cast<size_t>(size_), v);
+#ifdef MEMFIT_HAVE_MPI
+  if (size_ > 1)
+    check(MPI_Allgather(&v, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD), "all-gather");
+#endif
+  return out;
+}
+
+void Comm::barrier() {
+#ifdef MEMFIT_HAVE_MPI
+  if (size_ > 1) check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
+#endif
+}
+
+void Comm::abort(int code) {
+#ifdef MEMFIT_HAVE_MPI
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
+
+void Comm::finalize() {
+#ifdef MEMFIT_HAVE_MPI
+  if (mpi_) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+  }
+#endif
+}
+
+}  // namespace memfit::dist

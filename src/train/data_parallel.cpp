@@ -1,0 +1,126 @@
+#include "train/data_parallel.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "memfit/optim.hpp"
+#include "memfit/rng.hpp"
+
+namespace memfit::train {
+namespace {
+
+std::byte* base(Executor& ex, Arena a) { return static_cast<std::byte*>(ex.arena(a).ptr); }
+
+}  // namespace
+
+DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
+    : ex_(ex), comm_(comm), sharded_(sharded && comm.distributed()) {
+  if (!comm_.distributed()) return;
+  const Graph& g = ex.graph();
+  const Plan& plan = ex.plan();
+  const std::vector<ValueId> ps = updated_params(g);
+  for (ValueId p : ps) {
+    const ValueId gr = g.value(p).grad;
+    const Placement& pl = plan.values[static_cast<size_t>(gr)];
+    if (pl.arena != Arena::Grads || g.value(gr).dtype != DType::f32)
+      throw std::logic_error("data parallelism needs every gradient in f32 in the gradient arena; " + g.value(p).name +
+                             "'s is not");
+  }
+  if (!sharded_) {
+    for (size_t v = 0; v < g.num_values(); ++v) {
+      const Value& val = g.value(static_cast<ValueId>(v));
+      const Placement& pl = plan.values[v];
+      if (val.cls == VClass::Buffer && pl.root == static_cast<ValueId>(v)) buffers_.push_back({pl.offset, pl.bytes});
+    }
+    return;
+  }
+  // Rank r's runs: its parameters' gradients, and the parameter arena from
+  // its first parameter to the next rank's first (with the buffers made in
+  // between: a layer's statistics go with its weights).
+  const std::vector<size_t> b = shard_bounds(g, comm_.size());
+  const size_t R = static_cast<size_t>(comm_.size());
+  grads_.resize(R);
+  params_.resize(R);
+  for (size_t r = 0; r < R; ++r) {
+    Span gs{SIZE_MAX, 0};
+    for (size_t i = b[r]; i < b[r + 1]; ++i) {
+      const Placement& pl = plan.values[static_cast<size_t>(g.value(ps[i]).grad)];
+      gs.begin = std::min(gs.begin, pl.offset);
+      gs.end = std::max(gs.end, pl.offset + pl.bytes);
+    }
+    grads_[r] = gs;
+    params_[r].begin = r == 0 ? 0 : plan.values[static_cast<size_t>(ps[b[r]])].offset;
+  }
+  for (size_t r = 0; r < R; ++r)
+    params_[r].end = r + 1 < R ? params_[r + 1].begin : plan.arena_bytes[static_cast<size_t>(Arena::Params)];
+  for (size_t r = 1; r < R; ++r)
+    if (grads_[r].begin < grads_[r - 1].end || params_[r].begin < params_[r - 1].end)
+      throw std::logic_error("the ranks' shards of the parameter and gradient arenas overlap");
+}
+
+void DataParallel::reduce_gradients() {
+  if (!active()) return;
+  float* g = reinterpret_cast<float*>(base(ex_, Arena::Grads));
+  if (!sharded_) {
+    comm_.allreduce_sum(g, ex_.plan().arena_bytes[static_cast<size_t>(Arena::Grads)] / sizeof(float));
+    return;
+  }
+  for (size_t r = 0; r < grads_.size(); ++r)
+    comm_.reduce_sum(g + grads_[r].begin / sizeof(float), (grads_[r].end - grads_[r].begin) / sizeof(float),
+                     static_cast<int>(r));
+}
+
+void DataParallel::share_parameters() {
+  if (!active()) return;
+  std::byte* p = base(ex_, Arena::Params);
+  if (!sharded_) {
+    for (auto [off, bytes] : buffers_) comm_.broadcast(p + off, bytes, 0);
+    return;
+  }
+  for (size_t r = 0; r < params_.size(); ++r)
+    comm_.broadcast(p + params_[r].begin, params_[r].end - params_[r].begin, static_cast<int>(r));
+}
+
+double DataParallel::mean(double v) {
+  if (!active()) return v;
+  comm_.allreduce_sum(&v, 1);
+  return v / static_cast<double>(comm_.size());
+}
+
+int DataParallel::any_stop(int signal) {
+  if (!active()) return signal;
+  return static_cast<int>(comm_.allreduce_max(signal));
+}
+
+void DataParallel::broadcast_state() {
+  if (!active()) return;
+  comm_.broadcast(base(ex_, Arena::Params), ex_.plan().arena_bytes[static_cast<size_t>(Arena::Params)], 0);
+  if (!sharded_) comm_.broadcast(base(ex_, Arena::OptState), ex_.plan().arena_bytes[static_cast<size_t>(Arena::OptState)], 0);
+}
+
+void DataParallel::check_identical(const std::string& when) {
+  if (!active()) return;
+  const size_t n = ex_.plan().arena_bytes[static_cast<size_t>(Arena::Params)];
+  const uint64_t h = rng::fnv1a(rng::kFnvOffset, base(ex_, Arena::Params), n);
+  const std::vector<uint64_t> all = comm_.allgather(h);
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw std::runtime_error("the ranks' parameters differ at the " + when + " (rank " + differ +
+                             " against rank 0's): the ranks no longer train one model; stopping");
+}
+
+size_t DataParallel::bytes_per_step() const {
+  if (!active()) return 0;
+  const size_t grads = ex_.plan().arena_bytes[static_cast<size_t>(Arena::Grads)];
+  const size_t params = ex_.plan().arena_bytes[static_cast<size_t>(Arena::Params)];
+  const double R = static_cast<double>(comm_.size());
+  // What bandwidth-optimal collectives send per rank: an all-reduce of the
+  // gradients 2 (R-1)/R of them; a reduce-scatter of the gradients and an
+  // all-gather of the parameters (R-1)/R of each.
+  const double f = (R - 1.0) / R;
+  return static_cast<size_t>(sharded_ ? f * static_cast<double>(grads + params) : 2.0 * f * static_cast<double>(grads));
+}
+
+}  // namespace memfit::train

@@ -1,0 +1,74 @@
+// The collective half of a data-parallel step (several ranks, src/dist):
+// between backward and the update the ranks' gradients are summed, after
+// the update the parameters are made the same everywhere again.
+//
+// Unsharded (--shard-optimizer off): every gradient is all-reduced, every
+// rank runs the whole update, and the buffers (batch-norm statistics, which
+// each rank computes on its own share) come from rank 0.
+// Sharded (ZeRO stage 1, the default): rank r owns a contiguous run of the
+// parameters (shard_bounds) and holds only their optimizer state. Each
+// owner receives the sum of its parameters' gradients (a reduce to it),
+// updates them, and broadcasts them with the buffers between them. Both
+// leave every rank with the same bytes: what a rank did not compute
+// itself it received.
+//
+// Everything works in place on the executor's arenas in pieces
+// (dist::kPieceBytes), so the only memory beyond the plan is what the MPI
+// library holds for one piece (counted by the plan as comm_scratch_bytes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "memfit/runtime.hpp"
+
+namespace memfit::train {
+
+class DataParallel {
+ public:
+  // One rank (comm.size() == 1): every call is a no-op.
+  DataParallel(Executor& ex, dist::Comm& comm, bool sharded);
+
+  bool active() const { return comm_.distributed(); }
+  bool sharded() const { return sharded_; }
+  int rank() const { return comm_.rank(); }
+  int ranks() const { return comm_.size(); }
+
+  // After backward: the sum over ranks of each gradient, on every rank
+  // (unsharded) or on its parameter's owner (sharded). The update divides
+  // by the number of ranks (its grad_scale).
+  void reduce_gradients();
+  // After the update: the owners' parameters (sharded) or rank 0's buffers
+  // (unsharded) to every rank.
+  void share_parameters();
+  // The mean of every rank's v (a step's loss).
+  double mean(double v);
+  // The largest of the ranks' pending stop signals (0: none): every rank
+  // stops at the same step.
+  int any_stop(int signal);
+  // Rank 0's parameters, buffers and (unsharded) optimizer state to every
+  // rank, after rank 0 loaded a checkpoint.
+  void broadcast_state();
+  // Throws std::runtime_error if the ranks' parameters and buffers differ
+  // (a hash of the parameter arena, compared across ranks); `when` names
+  // the point ("end of epoch 2").
+  void check_identical(const std::string& when);
+
+  // Bytes this rank's gradient reduction and parameter broadcast move per
+  // step (sent and received), for the plan and the bench.
+  size_t bytes_per_step() const;
+
+ private:
+  struct Span {
+    size_t begin = 0, end = 0;  // bytes in an arena
+  };
+  Executor& ex_;
+  dist::Comm& comm_;
+  bool sharded_ = false;
+  std::vector<Span> grads_, params_;  // per rank (sharded): its owned run
+  std::vector<std::pair<size_t, size_t>> buffers_;  // unsharded: (offset, bytes) of each buffer
+};
+
+}  // namespace memfit::train
