@@ -26,14 +26,13 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
       throw std::logic_error("data parallelism needs every gradient in f32 in the gradient arena; " + g.value(p).name +
                              "'s is not");
   }
-  if (!sharded_) {
-    for (size_t v = 0; v < g.num_values(); ++v) {
-      const Value& val = g.value(static_cast<ValueId>(v));
-      const Placement& pl = plan.values[v];
-      if (val.cls == VClass::Buffer && pl.root == static_cast<ValueId>(v)) buffers_.push_back({pl.offset, pl.bytes});
-    }
-    return;
+  for (size_t v = 0; v < g.num_values(); ++v) {
+    const Value& val = g.value(static_cast<ValueId>(v));
+    const Placement& pl = plan.values[v];
+    if (val.cls == VClass::Buffer && pl.root == static_cast<ValueId>(v))
+      buffers_.push_back({pl.offset, pl.bytes, val.dtype == DType::f32 && ex.elem_size(static_cast<ValueId>(v)) == 4});
   }
+  if (!sharded_) return;
   // Rank r's runs: its parameters' gradients, and the parameter arena from
   // its first parameter to the next rank's first (with the buffers made in
   // between: a layer's statistics go with its weights).
@@ -73,8 +72,16 @@ void DataParallel::reduce_gradients() {
 void DataParallel::share_parameters() {
   if (!active()) return;
   std::byte* p = base(ex_, Arena::Params);
+  const float inv = 1.0f / static_cast<float>(comm_.size());
+  for (const Buffer& b : buffers_) {
+    if (!b.f32) continue;
+    float* x = reinterpret_cast<float*>(p + b.offset);
+    const size_t n = b.bytes / sizeof(float);
+    comm_.allreduce_sum(x, n);
+    for (size_t i = 0; i < n; ++i) x[i] *= inv;
+  }
   if (!sharded_) {
-    for (auto [off, bytes] : buffers_) comm_.broadcast(p + off, bytes, 0);
+    for (const Buffer& b : buffers_) comm_.broadcast(p + b.offset, b.bytes, 0);
     return;
   }
   for (size_t r = 0; r < params_.size(); ++r)

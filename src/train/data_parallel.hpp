@@ -2,9 +2,14 @@
 // between backward and the update the ranks' gradients are summed, after
 // the update the parameters are made the same everywhere again.
 //
+// Batch normalisation normalises each rank's share by its own statistics
+// (as PyTorch's DistributedDataParallel does without SyncBatchNorm); the
+// running statistics are averaged over the ranks after every step, so they
+// estimate the whole data's and are the same on every rank.
+//
 // Unsharded (--shard-optimizer off): every gradient is all-reduced, every
-// rank runs the whole update, and the buffers (batch-norm statistics, which
-// each rank computes on its own share) come from rank 0.
+// rank runs the whole update, and the buffers come from rank 0 (after the
+// average: an all-reduce need not give every rank the same bits).
 // Sharded (ZeRO stage 1, the default): rank r owns a contiguous run of the
 // parameters (shard_bounds) and holds only their optimizer state. Each
 // owner receives the sum of its parameters' gradients (a reduce to it),
@@ -40,8 +45,8 @@ class DataParallel {
   // (unsharded) or on its parameter's owner (sharded). The update divides
   // by the number of ranks (its grad_scale).
   void reduce_gradients();
-  // After the update: the owners' parameters (sharded) or rank 0's buffers
-  // (unsharded) to every rank.
+  // After the update: the buffers' mean over the ranks, then the owners'
+  // parameters (sharded) or rank 0's buffers (unsharded) to every rank.
   void share_parameters();
   // The mean of every rank's v (a step's loss).
   double mean(double v);
@@ -68,7 +73,11 @@ class DataParallel {
   dist::Comm& comm_;
   bool sharded_ = false;
   std::vector<Span> grads_, params_;  // per rank (sharded): its owned run
-  std::vector<std::pair<size_t, size_t>> buffers_;  // unsharded: (offset, bytes) of each buffer
+  struct Buffer {
+    size_t offset, bytes;
+    bool f32;  // averaged over the ranks (else only sent)
+  };
+  std::vector<Buffer> buffers_;
 };
 
 }  // namespace memfit::train
