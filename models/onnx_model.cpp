@@ -219,18 +219,20 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
   const uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec || size > kMaxFileBytes)
     file_error(*f, "is over 2 GiB, the most one protobuf message holds: export with its weights in the file");
-  std::string bytes(static_cast<size_t>(size), '\0');
+  // Parsed from the stream, and each initializer's bytes dropped once
+  // copied: loading holds the weights about twice, not three times.
   std::ifstream in(path, std::ios::binary);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size())))
-    throw ModelFileError("cannot read ONNX model " + path);
+  if (!in) throw ModelFileError("cannot read ONNX model " + path);
   onnx::ModelProto m;
-  if (!m.ParseFromString(bytes))
+  if (!m.ParseFromIstream(&in))
     file_error(*f, "is not a readable ONNX model (truncated or corrupt protobuf): export it again with torch.onnx.export");
-  bytes = {};
   if (!m.has_graph() || m.graph().node_size() == 0) file_error(*f, "holds no graph (truncated, or not an ONNX model)");
   f->opset = default_opset(m);
-  for (const auto& t : m.graph().initializer())
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
     f->initializers[t.name()] = read_tensor(*f, t, "initializer '" + t.name() + "'");
+    std::string().swap(*t.mutable_raw_data());
+    t.clear_float_data();
+  }
   f->graph.Swap(m.mutable_graph());
   f->graph.clear_initializer();  // their values live in `initializers` now
   check_file(*f, m);
@@ -260,22 +262,26 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
   return f;
 }
 
-// One parse per file while a model or graph holds it: every step graph
-// (training, evaluation, each one the budget search tries) resolves the
-// model again, and they share one copy of the initial weights, which the
-// run's measured baseline then counts once.
+// One parse per file: a run resolves its model many times (the command's
+// checks, the data's, every step graph: training, evaluation, each one the
+// budget search tries), and all of them share one copy of the initial
+// weights, which the run's measured baseline then counts once. The last
+// file read is kept (a process trains one model); a changed file (size or
+// time) is read again.
 std::shared_ptr<const OnnxFile> read_shared(const std::string& path) {
   static std::mutex mu;
-  static std::map<std::string, std::weak_ptr<const OnnxFile>> files;
+  static std::string last_key;
+  static std::shared_ptr<const OnnxFile> last;
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   const auto time = std::filesystem::last_write_time(path, ec);
   const std::string key = path + "\n" + std::to_string(size) + "\n" + std::to_string(time.time_since_epoch().count());
   std::lock_guard<std::mutex> lock(mu);
-  if (auto f = files[key].lock()) return f;
-  auto f = read_file(path);
-  files[key] = f;
-  return f;
+  if (last && key == last_key) return last;
+  last.reset();  // before reading the next: never two files' weights at once
+  last = read_file(path);
+  last_key = key;
+  return last;
 }
 
 }  // namespace
