@@ -15,7 +15,7 @@
 // whatever the file's batch axis says.
 //
 // One input: an image f32 [N, C, H, W] (or token ids [N, T], read through
-// Gather as an embedding); one output: the logits [N, classes] ([N, T,
+// Gather as an embedding; that path has no PyTorch check yet); one output: the logits [N, classes] ([N, T,
 // vocab] for a language model). Ops memfit cannot train are refused when the
 // file is read, naming the node and the ops it can (onnx_supported_ops).
 #pragma once
