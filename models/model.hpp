@@ -73,9 +73,10 @@ std::vector<std::string> sequence_model_names();
 // sequence models.
 std::vector<std::string> zoo_names();
 
-// A zoo name, a model file (model_file.hpp's resolve_model) or a folder
-// holding a Hugging Face BERT config.json (models/bert.hpp), with its
-// signature. Throws as resolve_model does.
+// A zoo name, a model file (model_file.hpp's resolve_model), an ONNX file
+// ("*.onnx", models/onnx_model.hpp) or a folder holding a Hugging Face BERT
+// config.json (models/bert.hpp), with its signature. Throws as
+// resolve_model does.
 Model resolve(const std::string& name_or_path);
 
 }  // namespace memfit::models

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -46,8 +47,12 @@ enum class Phase : uint8_t { Forward, Backward, Update };
 
 // How a parameter or buffer is filled before training (seeded).
 struct InitSpec {
-  enum Kind : uint8_t { None, Zeros, Ones, Uniform } kind = None;
+  enum Kind : uint8_t { None, Zeros, Ones, Uniform, Given } kind = None;
   double bound = 0;  // Uniform: U(-bound, bound)
+  // Given: the initial values themselves, row-major f32 (an imported model's
+  // weights: models/onnx_model.cpp). Shared, as every graph built from one
+  // model (the budget search builds several) starts from the same weights.
+  std::shared_ptr<const std::vector<float>> values;
 };
 
 struct Value {

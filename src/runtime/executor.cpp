@@ -302,6 +302,10 @@ void Executor::init_params(uint64_t seed) {
     const bool wide = elem_size(static_cast<ValueId>(v)) == 8;
     std::byte* dst = static_cast<std::byte*>(data(static_cast<ValueId>(v)));
     const uint64_t key = rng::stream_key(seed, rng::name_hash(val.name), 0);
+    if (val.init.kind == InitSpec::Given && (!val.init.values || val.init.values->size() != n))
+      throw std::runtime_error("init_params: '" + val.name + "' has " +
+                               std::to_string(val.init.values ? val.init.values->size() : 0) +
+                               " initial values for its " + std::to_string(n) + " elements");
     float f[kCopyChunk];
     double d[kCopyChunk];
     for (size_t i0 = 0; i0 < n; i0 += kCopyChunk) {
@@ -314,6 +318,7 @@ void Executor::init_params(uint64_t seed) {
           case InitSpec::Zeros: x = 0.0f; break;
           case InitSpec::Ones: x = 1.0f; break;
           case InitSpec::Uniform: x = rng::uniform_sym(key, i, static_cast<float>(val.init.bound)); break;
+          case InitSpec::Given: x = (*val.init.values)[i]; break;
         }
         if (wide) d[j] = x;
         else f[j] = x;

@@ -1,0 +1,338 @@
+// ONNX import (onnx_model.hpp). The file is parsed once with Debian's ONNX
+// protobuf classes (libonnx-dev); the float initializers are moved out of the
+// protobuf into shared arrays that become the parameters' initial values
+// (InitSpec::Given), and the node list is kept to be replayed onto a Builder
+// each time a step graph is built (the budget search builds several).
+// The nodes become memfit ops in onnx_ops.cpp.
+#include "models/onnx_model.hpp"
+
+#include "models/onnx_import.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+
+namespace memfit::models {
+
+using namespace onnx_import;
+
+// ---------------------------------------------------------------- tensors ----
+
+Const onnx_import::read_tensor(const OnnxFile& f, const onnx::TensorProto& t, const std::string& what) {
+  Const c;
+  for (int64_t d : t.dims()) {
+    if (d < 0) file_error(f, what + " has a negative dimension");
+    c.dims.push_back(d);
+  }
+  const int64_t n = numel(c.dims);
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    file_error(f, what + " is stored outside the file (external data): export a model under 2 GiB, whose weights "
+                         "the .onnx file holds");
+  const std::string& raw = t.raw_data();
+  auto check = [&](int64_t have, size_t elem) {
+    if (have != n)
+      file_error(f, what + " holds " + std::to_string(have) + " values for its shape " + shape_str(c.dims) +
+                        " (truncated or corrupt file)");
+    (void)elem;
+  };
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: {
+      auto v = std::make_shared<std::vector<float>>();
+      if (!raw.empty()) {
+        check(static_cast<int64_t>(raw.size() / 4), 4);
+        if (raw.size() % 4) file_error(f, what + ": its float data is not a whole number of values");
+        v->resize(raw.size() / 4);
+        std::memcpy(v->data(), raw.data(), raw.size());  // little-endian, as ONNX stores it
+      } else {
+        check(t.float_data_size(), 4);
+        v->assign(t.float_data().begin(), t.float_data().end());
+      }
+      c.is_float = true;
+      c.f = std::move(v);
+      return c;
+    }
+    case onnx::TensorProto::DOUBLE: {  // scalar factors only; weights are float
+      auto v = std::make_shared<std::vector<float>>();
+      if (!raw.empty()) {
+        check(static_cast<int64_t>(raw.size() / 8), 8);
+        for (size_t k = 0; k + 8 <= raw.size(); k += 8) {
+          double d;
+          std::memcpy(&d, raw.data() + k, 8);
+          v->push_back(static_cast<float>(d));
+        }
+      } else {
+        check(t.double_data_size(), 8);
+        for (double d : t.double_data()) v->push_back(static_cast<float>(d));
+      }
+      c.is_float = true;
+      c.f = std::move(v);
+      return c;
+    }
+    case onnx::TensorProto::INT64:
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::BOOL: {
+      const size_t elem = t.data_type() == onnx::TensorProto::INT64 ? 8 : t.data_type() == onnx::TensorProto::INT32 ? 4 : 1;
+      if (!raw.empty()) {
+        check(static_cast<int64_t>(raw.size() / elem), elem);
+        for (size_t k = 0; k + elem <= raw.size(); k += elem) {
+          int64_t v = 0;
+          if (elem == 8) std::memcpy(&v, raw.data() + k, 8);
+          else if (elem == 4) { int32_t w; std::memcpy(&w, raw.data() + k, 4); v = w; }
+          else v = raw[k] != 0;
+          c.i.push_back(v);
+        }
+      } else if (t.data_type() == onnx::TensorProto::INT64) {
+        check(t.int64_data_size(), 8);
+        c.i.assign(t.int64_data().begin(), t.int64_data().end());
+      } else {
+        check(t.int32_data_size(), 4);
+        c.i.assign(t.int32_data().begin(), t.int32_data().end());
+      }
+      return c;
+    }
+    default:
+      file_error(f, what + " has ONNX data type " + std::to_string(t.data_type()) +
+                        ", which memfit does not read (float, double, int64, int32, bool)");
+  }
+}
+
+namespace {
+
+// protobuf refuses messages over 2 GiB; so does the importer, before reading.
+constexpr uintmax_t kMaxFileBytes = uintmax_t(2) << 30;
+
+int64_t default_opset(const onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  return 0;
+}
+
+// ------------------------------------------------------------- patterns ----
+
+// Finds x * 0.5 * (1 + Erf(x / sqrt 2)) in either association torch and
+// Hugging Face export ((x * (1 + erf)) * 0.5 or (x * 0.5) * (1 + erf)), each
+// intermediate read by the pattern alone, and records it as one gelu.
+void find_gelu(OnnxFile& f, const std::map<std::string, double>& scalars) {
+  const auto& nodes = f.graph.node();
+  std::map<std::string, int> producer;
+  std::map<std::string, std::vector<int>> readers;
+  for (int k = 0; k < nodes.size(); ++k) {
+    for (const auto& o : nodes[k].output()) producer[o] = k;
+    for (const auto& i : nodes[k].input()) readers[i].push_back(k);
+  }
+  auto scalar_is = [&](const std::string& name, double want) {
+    auto it = scalars.find(name);
+    return it != scalars.end() && std::abs(it->second - want) <= 1e-6 * std::abs(want);
+  };
+  // The node reading v, if it is the only one and of this op; else -1.
+  auto only_reader = [&](const std::string& v, const char* op) {
+    auto it = readers.find(v);
+    return it != readers.end() && it->second.size() == 1 && nodes[it->second[0]].op_type() == op ? it->second[0] : -1;
+  };
+  auto other = [&](int n, const std::string& v) {
+    return nodes[n].input(0) == v ? nodes[n].input(1) : nodes[n].input(0);
+  };
+  auto binary = [&](int n) { return n >= 0 && nodes[n].input_size() == 2; };
+  for (int k = 0; k < nodes.size(); ++k) {
+    if (nodes[k].op_type() != "Erf" || nodes[k].input_size() != 1 || !producer.count(nodes[k].input(0))) continue;
+    const int div = producer[nodes[k].input(0)];
+    if (!binary(div) || readers[nodes[div].output(0)].size() != 1) continue;
+    const auto& d = nodes[div];
+    std::string x;
+    if (d.op_type() == "Div" && scalar_is(d.input(1), std::sqrt(2.0))) x = d.input(0);
+    else if (d.op_type() == "Mul" && scalar_is(d.input(1), std::sqrt(0.5))) x = d.input(0);
+    else if (d.op_type() == "Mul" && scalar_is(d.input(0), std::sqrt(0.5))) x = d.input(1);
+    if (x.empty()) continue;
+    const int plus = only_reader(nodes[k].output(0), "Add");
+    if (!binary(plus) || !scalar_is(other(plus, nodes[k].output(0)), 1.0)) continue;
+    const int mul = only_reader(nodes[plus].output(0), "Mul");
+    if (!binary(mul)) continue;
+    const std::string m = other(mul, nodes[plus].output(0));
+    std::vector<int> parts{div, k, plus};
+    int last = -1;
+    if (m == x) {  // (x * (1 + erf)) * 0.5
+      last = only_reader(nodes[mul].output(0), "Mul");
+      if (!binary(last) || !scalar_is(other(last, nodes[mul].output(0)), 0.5)) continue;
+      parts.push_back(mul);
+    } else if (producer.count(m)) {  // (x * 0.5) * (1 + erf)
+      const int half = producer[m];
+      if (!binary(half) || nodes[half].op_type() != "Mul" || readers[m].size() != 1 ||
+          (nodes[half].input(0) != x && nodes[half].input(1) != x) || !scalar_is(other(half, x), 0.5))
+        continue;
+      parts.push_back(half);
+      last = mul;
+    } else {
+      continue;
+    }
+    f.gelu_at[static_cast<size_t>(last)] = x;
+    for (int p : parts) f.fused.insert(static_cast<size_t>(p));
+  }
+}
+
+// Checks made once, on the file: one default-domain opset, every node's op
+// and attributes known, one data input, one output.
+void check_file(OnnxFile& f, const onnx::ModelProto& m) {
+  if (default_opset(m) == 0) file_error(f, "imports no default ONNX opset (not a model torch.onnx.export wrote?)");
+  for (const auto& n : f.graph.node()) {
+    if (!n.domain().empty() && n.domain() != "ai.onnx")
+      refuse(f, n, "is an op of domain '" + n.domain() + "', which memfit does not import (supported: " +
+                       onnx_supported_ops() + ")");
+    auto rule = op_rules().find(n.op_type());
+    if (rule == op_rules().end())
+      refuse(f, n, "memfit cannot train op " + n.op_type() + " (supported: " + onnx_supported_ops() + ")");
+    for (const auto& a : n.attribute())
+      if (!rule->second.attrs.count(a.name()))
+        refuse(f, n, "attribute '" + a.name() + "' of " + n.op_type() + " is not supported");
+  }
+  std::vector<const onnx::ValueInfoProto*> inputs;
+  for (const auto& i : f.graph.input())
+    if (!f.initializers.count(i.name())) inputs.push_back(&i);
+  if (inputs.size() != 1)
+    file_error(f, "has " + std::to_string(inputs.size()) + " data inputs: memfit imports models of one input (an "
+                  "image [N, C, H, W] or token ids [N, T])");
+  if (f.graph.output_size() != 1)
+    file_error(f, "has " + std::to_string(f.graph.output_size()) + " outputs: memfit imports models of one (the logits)");
+  const auto& type = inputs[0]->type().tensor_type();
+  f.input = inputs[0]->name();
+  f.output = f.graph.output(0).name();
+  for (const auto& d : type.shape().dim()) f.input_dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  const int32_t et = type.elem_type();
+  f.tokens = et == onnx::TensorProto::INT64 || et == onnx::TensorProto::INT32;
+  if (f.tokens ? f.input_dims.size() != 2 : (et != onnx::TensorProto::FLOAT || f.input_dims.size() != 4))
+    file_error(f, "its input '" + f.input + "' is not an image f32 [N, C, H, W] nor token ids [N, T]");
+}
+
+std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
+  auto f = std::make_shared<OnnxFile>();
+  f->path = path;
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw ModelFileError("cannot read ONNX model " + path + ": not found");
+  if (!std::filesystem::is_regular_file(st)) throw ModelFileError(path + ": not a regular file");
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxFileBytes)
+    file_error(*f, "is over 2 GiB, the most one protobuf message holds: export with its weights in the file");
+  // Parsed from the stream, and each initializer's bytes dropped once
+  // copied: loading holds the weights about twice, not three times.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelFileError("cannot read ONNX model " + path);
+  onnx::ModelProto m;
+  if (!m.ParseFromIstream(&in))
+    file_error(*f, "is not a readable ONNX model (truncated or corrupt protobuf): export it again with torch.onnx.export");
+  if (!m.has_graph() || m.graph().node_size() == 0) file_error(*f, "holds no graph (truncated, or not an ONNX model)");
+  f->opset = default_opset(m);
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+    f->initializers[t.name()] = read_tensor(*f, t, "initializer '" + t.name() + "'");
+    std::string().swap(*t.mutable_raw_data());
+    t.clear_float_data();
+  }
+  f->graph.Swap(m.mutable_graph());
+  f->graph.clear_initializer();  // their values live in `initializers` now
+  check_file(*f, m);
+  std::map<std::string, double> scalars;  // single-number constants, for the patterns
+  for (const auto& [name, c] : f->initializers)
+    if (c.size() == 1) scalars[name] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
+  for (const auto& n : f->graph.node())
+    if (n.op_type() == "Constant" && n.output_size() == 1)
+      if (const auto* a = attr(n, "value"); a && a->t().dims_size() == 0) {
+        const Const c = read_tensor(*f, a->t(), "node '" + n.name() + "''s value");
+        if (c.size() == 1) scalars[n.output(0)] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
+      }
+  find_gelu(*f, scalars);
+  // The whole graph is converted once now, at the file's own input size
+  // (batch 1 where its batch axis is dynamic), so that every refusal comes
+  // before training.
+  Shape dims = f->input_dims;
+  if (dims[0] < 1) dims[0] = 1;
+  if (std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d >= 1; })) {
+    Graph g;
+    Builder b(g, true);
+    const ValueId x = g.input(f->input, dims, f->tokens ? DType::i32 : DType::f32);
+    f->out_rank = static_cast<int64_t>(g.value(convert(*f, b, x)).shape.size());
+  } else {
+    f->out_rank = f->graph.output(0).type().tensor_type().shape().dim_size();
+  }
+  return f;
+}
+
+// One parse per file: a run resolves its model many times (the command's
+// checks, the data's, every step graph: training, evaluation, each one the
+// budget search tries), and all of them share one copy of the initial
+// weights, which the run's measured baseline then counts once. The last
+// file read is kept (a process trains one model); a changed file (size or
+// time) is read again.
+std::shared_ptr<const OnnxFile> read_shared(const std::string& path) {
+  static std::mutex mu;
+  static std::string last_key;
+  static std::shared_ptr<const OnnxFile> last;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto time = std::filesystem::last_write_time(path, ec);
+  const std::string key = path + "\n" + std::to_string(size) + "\n" + std::to_string(time.time_since_epoch().count());
+  std::lock_guard<std::mutex> lock(mu);
+  if (last && key == last_key) return last;
+  last.reset();  // before reading the next: never two files' weights at once
+  last = read_file(path);
+  last_key = key;
+  return last;
+}
+
+}  // namespace
+
+bool is_onnx_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+}
+
+std::string onnx_supported_ops() {
+  std::string s;
+  for (const auto& [op, rule] : op_rules())
+    if (op != "Erf") s += (s.empty() ? "" : ", ") + op;
+  return s + "; Erf inside the exact GELU";
+}
+
+Model load_onnx_model(const std::string& path) {
+  std::shared_ptr<const OnnxFile> f = read_shared(path);
+  const int64_t out_rank = f->out_rank;
+  Model m;
+  m.name = path;
+  const bool lm = f->tokens && out_rank == 3;
+  if (f->tokens) {
+    m.inputs = {{"tokens", DType::i32, 1, "[T]"}};
+    m.target = lm ? InputDecl{"targets", DType::i32, 1, "[T]"} : InputDecl{"labels", DType::i32, 0, "[]"};
+    m.task = lm ? Task::LanguageModel : Task::Classification;
+    if (f->input_dims[1] > 0) m.max_sequence = f->input_dims[1];
+  } else {
+    m.inputs = {{"image", DType::f32, 3, "[C,H,W]"}};
+    m.target = {"labels", DType::i32, 0, "[]"};
+    m.task = Task::Classification;
+  }
+  m.build = [f, lm](Builder& b, const Inputs& in, int64_t classes) {
+    const ValueId x = in.at(f->tokens ? "tokens" : "image");
+    const Shape xs = b.g.value(x).shape;
+    for (size_t k = 1; k < xs.size(); ++k)
+      if (f->input_dims[k] > 0 && f->input_dims[k] != xs[k])
+        throw GraphError(f->path + " takes " + f->input + " " + shape_str(f->input_dims) + " (-1: any), but the data holds " +
+                         shape_str(xs) + ": resize the data, or export the model for this size");
+    const ValueId y = convert(*f, b, x);
+    const Shape ys = b.g.value(y).shape;
+    const size_t want = lm ? 3 : 2;
+    if (ys.size() != want || ys[0] != xs[0])
+      throw GraphError(f->path + ": its output '" + f->output + "' is " + shape_str(ys) + ", not the logits " +
+                       (lm ? "[N, T, vocab]" : "[N, classes]"));
+    if (ys.back() != classes)
+      throw GraphError(f->path + " predicts " + std::to_string(ys.back()) + (lm ? " tokens" : " classes") +
+                       " but the data has " + std::to_string(classes) + ": export the model with a head of " +
+                       std::to_string(classes));
+    return y;
+  };
+  return m;
+}
+
+}  // namespace memfit::models

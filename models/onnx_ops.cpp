@@ -1,0 +1,631 @@
+// ONNX nodes as memfit ops (onnx_import.hpp): one handler per ONNX op,
+// registered in op_rules() with the attributes it accepts.
+//
+// While converting, a name is either a graph value (an activation or a
+// parameter) or a constant known at import time: a Constant node, an
+// integer initializer, or a shape computed from memfit's static shapes
+// (Shape -> Gather -> Concat -> Reshape, as torch exports x.view(x.size(0),
+// -1)). Constants feed shapes, axes and scalar factors only; memfit has no
+// op that reads a constant tensor.
+#include <algorithm>
+#include <cmath>
+
+#include "models/onnx_import.hpp"
+
+namespace memfit::models::onnx_import {
+namespace {
+
+// The module path of a node from torch's scoped names:
+// "/layer1/layer1.0/conv1/Conv" -> "layer1.0.conv1" (each scope repeats its
+// parent's name), "/Relu_2" -> "" (made outside any submodule).
+std::string module_path(const std::string& node_name) {
+  std::vector<std::string> parts;
+  size_t start = node_name.rfind('/', 0) == 0 ? 1 : 0;
+  for (size_t slash; (slash = node_name.find('/', start)) != std::string::npos; start = slash + 1)
+    parts.push_back(node_name.substr(start, slash - start));
+  std::string path, last;
+  for (const std::string& p : parts) {
+    if (!last.empty() && p.rfind(last + ".", 0) == 0) path += p.substr(last.size());
+    else path += (path.empty() ? "" : ".") + p;
+    last = p;
+  }
+  return path;
+}
+
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t dflt) {
+  const auto* a = attr(n, name);
+  return a ? a->i() : dflt;
+}
+double attr_f(const onnx::NodeProto& n, const std::string& name, double dflt) {
+  const auto* a = attr(n, name);
+  return a ? static_cast<double>(a->f()) : dflt;
+}
+std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& dflt) {
+  const auto* a = attr(n, name);
+  return a ? a->s() : dflt;
+}
+Shape attr_ints(const onnx::NodeProto& n, const std::string& name, Shape dflt) {
+  const auto* a = attr(n, name);
+  return a ? Shape(a->ints().begin(), a->ints().end()) : dflt;
+}
+
+bool has_input(const onnx::NodeProto& n, int k) { return n.input_size() > k && !n.input(k).empty(); }
+bool is_const(Env& e, const std::string& name) { return e.consts.count(name) || (!e.values.count(name) && e.f.initializers.count(name)); }
+
+const Const& constant(Env& e, const onnx::NodeProto& n, int k) {
+  const std::string& name = n.input(k);
+  if (auto it = e.consts.find(name); it != e.consts.end()) return it->second;
+  if (auto it = e.f.initializers.find(name); it != e.f.initializers.end()) return it->second;
+  refuse(e.f, n, "input '" + name + "' must be known when the model is read (a constant or a shape), but it is "
+                 "computed by the graph: memfit's shapes are fixed");
+}
+std::vector<int64_t> const_ints(Env& e, const onnx::NodeProto& n, int k) {
+  const Const& c = constant(e, n, k);
+  if (c.is_float) refuse(e.f, n, "input '" + n.input(k) + "' must hold integers");
+  return c.i;
+}
+double const_scalar(Env& e, const onnx::NodeProto& n, int k) {
+  const Const& c = constant(e, n, k);
+  if (c.size() != 1) refuse(e.f, n, "input '" + n.input(k) + "' must be a single number, got " + shape_str(c.dims));
+  return c.is_float ? static_cast<double>((*c.f)[0]) : static_cast<double>(c.i[0]);
+}
+
+// The graph value of input k; an initializer becomes a parameter (a buffer
+// for batch-norm statistics) under its ONNX name the first time it is read.
+// Vectors (biases, norm scales and shifts) are exempt from weight decay
+// when the optimizer keeps them undecayed, as the builder's layers mark them.
+ValueId value(Env& e, const onnx::NodeProto& n, int k, bool buffer = false) {
+  const std::string& name = n.input(k);
+  if (auto it = e.values.find(name); it != e.values.end()) return it->second;
+  auto init = e.f.initializers.find(name);
+  if (init == e.f.initializers.end() || !init->second.is_float) {
+    if (e.consts.count(name) || init != e.f.initializers.end())
+      refuse(e.f, n, "reads the constant '" + name + "' as a tensor: memfit takes constants as shapes, axes and "
+                     "scalar factors only");
+    refuse(e.f, n, "reads '" + name + "', which no earlier node makes (a truncated or unsorted graph)");
+  }
+  const Const& c = init->second;
+  ValueId v = buffer ? e.b.g.buffer(name, c.dims) : e.b.g.param(name, c.dims);
+  e.b.g.value(v).init = InitSpec{InitSpec::Given, 0, c.f};
+  if (!buffer && c.dims.size() < 2) no_weight_decay(e.b, v);
+  return e.values[name] = v;
+}
+
+// A copy: adding a node may move the graph's values.
+Shape shape_of(Env& e, ValueId v) { return e.b.g.value(v).shape; }
+
+// A node's layer name: its module path, made unique (two calls of one
+// module get separate dropout streams), or the node's own name.
+std::string layer_of(Env& e, const onnx::NodeProto& n) {
+  std::string l = module_path(n.name());
+  if (l.empty() || e.layers.count(l)) l = n.name().empty() ? n.op_type() + std::to_string(e.layers.size()) : n.name();
+  while (e.layers.count(l)) l += "'";
+  e.layers.insert(l);
+  return l;
+}
+
+void bind(Env& e, const onnx::NodeProto& n, ValueId v, int k = 0) { e.values[n.output(k)] = v; }
+void bind_const(Env& e, const onnx::NodeProto& n, Const c, int k = 0) { e.consts[n.output(k)] = std::move(c); }
+
+// Outputs past the first must be unused (a pool's indices, dropout's mask,
+// batch-norm's updated statistics: memfit keeps those itself).
+void first_output_only(Env& e, const onnx::NodeProto& n, const std::set<std::string>& used) {
+  if (n.op_type() == "Split") return;  // gives them all
+  for (int k = 1; k < n.output_size(); ++k)
+    if (!n.output(k).empty() && used.count(n.output(k)))
+      refuse(e.f, n, "its output " + std::to_string(k) + " ('" + n.output(k) + "') is read by the graph; memfit "
+                     "gives this op's first output only");
+}
+
+int64_t axis_in(Env& e, const onnx::NodeProto& n, int64_t axis, size_t rank) {
+  const auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r) refuse(e.f, n, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(r));
+  return axis < 0 ? axis + r : axis;
+}
+
+// Two equal pads per axis: ONNX's [top, left, bottom, right] with top =
+// bottom and left = right (memfit pads symmetrically).
+Shape symmetric_pads(Env& e, const onnx::NodeProto& n) {
+  const Shape p = attr_ints(n, "pads", {0, 0, 0, 0});
+  if (p.size() != 4 || p[0] != p[2] || p[1] != p[3])
+    refuse(e.f, n, "pads " + shape_str(p) + ": memfit pads both sides of an axis alike (begin = end)");
+  return {p[0], p[1]};
+}
+
+void no_auto_pad(Env& e, const onnx::NodeProto& n) {
+  const std::string a = attr_s(n, "auto_pad", "NOTSET");
+  if (a != "NOTSET" && a != "VALID" && !a.empty())
+    refuse(e.f, n, "attribute auto_pad=" + a + " is not supported (NOTSET or VALID; export with explicit padding)");
+  if (a == "VALID" && attr(n, "pads") && symmetric_pads(e, n) != Shape{0, 0})
+    refuse(e.f, n, "auto_pad=VALID with nonzero pads");
+}
+
+Shape pair(Env& e, const onnx::NodeProto& n, const std::string& name, int64_t dflt) {
+  const Shape v = attr_ints(n, name, {dflt, dflt});
+  if (v.size() != 2) refuse(e.f, n, "attribute " + name + " " + shape_str(v) + ": memfit takes 2-d " + n.op_type() + " only");
+  return v;
+}
+
+void op_conv(Env& e, const onnx::NodeProto& n) {
+  no_auto_pad(e, n);
+  const ValueId x = value(e, n, 0), w = value(e, n, 1);
+  if (shape_of(e, x).size() != 4 || shape_of(e, w).size() != 4)
+    refuse(e.f, n, "memfit takes 2-d convolutions only: input " + shape_str(shape_of(e, x)) + ", weight " +
+                   shape_str(shape_of(e, w)));
+  if (const auto* k = attr(n, "kernel_shape"); k && Shape(k->ints().begin(), k->ints().end()) !=
+                                                     Shape{shape_of(e, w)[2], shape_of(e, w)[3]})
+    refuse(e.f, n, "kernel_shape does not match the weight " + shape_str(shape_of(e, w)));
+  std::vector<ValueId> ins{x, w};
+  if (has_input(n, 2)) ins.push_back(value(e, n, 2));
+  Attrs a{{"stride", pair(e, n, "strides", 1)},
+          {"pad", symmetric_pads(e, n)},
+          {"dilation", pair(e, n, "dilations", 1)},
+          {"groups", attr_i(n, "group", 1)}};
+  bind(e, n, e.b.g.add1("conv2d", ins, std::move(a), layer_of(e, n)));
+}
+
+// Gemm: Y = A op(B) + C with alpha = beta = 1. A Linear (B [N, K] with
+// transB, C [N]) is memfit's linear; otherwise a matmul and a broadcast add.
+void op_gemm(Env& e, const onnx::NodeProto& n) {
+  if (attr_i(n, "transA", 0) != 0) refuse(e.f, n, "attribute transA=1 is not supported");
+  if (attr_f(n, "alpha", 1.0) != 1.0 || attr_f(n, "beta", 1.0) != 1.0)
+    refuse(e.f, n, "attributes alpha and beta must be 1");
+  const bool tb = attr_i(n, "transB", 0) != 0;
+  const ValueId a = value(e, n, 0), w = value(e, n, 1);
+  const std::string layer = layer_of(e, n);
+  ValueId c = kNone;
+  if (has_input(n, 2)) {
+    c = value(e, n, 2);
+    const Shape cs = shape_of(e, c);
+    const int64_t out = shape_of(e, w).size() == 2 ? shape_of(e, w)[tb ? 0 : 1] : -1;
+    if (cs != Shape{out}) refuse(e.f, n, "its C " + shape_str(cs) + " must be [" + std::to_string(out) + "] (a bias)");
+  }
+  if (tb) {
+    std::vector<ValueId> ins{a, w};
+    if (c != kNone) ins.push_back(c);
+    bind(e, n, e.b.g.add1("linear", ins, {}, layer));
+    return;
+  }
+  ValueId y = e.b.g.add1("matmul", {a, w}, {{"trans_a", int64_t(0)}, {"trans_b", int64_t(0)}}, layer);
+  bind(e, n, c == kNone ? y : add_broadcast(e.b, y, c));
+}
+
+void op_matmul(Env& e, const onnx::NodeProto& n) {
+  const ValueId a = value(e, n, 0), w = value(e, n, 1);
+  bind(e, n, e.b.g.add1("matmul", {a, w}, {{"trans_a", int64_t(0)}, {"trans_b", int64_t(0)}}, layer_of(e, n)));
+}
+
+void op_relu(Env& e, const onnx::NodeProto& n) { bind(e, n, relu(e.b, value(e, n, 0))); }
+
+void op_gelu(Env& e, const onnx::NodeProto& n) {
+  const std::string a = attr_s(n, "approximate", "none");
+  if (a != "none" && a != "tanh") refuse(e.f, n, "attribute approximate=" + a + " (none or tanh)");
+  bind(e, n, gelu(e.b, value(e, n, 0), a == "tanh"));
+}
+
+void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
+  no_auto_pad(e, n);
+  if (attr_i(n, "ceil_mode", 0) != 0) refuse(e.f, n, "attribute ceil_mode=1 is not supported (floor only)");
+  if (attr(n, "dilations") && pair(e, n, "dilations", 1) != Shape{1, 1})
+    refuse(e.f, n, "attribute dilations " + shape_str(attr_ints(n, "dilations", {})) + " is not supported (1 only)");
+  if (attr_i(n, "storage_order", 0) != 0) refuse(e.f, n, "attribute storage_order=1 is not supported");
+  const ValueId x = value(e, n, 0);
+  if (shape_of(e, x).size() != 4) refuse(e.f, n, "memfit takes 2-d pooling only, input " + shape_str(shape_of(e, x)));
+  if (!attr(n, "kernel_shape")) refuse(e.f, n, "has no kernel_shape");
+  Attrs a{{"kernel", pair(e, n, "kernel_shape", 1)}, {"stride", pair(e, n, "strides", 1)}, {"pad", symmetric_pads(e, n)}};
+  if (!max) a.set("count_include_pad", attr_i(n, "count_include_pad", 0));
+  bind(e, n, e.b.g.add_node(max ? "max_pool2d" : "avg_pool2d", {x}, std::move(a), layer_of(e, n))[0]);
+}
+void op_maxpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, true); }
+void op_avgpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, false); }
+
+void op_global_avg_pool(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const Shape s = shape_of(e, x);
+  if (s.size() != 4) refuse(e.f, n, "memfit takes [N, C, H, W] only, got " + shape_str(s));
+  bind(e, n, reshape(e.b, global_avg_pool(e.b, x), {s[0], s[1], 1, 1}));  // ONNX keeps the 1x1 axes
+}
+
+// Training-mode batch norm: batch statistics forward, running statistics
+// updated (ONNX momentum is the running value's weight, PyTorch's is the
+// batch's: memfit takes PyTorch's).
+void op_batchnorm(Env& e, const onnx::NodeProto& n) {
+  if (attr_i(n, "training_mode", 0) != 1)
+    refuse(e.f, n, "exported for inference (training_mode=0): export with training=torch.onnx.TrainingMode.TRAINING "
+                   "(opset >= 14) so that memfit trains it with batch statistics");
+  const ValueId x = value(e, n, 0);
+  const ValueId gamma = value(e, n, 1), beta = value(e, n, 2);
+  const ValueId rm = value(e, n, 3, true), rv = value(e, n, 4, true);
+  Attrs a{{"eps", attr_f(n, "epsilon", 1e-5)}, {"momentum", 1.0 - attr_f(n, "momentum", 0.9)},
+          {"training", int64_t(e.b.training)}};
+  bind(e, n, e.b.g.add_node("batch_norm", {x, gamma, beta, rm, rv}, std::move(a), layer_of(e, n))[0]);
+}
+
+void op_layernorm(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const size_t r = shape_of(e, x).size();
+  if (axis_in(e, n, attr_i(n, "axis", -1), r) != static_cast<int64_t>(r) - 1)
+    refuse(e.f, n, "normalises from axis " + std::to_string(attr_i(n, "axis", -1)) + ": memfit normalises the last axis only");
+  if (!has_input(n, 2)) refuse(e.f, n, "has no bias input (memfit's layer norm has one)");
+  const ValueId gamma = value(e, n, 1), beta = value(e, n, 2);
+  bind(e, n, e.b.g.add_node("layer_norm", {x, gamma, beta}, {{"eps", attr_f(n, "epsilon", 1e-5)}}, layer_of(e, n))[0]);
+}
+
+// b without its leading 1 axes, if that is a's trailing axes (a bias
+// [1, C] or [C] over [N, C]); empty otherwise.
+Shape trailing_of(const Shape a, Shape b) {
+  while (!b.empty() && b[0] == 1 && b.size() > 1) b.erase(b.begin());
+  if (b.size() > a.size() || !std::equal(b.begin(), b.end(), a.end() - static_cast<int64_t>(b.size()))) return {};
+  return b;
+}
+
+// Integer arithmetic on import-time constants (shape computations).
+bool fold_int(Env& e, const onnx::NodeProto& n) {
+  if (!is_const(e, n.input(0)) || !is_const(e, n.input(1))) return false;
+  const Const &a = constant(e, n, 0), &c = constant(e, n, 1);
+  if (a.is_float || c.is_float || (a.size() != c.size() && c.size() != 1)) return false;
+  Const r = a;
+  for (size_t k = 0; k < r.i.size(); ++k) {
+    const int64_t y = c.i[c.size() == 1 ? 0 : k];
+    const std::string& op = n.op_type();
+    if (op == "Div" && y == 0) refuse(e.f, n, "divides by zero");
+    r.i[k] = op == "Add" ? r.i[k] + y : op == "Mul" ? r.i[k] * y : r.i[k] / y;
+  }
+  bind_const(e, n, std::move(r));
+  return true;
+}
+
+void op_add(Env& e, const onnx::NodeProto& n) {
+  if (fold_int(e, n)) return;
+  const ValueId a = value(e, n, 0), c = value(e, n, 1);
+  const Shape as = shape_of(e, a), cs = shape_of(e, c);
+  if (as == cs) return bind(e, n, add(e.b, a, c));
+  // A bias: the smaller operand broadcast over the larger one's leading axes.
+  const bool c_small = numel(cs) <= numel(as);
+  const ValueId big = c_small ? a : c, small = c_small ? c : a;
+  const Shape t = trailing_of(shape_of(e, big), shape_of(e, small));
+  if (t.empty())
+    refuse(e.f, n, "adds " + shape_str(as) + " and " + shape_str(cs) + ": memfit adds equal shapes, or one "
+                   "broadcast over the other's leading axes");
+  const ValueId s = t == shape_of(e, small) ? small : reshape(e.b, small, t);
+  bind(e, n, add_broadcast(e.b, big, s));
+}
+
+// Mul and Div by a scalar constant: memfit's scale. A product of two
+// tensors has no memfit op.
+void op_scale(Env& e, const onnx::NodeProto& n) {
+  if (fold_int(e, n)) return;
+  const bool div = n.op_type() == "Div";
+  int k = is_const(e, n.input(1)) ? 1 : !div && is_const(e, n.input(0)) ? 0 : -1;
+  if (k < 0)
+    refuse(e.f, n, "multiplies two tensors: memfit has no element-wise product; only a product with a scalar "
+                   "constant (or the exact GELU pattern) is imported");
+  double s = const_scalar(e, n, k);
+  if (div) {
+    if (s == 0) refuse(e.f, n, "divides by zero");
+    s = 1.0 / s;
+  }
+  const ValueId x = value(e, n, 1 - k);
+  bind(e, n, e.b.g.add1("scale", {x}, {{"alpha", s}}, layer_of(e, n)));
+}
+
+Shape flatten_shape(Env& e, const onnx::NodeProto& n, const Shape s) {
+  const int64_t axis = axis_in(e, n, attr_i(n, "axis", 1), s.size() + 1);  // axis = rank is allowed
+  int64_t lead = 1, rest = 1;
+  for (size_t k = 0; k < s.size(); ++k) (static_cast<int64_t>(k) < axis ? lead : rest) *= s[k];
+  return {lead, rest};
+}
+void op_flatten(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  bind(e, n, reshape(e.b, x, flatten_shape(e, n, shape_of(e, x))));
+}
+
+// Reshape to a constant shape: 0 keeps the axis, -1 takes the rest. A first
+// entry equal to the batch the file was exported with is memfit's batch (a
+// traced x.view(16, -1)).
+void op_reshape(Env& e, const onnx::NodeProto& n) {
+  if (attr_i(n, "allowzero", 0) != 0) refuse(e.f, n, "attribute allowzero=1 is not supported");
+  const ValueId x = value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  Shape to = const_ints(e, n, 1);
+  const int64_t exported_batch = e.f.input_dims.empty() ? -1 : e.f.input_dims[0];
+  if (!to.empty() && exported_batch > 0 && to[0] == exported_batch && !xs.empty() && xs[0] == e.batch) to[0] = e.batch;
+  int64_t known = 1, infer = -1;
+  for (size_t k = 0; k < to.size(); ++k) {
+    if (to[k] == 0) {
+      if (k >= xs.size()) refuse(e.f, n, "shape entry 0 at axis " + std::to_string(k) + " past the input's rank");
+      to[k] = xs[k];
+    }
+    if (to[k] == -1) {
+      if (infer >= 0) refuse(e.f, n, "shape " + shape_str(to) + " has two -1 entries");
+      infer = static_cast<int64_t>(k);
+    } else if (to[k] < 1) {
+      refuse(e.f, n, "shape entry " + std::to_string(to[k]) + " is not a size");
+    } else {
+      known *= to[k];
+    }
+  }
+  if (infer >= 0) to[static_cast<size_t>(infer)] = known > 0 ? numel(xs) / known : 0;
+  if (numel(to) != numel(xs)) refuse(e.f, n, "cannot reshape " + shape_str(xs) + " to " + shape_str(to));
+  bind(e, n, reshape(e.b, x, to));
+}
+
+void op_transpose(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const size_t r = shape_of(e, x).size();
+  Shape perm;
+  for (size_t k = r; k-- > 0;) perm.push_back(static_cast<int64_t>(k));  // default: reversed
+  bind(e, n, permute(e.b, x, attr_ints(n, "perm", perm)));
+}
+
+void op_concat(Env& e, const onnx::NodeProto& n) {
+  bool all_const = true;
+  for (int k = 0; k < n.input_size(); ++k) all_const = all_const && is_const(e, n.input(k));
+  if (all_const) {  // a shape being assembled
+    Const r;
+    for (int k = 0; k < n.input_size(); ++k)
+      for (int64_t v : const_ints(e, n, k)) r.i.push_back(v);
+    r.dims = {static_cast<int64_t>(r.i.size())};
+    return bind_const(e, n, std::move(r));
+  }
+  std::vector<ValueId> xs;
+  for (int k = 0; k < n.input_size(); ++k) xs.push_back(value(e, n, k));
+  bind(e, n, concat(e.b, xs, axis_in(e, n, attr_i(n, "axis", 0), shape_of(e, xs[0]).size())));
+}
+
+void op_split(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  const int64_t axis = axis_in(e, n, attr_i(n, "axis", 0), xs.size());
+  Shape sizes = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "split", {});
+  if (sizes.empty()) {
+    const int64_t parts = n.output_size();
+    if (xs[static_cast<size_t>(axis)] % parts) refuse(e.f, n, "axis " + std::to_string(axis) + " does not split evenly");
+    sizes.assign(static_cast<size_t>(parts), xs[static_cast<size_t>(axis)] / parts);
+  }
+  if (static_cast<int>(sizes.size()) != n.output_size()) refuse(e.f, n, "split sizes do not match its outputs");
+  int64_t start = 0;
+  for (int k = 0; k < n.output_size(); ++k) {
+    bind(e, n, slice(e.b, x, axis, start, sizes[static_cast<size_t>(k)]), k);
+    start += sizes[static_cast<size_t>(k)];
+  }
+  if (start != xs[static_cast<size_t>(axis)]) refuse(e.f, n, "split sizes do not add up to the axis");
+}
+
+// Slice with constant starts, ends, axes and steps 1; clamped as ONNX does.
+void op_slice(Env& e, const onnx::NodeProto& n) {
+  const bool on_const = is_const(e, n.input(0));
+  const Shape xs = on_const ? Shape{constant(e, n, 0).size()} : shape_of(e, value(e, n, 0));
+  const Shape starts = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "starts", {});
+  const Shape ends = has_input(n, 2) ? const_ints(e, n, 2) : attr_ints(n, "ends", {});
+  Shape axes = has_input(n, 3) ? const_ints(e, n, 3) : attr_ints(n, "axes", {});
+  const Shape steps = has_input(n, 4) ? const_ints(e, n, 4) : Shape{};
+  if (axes.empty())
+    for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+  if (starts.size() != ends.size() || axes.size() != starts.size()) refuse(e.f, n, "starts, ends and axes differ in length");
+  for (int64_t s : steps)
+    if (s != 1) refuse(e.f, n, "step " + std::to_string(s) + " is not supported (1 only)");
+  std::vector<int64_t> from(xs.size(), 0), len(xs.begin(), xs.end());
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const auto a = static_cast<size_t>(axis_in(e, n, axes[k], xs.size()));
+    auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + xs[a] : v, int64_t(0), xs[a]); };
+    from[a] = clampi(starts[k]);
+    len[a] = std::max<int64_t>(0, clampi(ends[k]) - from[a]);
+    if (len[a] == 0) refuse(e.f, n, "the slice of axis " + std::to_string(a) + " is empty");
+  }
+  if (on_const) {
+    const std::vector<int64_t> v = const_ints(e, n, 0);
+    Const r;
+    r.i.assign(v.begin() + from[0], v.begin() + from[0] + len[0]);
+    r.dims = {len[0]};
+    return bind_const(e, n, std::move(r));
+  }
+  ValueId y = value(e, n, 0);
+  for (size_t a = 0; a < xs.size(); ++a)
+    if (from[a] != 0 || len[a] != xs[a]) y = slice(e.b, y, static_cast<int64_t>(a), from[a], len[a]);
+  bind(e, n, y);
+}
+
+void op_softmax(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const size_t r = shape_of(e, x).size();
+  // Before opset 13 the axis flattened the trailing axes; both agree on the last one.
+  if (axis_in(e, n, attr_i(n, "axis", e.f.opset >= 13 ? -1 : 1), r) != static_cast<int64_t>(r) - 1)
+    refuse(e.f, n, "softmax over axis " + std::to_string(attr_i(n, "axis", -1)) + ": memfit takes the last axis only");
+  bind(e, n, softmax(e.b, x));
+}
+
+void op_dropout(Env& e, const onnx::NodeProto& n) {
+  const double p = has_input(n, 1) ? const_scalar(e, n, 1) : attr_f(n, "ratio", 0.5);
+  const bool train = has_input(n, 2) ? const_scalar(e, n, 2) != 0 : false;
+  if (!(p >= 0 && p < 1)) refuse(e.f, n, "ratio " + std::to_string(p) + " is outside [0, 1)");
+  const ValueId x = value(e, n, 0);
+  bind(e, n, train ? dropout(e.b, x, p, layer_of(e, n)) : x);
+}
+
+// Gather from a float table by token ids: an embedding (the table a
+// parameter). On constants: a shape's entries.
+void op_gather(Env& e, const onnx::NodeProto& n) {
+  if (is_const(e, n.input(0)) && is_const(e, n.input(1)) && !constant(e, n, 0).is_float) {
+    const std::vector<int64_t> v = const_ints(e, n, 0), idx = const_ints(e, n, 1);
+    Const r;
+    for (int64_t i : idx) {
+      if (i < -static_cast<int64_t>(v.size()) || i >= static_cast<int64_t>(v.size())) refuse(e.f, n, "index out of range");
+      r.i.push_back(v[static_cast<size_t>(i < 0 ? i + static_cast<int64_t>(v.size()) : i)]);
+    }
+    r.dims = constant(e, n, 1).dims;
+    return bind_const(e, n, std::move(r));
+  }
+  if (attr_i(n, "axis", 0) != 0) refuse(e.f, n, "gathers along axis " + std::to_string(attr_i(n, "axis", 0)) + ": memfit gathers table rows only (an embedding)");
+  const ValueId table = value(e, n, 0);
+  const ValueId ids = value(e, n, 1);
+  if (e.b.g.value(ids).dtype != DType::i32 || shape_of(e, table).size() != 2)
+    refuse(e.f, n, "memfit gathers rows of a [vocab, dim] table by token ids only (an embedding)");
+  bind(e, n, e.b.g.add1("embedding", {ids, table}, {{"dtype", int64_t(DType::f32)}}, layer_of(e, n)));
+}
+
+void op_identity(Env& e, const onnx::NodeProto& n) {
+  if (is_const(e, n.input(0))) return bind_const(e, n, constant(e, n, 0));
+  bind(e, n, value(e, n, 0));
+}
+
+void op_constant(Env& e, const onnx::NodeProto& n) {
+  if (const auto* a = attr(n, "value")) return bind_const(e, n, read_tensor(e.f, a->t(), "node '" + n.name() + "''s value"));
+  Const c;
+  if (const auto* a = attr(n, "value_float")) {
+    c.is_float = true;
+    c.f = std::make_shared<std::vector<float>>(1, a->f());
+  } else if (const auto* a = attr(n, "value_floats")) {
+    c.is_float = true;
+    c.f = std::make_shared<std::vector<float>>(a->floats().begin(), a->floats().end());
+    c.dims = {c.size()};
+  } else if (const auto* a = attr(n, "value_int")) {
+    c.i = {a->i()};
+  } else if (const auto* a = attr(n, "value_ints")) {
+    c.i.assign(a->ints().begin(), a->ints().end());
+    c.dims = {c.size()};
+  } else {
+    refuse(e.f, n, "memfit reads a Constant's value, value_float(s) or value_int(s) only");
+  }
+  bind_const(e, n, std::move(c));
+}
+
+// Shapes are static in memfit: Shape gives a constant.
+void op_shape(Env& e, const onnx::NodeProto& n) {
+  const Shape s = is_const(e, n.input(0)) ? constant(e, n, 0).dims : shape_of(e, value(e, n, 0));
+  const auto r = static_cast<int64_t>(s.size());
+  int64_t lo = attr_i(n, "start", 0), hi = attr_i(n, "end", r);
+  lo = std::clamp(lo < 0 ? lo + r : lo, int64_t(0), r);
+  hi = std::clamp(hi < 0 ? hi + r : hi, int64_t(0), r);
+  Const c;
+  c.i.assign(s.begin() + lo, s.begin() + std::max(lo, hi));
+  c.dims = {c.size()};
+  bind_const(e, n, std::move(c));
+}
+
+// Pad of zero width: torch puts one before every avg_pool2d. memfit pads
+// inside convolutions and pools only, so any other Pad is refused.
+void op_pad(Env& e, const onnx::NodeProto& n) {
+  const Shape pads = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "pads", {});
+  for (int64_t p : pads)
+    if (p != 0) refuse(e.f, n, "pads " + shape_str(pads) + ": memfit pads inside Conv and pooling only (give the padding to them)");
+  bind(e, n, value(e, n, 0));
+}
+
+// Unsqueeze and Squeeze: a reshape (or a constant's new dims).
+void op_squeeze(Env& e, const onnx::NodeProto& n) {
+  const bool unsq = n.op_type() == "Unsqueeze";
+  const bool on_const = is_const(e, n.input(0));
+  Shape s = on_const ? constant(e, n, 0).dims : shape_of(e, value(e, n, 0));
+  Shape axes = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "axes", {});
+  const size_t rank = unsq ? s.size() + axes.size() : s.size();
+  for (int64_t& a : axes) a = axis_in(e, n, a, rank);
+  std::sort(axes.begin(), axes.end());
+  if (unsq) {
+    for (int64_t a : axes) s.insert(s.begin() + a, 1);
+  } else if (axes.empty()) {
+    std::erase(s, 1);
+  } else {
+    for (size_t k = axes.size(); k-- > 0;) {
+      if (s[static_cast<size_t>(axes[k])] != 1) refuse(e.f, n, "squeezes axis " + std::to_string(axes[k]) + ", which is not 1");
+      s.erase(s.begin() + axes[k]);
+    }
+  }
+  if (on_const) {
+    Const c = constant(e, n, 0);
+    c.dims = s;
+    return bind_const(e, n, std::move(c));
+  }
+  bind(e, n, reshape(e.b, value(e, n, 0), s));
+}
+
+// Cast of a shape computation (torch casts sizes to int64 and back).
+void op_cast(Env& e, const onnx::NodeProto& n) {
+  if (!is_const(e, n.input(0)))
+    refuse(e.f, n, "casts a tensor of the graph: memfit's types follow its precision policy (--precision), not the file");
+  const int64_t to = attr_i(n, "to", 0);
+  Const c = constant(e, n, 0);
+  const bool want_float = to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE;
+  if (want_float && !c.is_float) {
+    c.f = std::make_shared<std::vector<float>>(c.i.begin(), c.i.end());
+    c.is_float = true;
+  } else if (!want_float && c.is_float) {
+    c.i.assign(c.f->begin(), c.f->end());
+    c.is_float = false;
+  }
+  bind_const(e, n, std::move(c));
+}
+
+}  // namespace
+
+// The op table: the ops memfit imports and each one's attributes (any other
+// attribute is refused by name, so a setting memfit would ignore cannot pass).
+const std::map<std::string, OpRule>& op_rules() {
+  static const std::map<std::string, OpRule> r{
+      {"Conv", {op_conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}}},
+      {"Gemm", {op_gemm, {"alpha", "beta", "transA", "transB"}}},
+      {"MatMul", {op_matmul, {}}},
+      {"Relu", {op_relu, {}}},
+      {"Gelu", {op_gelu, {"approximate"}}},
+      {"MaxPool", {op_maxpool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}}},
+      {"AveragePool", {op_avgpool, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}}},
+      {"GlobalAveragePool", {op_global_avg_pool, {}}},
+      {"BatchNormalization", {op_batchnorm, {"epsilon", "momentum", "training_mode"}}},
+      {"LayerNormalization", {op_layernorm, {"axis", "epsilon", "stash_type"}}},
+      {"Add", {op_add, {}}},
+      {"Mul", {op_scale, {}}},
+      {"Div", {op_scale, {}}},
+      {"Flatten", {op_flatten, {"axis"}}},
+      {"Reshape", {op_reshape, {"allowzero"}}},
+      {"Transpose", {op_transpose, {"perm"}}},
+      {"Concat", {op_concat, {"axis"}}},
+      {"Split", {op_split, {"axis", "split", "num_outputs"}}},
+      {"Slice", {op_slice, {"starts", "ends", "axes"}}},
+      {"Softmax", {op_softmax, {"axis"}}},
+      {"Dropout", {op_dropout, {"ratio", "seed"}}},  // seed: memfit's masks come from its own counter-based generator
+      {"Gather", {op_gather, {"axis"}}},
+      {"Identity", {op_identity, {}}},
+      {"Constant", {op_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}}},
+      {"Pad", {op_pad, {"mode", "pads"}}},
+      {"Shape", {op_shape, {"start", "end"}}},
+      {"Unsqueeze", {op_squeeze, {"axes"}}},
+      {"Squeeze", {op_squeeze, {"axes"}}},
+      {"Cast", {op_cast, {"to"}}},
+      {"Erf", {nullptr, {}}},  // inside the exact GELU only (find_gelu)
+  };
+  return r;
+}
+
+
+// Replays the file's nodes onto the builder; returns the output's value.
+ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
+  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0)};
+  e.values[f.input] = x;
+  std::set<std::string> used;
+  for (const auto& n : f.graph.node())
+    for (const auto& i : n.input()) used.insert(i);
+  for (const auto& o : f.graph.output()) used.insert(o.name());
+  const auto& nodes = f.graph.node();
+  for (int k = 0; k < nodes.size(); ++k) {
+    const onnx::NodeProto& n = nodes[k];
+    if (f.fused.count(static_cast<size_t>(k))) continue;
+    try {
+      if (auto g = f.gelu_at.find(static_cast<size_t>(k)); g != f.gelu_at.end()) {
+        auto it = e.values.find(g->second);
+        if (it == e.values.end()) refuse(f, n, "the GELU's input '" + g->second + "' is not a tensor of the graph");
+        bind(e, n, gelu(b, it->second, false));
+        continue;
+      }
+      if (n.op_type() == "Erf") refuse(f, n, "Erf is imported only inside the exact GELU, x * 0.5 * (1 + Erf(x / sqrt(2)))");
+      first_output_only(e, n, used);
+      op_rules().at(n.op_type()).fn(e, n);
+    } catch (const GraphError& err) {
+      refuse(f, n, err.what());
+    }
+  }
+  auto out = e.values.find(f.output);
+  if (out == e.values.end()) file_error(f, "its output '" + f.output + "' is not a tensor the graph computes");
+  return out->second;
+}
+
+}  // namespace memfit::models::onnx_import

@@ -1,0 +1,310 @@
+// PyTorch models through ONNX (models/onnx_model.cpp).
+//
+// The oracle is the golden fixture: tests/golden/export_onnx.py exports
+// make_golden.py's own ConvNet and ResNet-18, with the initial weights the
+// fixtures were computed from, and memfit trained through the ONNX files
+// must pass the same golden check as its zoo models (golden_check.hpp:
+// bitwise initial weights, step-0 logits, loss and gradients, 20-step
+// losses, with the same tolerances). The weights a run saves carry the
+// PyTorch state_dict names and load back with load_state_dict. Files memfit
+// cannot train (an unknown op, an unsupported attribute, a truncated file)
+// are refused before training with a message naming the node and the fix;
+// those models are built here with the protobuf classes.
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "cli_util.hpp"
+#include "golden_check.hpp"
+#include "models/model.hpp"
+#include "models/onnx_model.hpp"
+
+using namespace memfit;
+using memfit::testing::run_cmd;
+using memfit::testing::run_memfit;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kPython = "/usr/bin/python3";
+
+// The exported models, written once per test program; "" with the reason
+// in `why` when torch is missing (the tests then skip) or the export fails.
+struct Exported {
+  std::string dir, why;
+  bool skip = false;
+};
+const Exported& exported() {
+  static const Exported e = [] {
+    Exported r;
+    if (run_cmd(kPython + " -c 'import torch, numpy'").code != 0) {
+      r.skip = true;
+      r.why = kPython + " cannot import torch and numpy (Debian python3-torch python3-numpy: make deps); the ONNX "
+                        "files are exported from PyTorch at test time";
+      return r;
+    }
+    const std::string d = memfit::testing::temp_dir("onnx");
+    const auto res = run_cmd(kPython + " " + MEMFIT_TEST_DATA + "/golden/export_onnx.py --out " + d);
+    if (res.code != 0) r.why = "tests/golden/export_onnx.py failed:\n" + res.out;
+    else r.dir = d;
+    return r;
+  }();
+  return e;
+}
+
+#define NEED_EXPORT()                                  \
+  do {                                                 \
+    if (exported().skip) GTEST_SKIP() << exported().why; \
+    ASSERT_FALSE(exported().dir.empty()) << exported().why; \
+  } while (0)
+
+std::string model_error(const std::string& path) {
+  try {
+    models::resolve(path);
+  } catch (const models::ModelFileError& e) {
+    return e.what();
+  }
+  return "(no ModelFileError)";
+}
+
+// A one-convolution model, image [N, 1, 4, 4] -> conv (2 channels, 3x3,
+// pad 1) -> Flatten -> `extra` nodes, written with the protobuf classes.
+// `conv` may change the convolution's node.
+std::string write_tiny(const std::string& name, const std::function<void(onnx::GraphProto&)>& extra,
+                       const std::function<void(onnx::NodeProto&)>& conv = {}) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(14);
+  onnx::GraphProto& g = *m.mutable_graph();
+  g.set_name("tiny");
+  onnx::ValueInfoProto& in = *g.add_input();
+  in.set_name("image");
+  auto* tt = in.mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  tt->mutable_shape()->add_dim()->set_dim_param("N");
+  for (int d : {1, 4, 4}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  onnx::TensorProto& w = *g.add_initializer();
+  w.set_name("conv.weight");
+  w.set_data_type(onnx::TensorProto::FLOAT);
+  for (int d : {2, 1, 3, 3}) w.add_dims(d);
+  for (int i = 0; i < 18; ++i) w.add_float_data(0.1f * static_cast<float>(i));
+  onnx::NodeProto& c = *g.add_node();
+  c.set_op_type("Conv");
+  c.set_name("/conv/Conv");
+  c.add_input("image");
+  c.add_input("conv.weight");
+  c.add_output("c");
+  onnx::AttributeProto& pads = *c.add_attribute();
+  pads.set_name("pads");
+  pads.set_type(onnx::AttributeProto::INTS);
+  for (int p : {1, 1, 1, 1}) pads.add_ints(p);
+  if (conv) conv(c);
+  onnx::NodeProto& fl = *g.add_node();
+  fl.set_op_type("Flatten");
+  fl.set_name("/Flatten");
+  fl.add_input("c");
+  fl.add_output("flat");
+  extra(g);
+  g.add_output()->set_name(g.node(g.node_size() - 1).output(0));
+  const std::string path = memfit::testing::temp_dir("onnx-tiny") + "/" + name + ".onnx";
+  std::ofstream f(path, std::ios::binary);
+  EXPECT_TRUE(m.SerializeToOstream(&f));
+  return path;
+}
+
+onnx::NodeProto& add_node(onnx::GraphProto& g, const std::string& op, const std::string& name, const std::string& in,
+                          const std::string& out) {
+  onnx::NodeProto& n = *g.add_node();
+  n.set_op_type(op);
+  n.set_name(name);
+  n.add_input(in);
+  n.add_output(out);
+  return n;
+}
+
+}  // namespace
+
+// memfit trained through the ONNX files reproduces the golden fixtures with
+// the zoo models' tolerances (ConvNet: dropout masks drawn for the node of
+// module `dropout`, as the golden's; ResNet-18: batch norm in training mode,
+// its running statistics after 20 steps checked too).
+TEST(OnnxGolden, ConvNet) {
+  NEED_EXPORT();
+  run_golden({exported().dir + "/convnet.onnx", "convnet.safetensors", "fc2.weight", 1e-4, 0.0}, Backend::Cpu);
+}
+TEST(OnnxGolden, ResNet18) {
+  NEED_EXPORT();
+  run_golden({exported().dir + "/resnet18.onnx", "resnet18.safetensors", "fc.weight", 1e-3, 0.0, true}, Backend::Cpu);
+}
+
+// The other imported ops (tests/golden/export_onnx.py's OpsNet: batch norm,
+// average pool, a reshape computed from x.shape, Split, Concat, a 3-d Linear
+// as MatMul + Add, the Erf GELU, LayerNormalization, Transpose, Slice,
+// Softmax, a scalar Mul) against PyTorch in float64 on the same float32
+// weights and batch, with the golden check's step-0 tolerances (logits 1e-4
+// of the largest, loss 1e-5, each gradient 1e-3 in relative L2: f32 sums
+// over at most 256 terms here, where an op's formula or indexing error is
+// O(1)).
+TEST(Onnx, OtherOpsMatchPyTorch) {
+  NEED_EXPORT();
+  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/opsnet.safetensors");
+  train::StepSpec spec;
+  spec.model = exported().dir + "/opsnet.onnx";
+  spec.batch = 4;
+  spec.height = spec.width = 8;
+  spec.optimizer.kind = "sgd";
+  auto sg = train::build_step_graph(spec);
+  const Graph& g = sg->g;
+  for (const char* op : {"gelu", "layer_norm", "softmax", "batch_norm", "avg_pool2d", "concat", "slice", "permute", "matmul"}) {
+    bool found = false;
+    for (const Node& n : g.nodes()) found = found || n.op == op;
+    EXPECT_TRUE(found) << "no " << op << " node: the import took another path";
+  }
+  Executor ex(g, ExecConfig{});
+  ex.init_params(42);
+  auto input = f32(f, "input");
+  ex.write_f32(sg->x, input.data());
+  const io::TensorInfo& lt = f.at("labels");
+  std::memcpy(ex.data(sg->labels), f.data(lt), lt.nbytes());
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  ctx.lr = 0.0;
+  ex.run_nodes(0, g.num_nodes() - 1, ctx);  // all but the update
+  auto ref = f32(f, "logits");
+  double mx = 0;
+  for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+  const float* l = ex.ptr<float>(sg->logits);
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
+  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], f32(f, "loss")[0], 1e-5 * f32(f, "loss")[0]);
+  int checked = 0;
+  for (ValueId v : g.trainable_params()) {
+    const Value& val = g.value(v);
+    auto want = f32(f, "grad." + val.name);
+    const float* got = ex.ptr<float>(val.grad);
+    ASSERT_EQ(want.size(), static_cast<size_t>(numel(val.shape))) << val.name;
+    double d = 0, r = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      r += static_cast<double>(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 9);  // conv's weight; bn, proj, ln, head: weight and bias each
+}
+
+// The parameters and buffers are the state_dict's tensors by name, and the
+// weights a run saves (with the batch norms' num_batches_tracked, which
+// memfit writes from its step count) load back into the PyTorch model.
+TEST(Onnx, SavedWeightsAreTheStateDict) {
+  NEED_EXPORT();
+  const std::string onnx = exported().dir + "/resnet18.onnx";
+  const std::string out = memfit::testing::temp_dir("onnx-run");
+  auto plan = run_memfit("plan --model " + onnx + " --batch 16");
+  EXPECT_EQ(plan.code, 0) << plan.out;
+  auto r = run_memfit("train --model " + onnx + " --subset 32 --test-subset 16 --batch 16 --steps 1 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::set<std::string> keys, saved;
+  std::ifstream kf(exported().dir + "/resnet18.keys");
+  for (std::string k; std::getline(kf, k);) keys.insert(k);
+  ASSERT_EQ(keys.size(), 122u);  // 62 weights and biases, 20 x 3 batch-norm statistics
+  const io::SafetensorsFile f = io::SafetensorsFile::load(out + "/model.safetensors");
+  for (const auto& n : f.names()) saved.insert(n);
+  EXPECT_EQ(saved, keys);
+  auto check = run_cmd(kPython + " " + MEMFIT_TEST_DATA + "/golden/export_onnx.py --check-state-dict resnet18 " + out +
+                       "/model.safetensors");
+  EXPECT_EQ(check.code, 0) << check.out;
+}
+
+TEST(Onnx, UnsupportedOpIsRefused) {
+  const std::string path = write_tiny("sigmoid", [](onnx::GraphProto& g) { add_node(g, "Sigmoid", "/head/act", "flat", "y"); });
+  const std::string e = model_error(path);
+  EXPECT_EQ(e.rfind(path + ": node '/head/act' (Sigmoid): memfit cannot train op Sigmoid (supported: ", 0), 0u) << e;
+  EXPECT_NE(e.find(models::onnx_supported_ops()), std::string::npos) << e;
+  // The command refuses it before training, as a bad model file.
+  auto r = run_memfit("train --model " + path + " --steps 1 --out " + memfit::testing::temp_dir("onnx-refused"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("bad model file: " + path + ": node '/head/act' (Sigmoid)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+}
+
+TEST(Onnx, UnsupportedAttributesAreRefusedByName) {
+  auto set_s = [](onnx::NodeProto& n, const std::string& k, const std::string& v) {
+    onnx::AttributeProto& a = *n.add_attribute();
+    a.set_name(k);
+    a.set_type(onnx::AttributeProto::STRING);
+    a.set_s(v);
+  };
+  const std::string same = write_tiny("same", [](onnx::GraphProto&) {},
+                                      [&](onnx::NodeProto& c) { set_s(c, "auto_pad", "SAME_UPPER"); });
+  EXPECT_NE(model_error(same).find("node '/conv/Conv' (Conv): attribute auto_pad=SAME_UPPER is not supported"),
+            std::string::npos)
+      << model_error(same);
+  const std::string dil = write_tiny("dilated_pool", [](onnx::GraphProto& g) {
+    g.mutable_node()->RemoveLast();  // pool the convolution's output, not the flattened one
+    onnx::NodeProto& p = add_node(g, "MaxPool", "/pool/MaxPool", "c", "p");
+    for (const char* k : {"kernel_shape", "dilations"}) {
+      onnx::AttributeProto& a = *p.add_attribute();
+      a.set_name(k);
+      a.set_type(onnx::AttributeProto::INTS);
+      a.add_ints(2);
+      a.add_ints(2);
+    }
+    add_node(g, "Flatten", "/Flatten", "p", "flat");
+  });
+  EXPECT_NE(model_error(dil).find("node '/pool/MaxPool' (MaxPool): attribute dilations [2, 2] is not supported"),
+            std::string::npos)
+      << model_error(dil);
+  const std::string odd = write_tiny("odd_attr", [](onnx::GraphProto&) {}, [&](onnx::NodeProto& c) {
+    set_s(c, "colour", "red");
+  });
+  EXPECT_NE(model_error(odd).find("attribute 'colour' of Conv is not supported"), std::string::npos) << model_error(odd);
+}
+
+// A tiny model that converts: the initializer is a parameter under its ONNX
+// name with the file's values as its initial values.
+TEST(Onnx, InitializersAreParametersWithTheirValues) {
+  const std::string path = write_tiny("ok", [](onnx::GraphProto&) {});
+  const models::Model m = models::resolve(path);
+  Graph g;
+  Builder b(g);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {3, 1, 4, 4});
+  const ValueId y = m.build(b, in, 32);
+  EXPECT_EQ(g.value(y).shape, (Shape{3, 32}));
+  const ValueId w = g.find("conv.weight");
+  ASSERT_NE(w, kNone);
+  EXPECT_EQ(g.value(w).shape, (Shape{2, 1, 3, 3}));
+  ASSERT_EQ(g.value(w).init.kind, InitSpec::Given);
+  EXPECT_EQ((*g.value(w).init.values)[17], 0.1f * 17.0f);
+  // The data must fit the file's input and head.
+  for (const auto& [shape, classes] : {std::pair{Shape{3, 3, 4, 4}, 32}, std::pair{Shape{3, 1, 4, 4}, 10}}) {
+    Graph g2;
+    Builder b2(g2);
+    models::Inputs in2;
+    in2.values["image"] = g2.input("image", shape);
+    EXPECT_THROW(m.build(b2, in2, classes), GraphError) << shape_str(shape) << " " << classes;
+  }
+}
+
+TEST(Onnx, TruncatedOrMissingFileIsRefused) {
+  NEED_EXPORT();
+  const std::string whole = exported().dir + "/convnet.onnx";
+  const std::string cut = memfit::testing::temp_dir("onnx-cut") + "/convnet.onnx";
+  {
+    std::ifstream in(whole, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream out(cut, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  EXPECT_NE(model_error(cut).find(cut + ": is not a readable ONNX model (truncated or corrupt protobuf)"),
+            std::string::npos)
+      << model_error(cut);
+  auto r = run_memfit("train --model " + cut + " --steps 1 --out " + memfit::testing::temp_dir("onnx-cut-run"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("bad model file: " + cut), std::string::npos) << r.out;
+  EXPECT_EQ(model_error("/nonexistent/model.onnx"), "cannot read ONNX model /nonexistent/model.onnx: not found");
+}
