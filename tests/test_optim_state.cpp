@@ -27,6 +27,7 @@
 #include "memfit/runtime.hpp"
 #include "train/report.hpp"
 #include "train/step_graph.hpp"
+#include "gpt_tiny_markov.hpp"
 
 using namespace memfit;
 namespace q = memfit::kernels::qstate;
@@ -459,37 +460,11 @@ TEST(OptimState, CpuKernelsMatchTheReference) {
 
 namespace {
 
-constexpr int64_t kVocab = 64, kT = 32, kB = 8;
-
-train::StepSpec gpt_tiny(const OptimizerConfig& oc) {
-  train::StepSpec s;
-  s.model = "gpt-tiny";
-  s.batch = kB;
-  s.data = {{"tokens", DType::i32, {kT}, 0.0, kVocab}, {"targets", DType::i32, {kT}, -1.0, kVocab}};
-  s.classes = kVocab;
-  s.optimizer = oc;
-  return s;
-}
-
-// Windows of a fixed Markov chain (each token is followed by (7 a + 3) mod V
-// with probability 0.7, else by a uniform one: about 1.6 nats of entropy), a
-// new batch every step, the same for every run.
-void feed_markov(Executor& ex, const train::StepGraph& sg, int step) {
-  std::mt19937 gen(static_cast<uint32_t>(1000 + step));
-  std::uniform_real_distribution<double> u(0, 1);
-  std::vector<int32_t> tok(kB * kT), tgt(kB * kT);
-  for (int64_t r = 0; r < kB; ++r) {
-    int32_t a = static_cast<int32_t>(gen() % kVocab);
-    for (int64_t t = 0; t < kT; ++t) {
-      const int32_t next = u(gen) < 0.7 ? (7 * a + 3) % kVocab : static_cast<int32_t>(gen() % kVocab);
-      tok[static_cast<size_t>(r * kT + t)] = a;
-      tgt[static_cast<size_t>(r * kT + t)] = next;
-      a = next;
-    }
-  }
-  ex.feed(sg.inputs[0].value, tok.data(), tok.size() * sizeof(int32_t));
-  ex.feed(sg.inputs[1].value, tgt.data(), tgt.size() * sizeof(int32_t));
-}
+using memfit::testing::feed_markov;
+using memfit::testing::gpt_tiny;
+using memfit::testing::kB;
+using memfit::testing::kT;
+using memfit::testing::kVocab;
 
 std::vector<double> train_losses(const OptimizerConfig& oc, int steps, double lr) {
   const auto sg = train::build_step_graph(gpt_tiny(oc));

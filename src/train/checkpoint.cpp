@@ -96,6 +96,20 @@ void require_f32_storage(Executor& ex) {
     throw std::runtime_error("checkpoints are written from f32 storage only");
 }
 
+// A checkpoint's (or shard's) metadata: the run's settings, the position,
+// and the checksum over the tensors' bytes (`sum`) and the metadata.
+std::map<std::string, std::string> state_metadata(const TrainState& st, uint64_t sum) {
+  std::map<std::string, std::string> meta = st.extra;
+  meta["format"] = kFormat;
+  meta["model"] = st.model;
+  meta["step"] = std::to_string(st.step);
+  meta["epoch"] = std::to_string(st.epoch);
+  meta["sample"] = std::to_string(st.sample);
+  meta["seed"] = std::to_string(st.seed);
+  meta["checksum"] = hex(fold_metadata(sum, meta));
+  return meta;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st) {
@@ -128,14 +142,7 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
       weights.push_back({w.name.substr(0, w.name.size() - suffix.size()) + ".num_batches_tracked", io::DType::I64, {},
                          &batches_tracked[bi++]});
   }
-  std::map<std::string, std::string> meta = st.extra;
-  meta["format"] = kFormat;
-  meta["model"] = st.model;
-  meta["step"] = std::to_string(st.step);
-  meta["epoch"] = std::to_string(st.epoch);
-  meta["sample"] = std::to_string(st.sample);
-  meta["seed"] = std::to_string(st.seed);
-  meta["checksum"] = hex(fold_metadata(sum, meta));
+  const std::map<std::string, std::string> meta = state_metadata(st, sum);
   // The resume file first: a failure in between leaves a newer resume file
   // beside the previous weights file, each of them whole.
   io::write_safetensors(dir + "/checkpoint.safetensors", all, meta);
@@ -225,14 +232,7 @@ void save_state_shard(const std::string& path, Executor& ex, const TrainState& s
     sum = rng::fnv1a(sum, t.data, v.bytes());
     all.push_back(t);
   }
-  std::map<std::string, std::string> meta = st.extra;
-  meta["format"] = kFormat;
-  meta["model"] = st.model;
-  meta["step"] = std::to_string(st.step);
-  meta["epoch"] = std::to_string(st.epoch);
-  meta["sample"] = std::to_string(st.sample);
-  meta["seed"] = std::to_string(st.seed);
-  meta["checksum"] = hex(fold_metadata(sum, meta));
+  const std::map<std::string, std::string> meta = state_metadata(st, sum);
   io::write_safetensors(path, all, meta);
 }
 
