@@ -40,8 +40,8 @@ std::unique_ptr<data::Loader> test_loader_of(const RunPlan& p) {
 }  // namespace
 
 SignalScope::SignalScope(bool enable) : on_(enable) {
+  g_signal = 0;  // a request left by an earlier run in this process is not this run's
   if (!on_) return;
-  g_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -56,6 +56,8 @@ SignalScope::~SignalScope() {
 }
 
 int stop_signal() { return g_signal; }
+
+void request_stop(int sig) { g_signal = sig; }
 
 TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
     : p_(p),
