@@ -131,7 +131,13 @@ PYBIND11_MODULE(_memfit, m) {
   py::register_exception<train::BudgetError>(m, "BudgetError", PyExc_RuntimeError);
 
   m.def(
-      "usage", [](const std::string& command) { return parse(command, {"--help"}).usage; }, py::arg("command"),
+      "usage",
+      [](const std::string& command) {
+        if (command != "train" && command != "plan")
+          throw py::value_error("memfit command '" + command + "': expected train or plan");
+        return (command == "train" ? cli::parse_train_args({"--help"}) : cli::parse_plan_args({"--help"})).usage;
+      },
+      py::arg("command"),
       "The command's usage text: every option (a flag --name-with-dashes is the keyword name_with_dashes).");
 
   m.def(
