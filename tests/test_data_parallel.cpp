@@ -222,6 +222,40 @@ TEST(DataParallel, ShardedOptimizerStateIsTheSameTrajectoryInLessMemoryPerRank) 
   }
 }
 
+// The gradients' reduction while backward runs (the default): each bucket
+// of whole gradients starts once the last backward node touching it ran.
+// With two ranks every element's sum is one addition however the
+// gradients are cut, so the weights equal those of reducing everything
+// after backward to the bit, sharded (reduce to the owner) and whole
+// (all-reduce). The wide MLP's last
+// layers' gradients are ready long before fc1's: some buckets start during
+// backward; with --overlap-reduce off none does.
+TEST(DataParallel, GradientsReducedDuringBackwardGiveTheSameWeights) {
+  REQUIRE_MPI();
+  const std::string model = model_file(kWide, "wide");
+  const std::string on = memfit::testing::temp_dir("dp-overlap"), off = memfit::testing::temp_dir("dp-after"),
+                    whole = memfit::testing::temp_dir("dp-after-whole");
+  const Result a = run(2, train_args(model, 32, 6, on));
+  ASSERT_EQ(a.code, 0) << a.out << a.err;
+  std::vector<std::string> b_args = train_args(model, 32, 6, off);
+  b_args.insert(b_args.end(), {"--overlap-reduce", "off"});
+  const Result b = run(2, b_args);
+  ASSERT_EQ(b.code, 0) << b.out << b.err;
+  std::vector<std::string> c_args = train_args(model, 32, 6, whole);
+  c_args.insert(c_args.end(), {"--overlap-reduce", "off", "--shard-optimizer", "off"});
+  const Result c = run(2, c_args);
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  memfit::testing::expect_same_tensors(on + "/model.safetensors", off + "/model.safetensors");
+  memfit::testing::expect_same_tensors(on + "/model.safetensors", whole + "/model.safetensors");
+  const Json ja = last_json(a.out), jb = last_json(b.out);
+  // fc1's 6.4 MB gradient alone is two pieces of 4 MiB: several buckets.
+  EXPECT_GE(ja.at("comm_buckets").get<int>(), 3);
+  EXPECT_GE(ja.at("comm_buckets_overlapped").get<int>(), 1);
+  EXPECT_LT(ja.at("comm_buckets_overlapped").get<int>(), ja.at("comm_buckets").get<int>())
+      << "fc1's weight gradient is made by backward's last node";
+  EXPECT_EQ(jb.at("comm_buckets_overlapped").get<int>(), 0);
+}
+
 // A rank killed mid-run (SIGKILL: no chance to clean up) ends the job
 // within seconds, with MPI's message naming the rank; the checkpoint the
 // job committed before is intact, and resuming from it reproduces the

@@ -18,17 +18,15 @@
 #include <vector>
 
 #include "cli/args.hpp"
-#include "data/dataset.hpp"
+#include "cli/run_args.hpp"
 #include "data/tokenizer.hpp"
 #include "memfit/graph.hpp"
-#include "models/model.hpp"
 #include "dist/comm.hpp"
+#include "models/model.hpp"
 #include "models/model_file.hpp"
-#include "models/zoo.hpp"
 #include "train/generate.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
-#include "train/run_data.hpp"
 #include "train/run_report.hpp"
 #include "train/trainer.hpp"
 
@@ -52,152 +50,6 @@ const char* kTopUsage =
     "\n"
     "`memfit <command> --help` lists a command's options.\n";
 
-// --subset / --test-subset: checked when parsed, so that a bad value is a
-// usage error (exit 2) naming the flag.
-std::function<std::string(const std::string&)> subset_flag(const std::string& name, std::string* out) {
-  return [name, out](const std::string& v) {
-    try {
-      data::parse_subset(v);
-    } catch (const std::invalid_argument& e) {
-      return "--" + name + ": " + e.what();
-    }
-    *out = v;
-    return std::string();
-  };
-}
-
-void add_common(cli::Args& a, train::TrainOptions& o, std::string& memory) {
-  std::string models;
-  for (auto& m : models::zoo_names()) models += (models.empty() ? "" : "|") + m;
-  a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
-  a.add("data", &o.data, "PATH",
-        "IDX directory or image folder (default Fashion-MNIST); for a language model a text file or a directory of "
-        "text files (default the English fortunes); for a text classifier .jsonl/.csv or a folder per class");
-  a.add("data-in", &o.data_in, "memory|disk|auto",
-      "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
-      "makes the plan fit or lets the fit pick a faster plan");
-  a.add("cache-dir", &o.cache_dir, "DIR",
-        "where streamed IDX data is decompressed to and a language model's tokens are cached (default "
-        "$MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or ~/.cache/memfit)");
-  a.add("batch", &o.batch, "N", "batch size (default 64)");
-  a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw|adafactor",
-        "optimizer (default sgd with momentum 0.9); adafactor: factored second moment, no first moment");
-  a.add(
-      "optimizer-state",
-      [&o](const std::string& v) {
-        o.optimizer.state = v;
-        o.optimizer_state_set = true;  // the fit keeps it
-        return std::string();
-      },
-      "fp32|bf16|8bit",
-      "how adam/adamw moments and sgd momentum are stored: fp32 (default; 8 B/param for adam), bf16 (stochastic "
-      "rounding; 4 B/param) or 8bit (blockwise-quantised, one scale per 2048; about 2 B/param)");
-  a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
-  a.add("threads", &o.threads, "N", "threads (default: all cores)");
-  a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
-  a.add(
-      "guard-bytes", [&o](const std::string& v) {
-        char* end = nullptr;
-        const long long n = std::strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end || n < 0 || n > (1 << 20)) return "--guard-bytes expects 0..1048576, got '" + v + "'";
-        o.plan.guard_bytes = static_cast<size_t>(n);
-        return std::string();
-      },
-      "N", "debug: N guard bytes after every planned buffer, checked after every step");
-  a.add("subset", subset_flag("subset", &o.subset), "N|F", "train on N samples or a fraction F (0.1, 10%)");
-  a.add("tokenizer", &o.tokenizer, "char|gpt2|wordpiece:VOCAB.txt",
-        "text models: the tokenizer of --data's text (default char: its own alphabet; gpt2: GPT-2's BPE; wordpiece: "
-        "BERT uncased from a vocab.txt); saved in the run directory");
-  a.add("block-size", &o.block_size, "T", "language models: tokens per training window (default: the model's block size)");
-  a.add("val-fraction", &o.val_fraction, "F",
-        "language models: share of the text's documents held out for evaluation (default 0.1)");
-  a.add("task", &o.task, "lm|classify",
-        "text models: what to train, checked against --model (default: what the model is; a BERT is a classifier)");
-  a.add("max-len", &o.max_len, "T",
-        "text classifiers: tokens per example, longer ones truncated (default 128, or the model's limit)");
-  a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
-  a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
-  a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
-}
-
-// Options that change what a step keeps in memory; train and plan take them.
-void add_memory_policy(cli::Args& a, train::TrainOptions& o) {
-  a.add(
-      "freeze", [&o](const std::string& v) {
-        o.freeze.push_back(v);
-        return std::string();
-      },
-      "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
-  a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
-  a.add("recompute", &o.recompute, "none|auto|cheap|segments",
-        "recompute activations in backward instead of keeping them (default auto: GELU and layer-norm outputs, "
-        "from inputs backward keeps anyway)");
-  a.add("accumulate", &o.accumulate, "K", "gradient accumulation: K micro-batches of batch/K per step");
-  a.add_flag("update-in-backward", &o.update_in_backward,
-             "update each parameter inside backward as soon as its gradient is complete, so gradients live only "
-             "until their update (exact; not with --accumulate, --clip-grad-norm or --precision fp16)");
-  a.add(
-      "master-weights", [&o](const std::string& v) {
-        if (v == "fp32") o.master_weights = DType::f32;
-        else if (v == "bf16") o.master_weights = DType::bf16;
-        else return "--master-weights expects fp32 or bf16, got '" + v + "'";
-        o.master_weights_set = true;  // the fit keeps it
-        return std::string();
-      },
-      "fp32|bf16",
-      "storage of the weight matrices (rank >= 2): fp32 (default) or bf16, updated from fp32 gradients with "
-      "stochastic rounding (2 B/param instead of 4; an approximation: biases and norms stay fp32; sgd, adam, "
-      "adamw)");
-  a.add(
-      "precision", [&o](const std::string& v) {
-        if (v == "fp32") o.precision = DType::f32;
-        else if (v == "bf16") o.precision = DType::bf16;
-        else if (v == "fp16") o.precision = DType::f16;
-        else return "--precision expects fp32, bf16 or fp16, got '" + v + "'";
-        o.precision_set = true;
-        return std::string();
-      },
-      "fp32|bf16|fp16",
-      "activation storage and compute type (weights, gradients and optimizer state stay fp32; fp16 adds dynamic "
-      "loss scaling); default fp32, or the fit's choice when over budget");
-  a.add(
-      "saved-activations", [&o](const std::string& v) {
-        if (v == "fp32") o.saved_activations = DType::f32;
-        else if (v == "bf16") o.saved_activations = DType::bf16;
-        else return "--saved-activations expects fp32 or bf16, got '" + v + "'";
-        return std::string();
-      },
-      "fp32|bf16", "fp32 compute, but keep what backward reads as bf16 in between (lossy; halves saved activations)");
-  a.add(
-      "loss-scale", [&o](const std::string& v) {
-        char* end = nullptr;
-        const double x = std::strtod(v.c_str(), &end);
-        int e = 0;
-        if (end == v.c_str() || *end || !(x >= 1 && x <= 16777216) || std::frexp(x, &e) != 0.5)
-          return "--loss-scale expects a power of two between 1 and 16777216, got '" + v + "'";
-        o.loss_scale = x;
-        return std::string();
-      },
-      "S", "fp16: initial dynamic loss scale (default 65536; halves on overflow, doubles after 2000 good steps)");
-  a.add_flag(
-      "no-fit", [&o] { o.auto_fit = false; },
-      "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");
-  a.add(
-      "shard-optimizer", [&o](const std::string& v) {
-        if (v == "on") o.shard_optimizer = true;
-        else if (v == "off") o.shard_optimizer = false;
-        else return "--shard-optimizer expects on or off, got '" + v + "'";
-        return std::string();
-      },
-      "on|off",
-      "on several ranks: each keeps the optimizer state of 1/N of the parameters and sends the others their "
-      "update (ZeRO stage 1; default on); off: every rank keeps all of it");
-  a.add_flag("allow-approx", &o.allow_approx,
-             "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given) "
-             "and bf16 master weights (unless --master-weights is given); without it a refusal names what would fit "
-             "with them");
-}
-
 // A failed rank ends the whole job: the others would wait for it in their
 // next collective. One process just returns the code.
 int fail_job(int code) {
@@ -215,117 +67,23 @@ struct NullStream : std::ostream {
   NullStream() : std::ostream(&buf) {}
 };
 
-int usage_error(const cli::Args& a, const std::string& msg) {
-  std::cerr << "memfit: " << msg << "\n\n" << a.usage();
+int usage_error(const std::string& usage, const std::string& msg) {
+  std::cerr << "memfit: " << msg << "\n\n" << usage;
   return 2;
 }
 
-// The options' own checks (train::validate) as a usage error's message.
-std::optional<std::string> invalid(const train::TrainOptions& o) {
-  try {
-    train::validate(o);
-  } catch (const std::invalid_argument& e) {
-    return std::string(e.what());
-  }
-  return std::nullopt;
-}
-
-bool parse_memory(const std::string& s, train::TrainOptions& o, std::string& err) {
-  if (s.empty()) return true;
-  auto b = train::parse_bytes(s);
-  if (!b || *b == 0) {
-    err = "--memory expects a size like 512MiB, 1GiB or a number of bytes, got '" + s + "'";
-    return false;
-  }
-  o.memory = *b;
-  return true;
-}
+int usage_error(const cli::Args& a, const std::string& msg) { return usage_error(a.usage(), msg); }
 
 using train::short_num;
 
 int cmd_train(const std::vector<std::string>& argv) {
-  train::TrainOptions o;
-  std::string memory;
-  bool nesterov = false;
-  cli::Args a("train", "Train a model. With no options: the ConvNet on Fashion-MNIST for 5 epochs.");
-  add_common(a, o, memory);
-  add_memory_policy(a, o);
-  a.add("init-from", &o.init_from, "FILE|DIR",
-        "start from these weights (safetensors; PyTorch names), or a pretrained model's folder (its "
-        "model.safetensors, and a BERT's vocab.txt as the tokenizer)");
-  a.add(
-      "reinit", [&o](const std::string& v) {
-        o.reinit.push_back(v);
-        return std::string();
-      },
-      "PATTERN", "with --init-from: keep fresh weights for matching layers (a new head); repeatable");
-  a.add("epochs", &o.epochs, "N", "epochs (default 5)");
-  a.add("steps", &o.steps, "N", "stop after N optimizer steps (overrides --epochs)");
-  a.add("profile", &o.profile, "N",
-        "after 2 warm-up steps, time N steps kernel by kernel, print the time per op kind and per layer, and stop");
-  a.add("lr", &o.lr, "LR",
-        "learning rate (default 0.05; 1e-3 for adam and adamw; adafactor without it: its relative step size)");
-  a.add("momentum", &o.optimizer.momentum, "M", "SGD momentum (default 0.9)");
-  a.add_flag("nesterov", &nesterov, "Nesterov momentum");
-  a.add("weight-decay", &o.optimizer.weight_decay, "WD",
-        "weight decay (default 5e-4 for sgd, 1e-2 for adamw, 0 for adam and adafactor; decoupled for adamw and "
-        "adafactor)");
-  a.add("schedule", &o.schedule, "constant|step|cosine", "learning-rate schedule (default cosine)");
-  a.add("warmup", &o.warmup, "STEPS", "linear warm-up steps (default 0)");
-  a.add("clip-grad-norm", &o.optimizer.clip_grad_norm, "N", "clip gradients to this global L2 norm");
-  a.add("label-smoothing", &o.label_smoothing, "S", "label smoothing (default 0)");
-  int64_t seed = static_cast<int64_t>(o.seed);
-  a.add("seed", &seed, "N", "seed for init, shuffling, dropout (default 42)");
-  a.add("out", &o.out, "DIR", "run directory: checkpoints, metrics.jsonl (default runs/latest, or the --resume DIR)");
-  a.add("resume", &o.resume, "DIR", "continue the run saved in DIR exactly");
-  a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps and at the end; 0: never (default: every epoch)");
-  a.add("checkpoint-every", &o.checkpoint_every, "STEPS", "checkpoint every N steps too (default: every epoch)");
-  a.add("inject-oom-at-step", &o.inject_oom_at_step, "STEP",
-        "testing: act as if memory ran out before STEP (0: at allocation)");
-  a.add("test-subset", subset_flag("test-subset", &o.test_subset), "N|F", "evaluate on N samples or a fraction of the test split");
-  a.add_flag("augment", &o.augment, "random crop (pad 4) and horizontal flip");
-  a.add(
-      "progress", [&o](const std::string& v) {
-        if (v == "auto") o.progress = -1;
-        else if (v == "bar") o.progress = 1;
-        else if (v == "lines") o.progress = 0;
-        else return "--progress expects auto, bar or lines, got '" + v + "'";
-        return std::string();
-      },
-      "auto|bar|lines", "progress display (default: bar on a terminal)");
-  if (auto err = a.parse(argv)) return usage_error(a, *err);
-  if (a.help_requested()) {
-    std::cout << a.usage();
+  cli::RunArgs ra = cli::parse_train_args(argv);
+  if (ra.error) return usage_error(ra.usage, *ra.error);
+  if (ra.help) {
+    std::cout << ra.usage;
     return 0;
   }
-  std::string err;
-  if (!parse_memory(memory, o, err)) return usage_error(a, err);
-  if (seed < 0) return usage_error(a, "--seed must be non-negative");
-  for (const char* f : {"data", "subset", "test-subset", "image-size", "channels", "eval-every", "tokenizer",
-                        "block-size", "val-fraction", "max-len"})
-    if (a.given(f)) o.given.push_back(f);
-  if (auto why = invalid(o)) return usage_error(a, *why);
-  if (o.profile > 0) o.steps = o.profile + 2;
-  if (!o.resume.empty() && !a.given("out")) o.out = o.resume;
-  o.optimizer.nesterov = nesterov;
-  o.seed = static_cast<uint64_t>(seed);
-  if (o.optimizer.kind != "sgd" && !a.given("lr")) o.lr = 1e-3;
-  if (o.optimizer.kind == "adamw" && !a.given("weight-decay")) o.optimizer.weight_decay = 1e-2;
-  if ((o.optimizer.kind == "adam" || o.optimizer.kind == "adafactor") && !a.given("weight-decay"))
-    o.optimizer.weight_decay = 0.0;
-  // Adafactor's step size is relative (from the step count and each
-  // parameter's scale) unless --lr gives it.
-  o.optimizer.relative_step = !a.given("lr");
-  try {
-    const models::Model m = models::resolve(o.model);
-    try {
-      train::check_task(o, m);
-    } catch (const std::invalid_argument& e) {
-      return usage_error(a, e.what());
-    }
-  } catch (const GraphError& e) {
-    return usage_error(a, e.what());
-  }
+  train::TrainOptions& o = ra.options;
   o.handle_signals = true;
   // Under mpirun: this process is one rank of the job. Rank 0 speaks for
   // the job (plan, progress, metrics, the result); the others print only
@@ -333,7 +91,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   const dist::Comm& comm = dist::Comm::world();
   o.ranks = comm.size();
   o.rank = comm.rank();
-  if (auto why = invalid(o)) return usage_error(a, *why);
+  try {
+    train::validate(o);  // what several ranks refuse
+  } catch (const std::invalid_argument& e) {
+    return usage_error(ra.usage, e.what());
+  }
   NullStream quiet;
   // --json: stdout carries only the JSON object; every human line goes to stderr.
   std::ostream& log = comm.rank() > 0 ? static_cast<std::ostream&>(quiet) : o.json ? std::cerr : std::cout;
@@ -389,7 +151,8 @@ int cmd_train(const std::vector<std::string>& argv) {
           << train::format_bytes(r.rank_planned_peak_bytes[i]) << ")";
     log << "; rank 0 spent " << short_num(r.comm_seconds) << " s of " << short_num(r.seconds)
         << " s exchanging gradients and parameters (" << train::format_bytes(r.comm_bytes_per_step)
-        << " sent per rank and step)\n";
+        << " sent per rank and step; " << r.comm_buckets_overlapped << " of " << r.comm_buckets
+        << " gradient buckets started during backward)\n";
   }
   if (o.json) {
     train::Json j = {{"steps", r.steps}, {"final_train_loss", r.final_train_loss}};
@@ -410,6 +173,8 @@ int cmd_train(const std::vector<std::string>& argv) {
       j["rank_planned_peak_bytes"] = r.rank_planned_peak_bytes;
       j["comm_seconds"] = r.comm_seconds;
       j["comm_bytes_per_step"] = r.comm_bytes_per_step;
+      j["comm_buckets"] = r.comm_buckets;
+      j["comm_buckets_overlapped"] = r.comm_buckets_overlapped;
     }
     if (o.precision == DType::f16) {
       j["loss_scale"] = r.loss_scale;
@@ -421,41 +186,13 @@ int cmd_train(const std::vector<std::string>& argv) {
 }
 
 int cmd_plan(const std::vector<std::string>& argv) {
-  train::TrainOptions o;
-  std::string memory;
-  cli::Args a("plan", "Print the memory plan of a training run: the predicted peak by class, the largest\n"
-                      "buffers, and the total without planning. Nothing is trained.");
-  add_common(a, o, memory);
-  add_memory_policy(a, o);
-  int64_t ranks = 1, rank = 0;
-  a.add("ranks", &ranks, "N", "plan one rank of a data-parallel job of N ranks (mpirun -np N): its share of the "
-                              "optimizer state when sharded (default 1)");
-  a.add("rank", &rank, "R", "with --ranks: the rank to plan (default 0)");
-  if (auto err = a.parse(argv)) return usage_error(a, *err);
-  if (a.help_requested()) {
-    std::cout << a.usage();
+  cli::RunArgs ra = cli::parse_plan_args(argv);
+  if (ra.error) return usage_error(ra.usage, *ra.error);
+  if (ra.help) {
+    std::cout << ra.usage;
     return 0;
   }
-  std::string err;
-  if (!parse_memory(memory, o, err)) return usage_error(a, err);
-  if (ranks < 1 || ranks > 65536 || rank < 0 || rank >= ranks)
-    return usage_error(a, "--ranks expects 1 to 65536 and --rank 0 to ranks-1, got rank " + std::to_string(rank) +
-                              " of " + std::to_string(ranks));
-  o.ranks = static_cast<int>(ranks);
-  o.rank = static_cast<int>(rank);
-  if (auto why = invalid(o)) return usage_error(a, *why);
-  if (a.given("data")) o.given.push_back("data");
-  try {
-    const models::Model m = models::resolve(o.model);
-    try {
-      train::check_task(o, m);
-    } catch (const std::invalid_argument& e) {
-      return usage_error(a, e.what());
-    }
-  } catch (const GraphError& e) {
-    return usage_error(a, e.what());
-  }
-  o.plan_only = true;
+  train::TrainOptions& o = ra.options;
   train::TrainResult r = train::run_training(o, o.json ? std::cerr : std::cout);
   if (o.json) {
     std::cout << train::report_json(r.report, r.budget) << "\n";

@@ -37,6 +37,8 @@ template <class T, class F> void in_pieces(T* p, size_t n, F&& f) {
   const size_t step = kPieceBytes / sizeof(T);
   for (size_t i = 0; i < n; i += step) f(p + i, static_cast<int>(std::min(step, n - i)));
 }
+// The reduction in flight (Comm allows one; Comm::world() is the only Comm).
+MPI_Request g_request = MPI_REQUEST_NULL;
 #endif
 
 }  // namespace
@@ -122,6 +124,50 @@ void Comm::reduce_sum(float* p, size_t n, int root) {
 #else
   (void)p, (void)n, (void)root;
 #endif
+}
+
+void Comm::start_allreduce_sum(float* p, size_t n) {
+  if (size_ == 1 || n == 0) return;
+  if (in_flight_ || n * sizeof(float) > kPieceBytes) throw std::logic_error("Comm: one piece in flight at a time");
+#ifdef MEMFIT_HAVE_MPI
+  check(MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &g_request),
+        "all-reduce");
+  in_flight_ = true;
+#else
+  (void)p;
+#endif
+}
+
+void Comm::start_reduce_sum(float* p, size_t n, int root) {
+  if (size_ == 1 || n == 0) return;
+  if (in_flight_ || n * sizeof(float) > kPieceBytes) throw std::logic_error("Comm: one piece in flight at a time");
+#ifdef MEMFIT_HAVE_MPI
+  const bool me = rank_ == root;
+  check(MPI_Ireduce(me ? MPI_IN_PLACE : p, me ? p : nullptr, static_cast<int>(n), MPI_FLOAT, MPI_SUM, root,
+                    MPI_COMM_WORLD, &g_request),
+        "reduce");
+  in_flight_ = true;
+#else
+  (void)p, (void)root;
+#endif
+}
+
+bool Comm::progress() {
+  if (!in_flight_) return true;
+#ifdef MEMFIT_HAVE_MPI
+  int done = 0;
+  check(MPI_Test(&g_request, &done, MPI_STATUS_IGNORE), "test");
+  if (done) in_flight_ = false;
+#endif
+  return !in_flight_;
+}
+
+void Comm::wait() {
+  if (!in_flight_) return;
+#ifdef MEMFIT_HAVE_MPI
+  check(MPI_Wait(&g_request, MPI_STATUS_IGNORE), "wait");
+#endif
+  in_flight_ = false;
 }
 
 void Comm::broadcast(void* p, size_t bytes, int root) {

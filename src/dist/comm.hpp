@@ -47,6 +47,19 @@ class Comm {
   void reduce_sum(float* p, size_t n, int root);
   // root's bytes to every rank.
   void broadcast(void* p, size_t bytes, int root);
+
+  // Nonblocking: one reduction of at most kPieceBytes in flight at a time
+  // (so MPI's scratch stays what comm_scratch_bytes counts). start_*
+  // returns at once; p must not be touched until progress() returned true
+  // or wait() returned. Every rank starts the same reductions in the same
+  // order (when does not matter).
+  void start_allreduce_sum(float* p, size_t n);
+  void start_reduce_sum(float* p, size_t n, int root);
+  // Lets the reduction in flight advance (MPI progresses a nonblocking
+  // collective only inside MPI calls); true when none is in flight.
+  bool progress();
+  // Until the reduction in flight, if any, is done.
+  void wait();
   // Every rank's value, by rank.
   std::vector<uint64_t> allgather(uint64_t v);
   void barrier();
@@ -60,6 +73,7 @@ class Comm {
   Comm();
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;
+  bool in_flight_ = false;
   std::string host_;
 };
 

@@ -5,6 +5,7 @@
 
 #include "memfit/optim.hpp"
 #include "memfit/rng.hpp"
+#include "train/step_graph.hpp"
 
 namespace memfit::train {
 namespace {
@@ -32,8 +33,8 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
     if (val.cls == VClass::Buffer && pl.root == static_cast<ValueId>(v))
       buffers_.push_back({pl.offset, pl.bytes, val.dtype == DType::f32 && ex.elem_size(static_cast<ValueId>(v)) == 4});
   }
-  if (!sharded_) return;
-  // Rank r's runs: its parameters' gradients, and the parameter arena from
+  if (sharded_) {
+    // Rank r's runs: its parameters' gradients, and the parameter arena from
   // its first parameter to the next rank's first (with the buffers made in
   // between: a layer's statistics go with its weights).
   const std::vector<size_t> b = shard_bounds(g, comm_.size());
@@ -55,10 +56,109 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
   for (size_t r = 1; r < R; ++r)
     if (grads_[r].begin < grads_[r - 1].end || params_[r].begin < params_[r - 1].end)
       throw std::logic_error("the ranks' shards of the parameter and gradient arenas overlap");
+  }
+  make_buckets();
+}
+
+void DataParallel::make_buckets() {
+  const Graph& g = ex_.graph();
+  const Plan& plan = ex_.plan();
+  const size_t end = update_begin(g);
+  // The gradients, by offset in their arena, each with the last node before
+  // the update that writes or reads its bytes.
+  struct Grad {
+    size_t begin, end, ready;
+  };
+  std::vector<Grad> gs;
+  for (ValueId p : updated_params(g)) {
+    const Placement& pl = plan.values[static_cast<size_t>(g.value(p).grad)];
+    gs.push_back({pl.offset, pl.offset + pl.bytes, 0});
+  }
+  std::sort(gs.begin(), gs.end(), [](const Grad& a, const Grad& b) { return a.begin < b.begin; });
+  for (size_t k = 0; k < end; ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    auto touch = [&](ValueId v) {
+      const Placement& pl = plan.values[static_cast<size_t>(v)];
+      if (pl.arena != Arena::Grads || pl.bytes == 0) return;
+      for (Grad& gr : gs)
+        if (gr.begin < pl.offset + pl.bytes && pl.offset < gr.end) gr.ready = k;
+    };
+    for (ValueId v : n.inputs) touch(v);
+    for (ValueId v : n.outputs) touch(v);
+  }
+  // Buckets: consecutive whole gradients up to one piece (a larger one in
+  // pieces of its own), never across a shard's edge.
+  auto owner = [&](size_t offset) {
+    if (!sharded_) return -1;
+    for (size_t r = 0; r < grads_.size(); ++r)
+      if (offset >= grads_[r].begin && offset < grads_[r].end) return static_cast<int>(r);
+    throw std::logic_error("a gradient outside every rank's shard");
+  };
+  for (size_t i = 0; i < gs.size();) {
+    const int root = owner(gs[i].begin);
+    if (gs[i].end - gs[i].begin > dist::kPieceBytes) {
+      for (size_t b = gs[i].begin; b < gs[i].end; b += dist::kPieceBytes)
+        buckets_.push_back({b, std::min(gs[i].end, b + dist::kPieceBytes), root, gs[i].ready});
+      ++i;
+      continue;
+    }
+    Bucket bk{gs[i].begin, gs[i].end, root, gs[i].ready};
+    for (++i; i < gs.size() && owner(gs[i].begin) == root && gs[i].end - bk.begin <= dist::kPieceBytes; ++i) {
+      bk.end = gs[i].end;
+      bk.ready = std::max(bk.ready, gs[i].ready);
+    }
+    buckets_.push_back(bk);
+  }
+  // Start order: as backward readies them (ties: by offset). The same on
+  // every rank (the same plan), as MPI needs.
+  std::stable_sort(buckets_.begin(), buckets_.end(), [](const Bucket& a, const Bucket& b) { return a.ready < b.ready; });
+}
+
+void DataParallel::start(const Bucket& b) {
+  float* p = reinterpret_cast<float*>(base(ex_, Arena::Grads) + b.begin);
+  const size_t n = (b.end - b.begin) / sizeof(float);
+  if (b.root < 0) comm_.start_allreduce_sum(p, n);
+  else comm_.start_reduce_sum(p, n, b.root);
+}
+
+void DataParallel::run_backward(size_t end, const kernels::StepContext& ctx) {
+  next_ = 0;
+  overlapped_ = 0;
+  if (!active() || !overlap_ || buckets_.empty()) {
+    ex_.run_nodes(0, end, ctx);
+    return;
+  }
+  size_t k = 0;
+  while (k < end) {
+    if (!comm_.progress()) {
+      // A bucket in flight: one node at a time, letting it advance between.
+      ex_.run_nodes(k, k + 1, ctx);
+      ++k;
+      continue;
+    }
+    if (next_ < buckets_.size() && buckets_[next_].ready < k) {
+      start(buckets_[next_++]);
+      ++overlapped_;
+      continue;
+    }
+    // Nothing in flight: run up to the next bucket's ready node.
+    const size_t to = next_ < buckets_.size() ? std::min(end, buckets_[next_].ready + 1) : end;
+    ex_.run_nodes(k, to, ctx);
+    k = to;
+  }
 }
 
 void DataParallel::reduce_gradients() {
   if (!active()) return;
+  if (next_ > 0) {  // run_backward() started the first buckets
+    for (; next_ < buckets_.size(); ++next_) {
+      comm_.wait();
+      start(buckets_[next_]);
+    }
+    comm_.wait();
+    next_ = 0;
+    return;
+  }
   float* g = reinterpret_cast<float*>(base(ex_, Arena::Grads));
   if (!sharded_) {
     comm_.allreduce_sum(g, ex_.plan().arena_bytes[static_cast<size_t>(Arena::Grads)] / sizeof(float));

@@ -20,6 +20,15 @@
 // Everything works in place on the executor's arenas in pieces
 // (dist::kPieceBytes), so the only memory beyond the plan is what the MPI
 // library holds for one piece (counted by the plan as comm_scratch_bytes).
+//
+// Overlap: the gradients are cut into buckets of at most one piece (whole
+// gradients where they fit, a shard's gradients never with another's), each
+// ready after the last backward node that writes or reads its bytes. With
+// run_backward() the step's last micro-batch starts each bucket's reduction
+// as soon as it is ready and backward is still running; one bucket is in
+// flight at a time, advanced between the nodes, so the scratch stays one
+// piece's. Backward makes the last layers' gradients first, so most of the
+// exchange happens while the first layers' backward computes.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +50,22 @@ class DataParallel {
   int rank() const { return comm_.rank(); }
   int ranks() const { return comm_.size(); }
 
+  // Nodes [0, end) of the step (forward and backward; end: the update's
+  // first node), reducing each gradient bucket while backward runs (the
+  // step's last micro-batch). reduce_gradients() then finishes the rest.
+  // One rank, or overlap off: just the nodes.
+  void run_backward(size_t end, const kernels::StepContext& ctx);
   // After backward: the sum over ranks of each gradient, on every rank
   // (unsharded) or on its parameter's owner (sharded). The update divides
-  // by the number of ranks (its grad_scale).
+  // by the number of ranks (its grad_scale). After run_backward(), only the
+  // buckets still to go (and the one in flight).
   void reduce_gradients();
+  // Reduce while backward runs (default on).
+  void set_overlap(bool on) { overlap_ = on; }
+  // Of the last step: the buckets whose reduction started before backward
+  // ended, of all buckets.
+  size_t buckets_overlapped() const { return overlapped_; }
+  size_t buckets() const { return buckets_.size(); }
   // After the update: the buffers' mean over the ranks, then the owners'
   // parameters (sharded) or rank 0's buffers (unsharded) to every rank.
   void share_parameters();
@@ -73,6 +94,17 @@ class DataParallel {
   dist::Comm& comm_;
   bool sharded_ = false;
   std::vector<Span> grads_, params_;  // per rank (sharded): its owned run
+  struct Bucket {
+    size_t begin, end;  // bytes in the gradient arena, at most one piece
+    int root;           // sharded: the owner; -1: all-reduce
+    size_t ready;       // the node after which nothing in backward touches it
+  };
+  std::vector<Bucket> buckets_;  // in start order: by ready node
+  size_t next_ = 0;              // buckets_[next_...] not started this step
+  size_t overlapped_ = 0;
+  bool overlap_ = true;
+  void make_buckets();
+  void start(const Bucket& b);
   struct Buffer {
     size_t offset, bytes;
     bool f32;  // averaged over the ranks (else only sent)

@@ -105,6 +105,9 @@ struct TrainOptions {
   int ranks = 1;
   int rank = 0;
   bool shard_optimizer = true;
+  // Several ranks: reduce each gradient bucket while backward still runs
+  // (off: all of them after backward; the same sums either way).
+  bool overlap_reduce = true;
   // Flags the user gave (names without "--"): on --resume, the data options
   // not given are taken from the checkpoint, and given ones must match it;
   // validate() refuses a given --eval-every of -1 (the default's meaning).

@@ -49,6 +49,8 @@ Json run_header(const RunPlan& p) {
               {"update_in_backward", o.update_in_backward},
               {"backend", backend_name(o.backend)},
               {"threads", o.threads},
+              {"ranks", o.ranks},
+              {"optimizer_sharded", o.ranks > 1 && o.shard_optimizer},
               {"steps", o.steps},
               {"epochs", o.epochs},
               {"train_samples", p.data.train->size()},

@@ -132,11 +132,17 @@ std::string header_section(const Run& r) {
     kv(s, "cpu", str(cpu, "model") + "; oneDNN " + str(cpu, "onednn") + " " + str(cpu, "onednn_isa") + "; memfit loops " +
                      str(cpu, "vector_isa"));
   }
-  kv(s, "backend", str(run, "backend") + (num(run, "threads", 0) > 0 ? ", " + str(run, "threads") + " threads" : ""));
+  const double ranks = num(run, "ranks", 1);
+  kv(s, "backend", str(run, "backend") + (num(run, "threads", 0) > 0 ? ", " + str(run, "threads") + " threads" : "") +
+                       (ranks > 1 ? ", " + fixed(ranks, 0) + " ranks (data parallel, optimizer state " +
+                                        (run.value("optimizer_sharded", false) ? "sharded" : "whole") + ")"
+                                  : ""));
   kv(s, "started", str(run, "started") + (str(run, "resumed_from").empty() ? "" : " (resumed from " + str(run, "resumed_from") + ")"));
   const double done = r.steps.empty() ? (r.evals.empty() ? 0 : num(r.evals.back(), "step")) : num(r.steps.back(), "step");
   kv(s, "steps", fixed(done, 0) + (num(run, "steps", 0) > 0 ? " of " + str(run, "steps")
-                                                              : " (" + str(run, "epochs") + " epochs asked for)"));
+                                                              : " (" + str(run, "epochs") +
+                                                                    (str(run, "epochs") == "1" ? " epoch" : " epochs") +
+                                                                    " asked for)"));
   if (!r.evals.empty()) {
     const Json& e = r.evals.back();
     kv(s, "last evaluation",

@@ -42,8 +42,8 @@ std::unique_ptr<data::Loader> test_loader_of(const RunPlan& p) {
 }  // namespace
 
 SignalScope::SignalScope(bool enable) : on_(enable) {
+  g_signal = 0;  // a request left by an earlier run in this process is not this run's
   if (!on_) return;
-  g_signal = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -59,6 +59,8 @@ SignalScope::~SignalScope() {
 
 int stop_signal() { return g_signal; }
 
+void request_stop(int sig) { g_signal = sig; }
+
 TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
     : p_(p),
       o_(p.options),
@@ -71,6 +73,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
       eval_inputs_(*p.eval_ex, *p.eval_g),
       eval_metrics_(*p.eval_ex, *p.eval_g),
       dp_(*p.train_ex, dist::Comm::world(), p.options.shard_optimizer) {
+  dp_.set_overlap(p.options.overlap_reduce);
   if (dist::Comm::world().size() != o_.ranks)
     throw std::logic_error("the run was planned for " + std::to_string(o_.ranks) + " ranks, the job has " +
                            std::to_string(dist::Comm::world().size()));
@@ -246,7 +249,12 @@ void TrainLoop::run_micro_batch(size_t n, Clock::time_point t0) {
   ctx_.grad_scale = 1.0 / scaler_.scale();  // for an update that runs within this call (accumulate 1, no scaling)
   ctx_.loss_scale = scaler_.scale();
   if (o_.profile > 0 && group_ == 0 && st_.step == total_steps_ - o_.profile) ex_.set_profiling(true);
-  ex_.run_nodes(0, update_node_, ctx_);
+  if (group_ + 1 == o_.accumulate) {
+    // The group's last micro-batch: several ranks reduce the gradients while backward runs.
+    dp_.run_backward(update_node_, ctx_);
+  } else {
+    ex_.run_nodes(0, update_node_, ctx_);
+  }
   group_loss_ += ex_.fetch_scalar(p_.train_g->loss);
   images_ += static_cast<int64_t>(n) * dp_.ranks();  // the job's samples
   if (++group_ < o_.accumulate) {
@@ -409,6 +417,8 @@ void TrainLoop::finish(Clock::time_point t_start) {
     for (uint64_t v : c.allgather(p_.report.total)) res_.rank_planned_peak_bytes.push_back(static_cast<size_t>(v));
     res_.comm_bytes_per_step = dp_.bytes_per_step();
     res_.comm_seconds = comm_seconds_;
+    res_.comm_buckets = dp_.buckets();
+    res_.comm_buckets_overlapped = dp_.buckets_overlapped();
   }
   // The plan is a promise: say so when the process went past it.
   const size_t planned = p_.report.total, peak = res_.peak_rss_bytes;

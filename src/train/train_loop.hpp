@@ -45,6 +45,13 @@ class SignalScope {
 
 // The signal received under a SignalScope, else 0.
 int stop_signal();
+// Asks the running TrainLoop to stop as on `sig` (finish the step, write a
+// checkpoint, return with TrainResult::interrupted = sig), for a host that
+// keeps its own signal handlers (the Python package: run_training with
+// handle_signals off). Call it on the thread that runs the loop (from its
+// log stream) or from a signal handler; every run_training starts with
+// no request.
+void request_stop(int sig);
 
 class TrainLoop {
  public:

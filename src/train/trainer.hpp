@@ -35,6 +35,9 @@ struct TrainResult {
   std::vector<size_t> rank_peak_rss_bytes, rank_planned_peak_bytes;
   size_t comm_bytes_per_step = 0;
   double comm_seconds = 0.0;   // this rank's time in the gradients' and parameters' exchange
+  // Gradient buckets per step, and how many of them started while backward
+  // still ran (the last step's count).
+  size_t comm_buckets = 0, comm_buckets_overlapped = 0;
 };
 
 // Thrown when the plan does not fit the budget; the message has the table.

@@ -32,8 +32,8 @@ Needs python3-torch and python3-numpy only (torch.onnx.export does not need
 the onnx package).
 """
 import argparse
+import importlib.util
 import os
-import struct
 import sys
 
 import numpy as np
@@ -44,6 +44,11 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_golden as golden  # noqa: E402
 from golden_common import read_safetensors  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location(
+    "memfit_onnx_export", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "memfit", "_onnx.py"))
+_onnx = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_onnx)
 
 
 def build(name):
@@ -59,36 +64,10 @@ def build(name):
 
 
 def export_training(model, example, path, opset):
-    """torch.onnx.export in training mode, with the running statistics as
-    they were: the export traces one forward pass in training mode, which
-    would move every batch-norm's running mean and variance towards the
-    example's statistics before they are written (running_var 1 -> 0.9 for
-    a zero example). The trace runs at momentum 0, which leaves them as they
-    are, and each BatchNormalization's momentum attribute is then set back
-    to what the export writes for the module's own (1 - momentum, float32)."""
-    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    kept = [m.momentum for m in bns]
-    for m in bns:
-        m.momentum = 0.0
-    try:
-        torch.onnx.export(model, example, path + ".tmp", export_params=True, do_constant_folding=False,
-                          training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
-                          input_names=["image"], output_names=["logits"], dynamic_axes={"image": {0: "N"}})
-    finally:
-        for m, k in zip(bns, kept):
-            m.momentum = k
-    with open(path + ".tmp", "rb") as f:
-        blob = f.read()
-    # AttributeProto {name: "momentum" (field 1), f (field 2, fixed32)}: the
-    # serialised form is exactly these bytes, once per batch norm.
-    attr = b"\x0a\x08momentum\x15"
-    if blob.count(attr + struct.pack("<f", 1.0)) != len(bns) or len(set(kept)) > 1:
-        raise SystemExit(f"{path}: expected {len(bns)} BatchNormalization momentum attributes of 1.0")
-    if bns:
-        blob = blob.replace(attr + struct.pack("<f", 1.0), attr + struct.pack("<f", 1.0 - kept[0]))
-    with open(path + ".tmp", "wb") as f:
-        f.write(blob)
-    os.replace(path + ".tmp", path)
+    """The Python package's export (python/memfit/_onnx.py, loaded by path:
+    the package's extension need not be built): training mode, the running
+    statistics as they were, the batch axis free."""
+    _onnx.export_training(model, example, path, opset)
 
 
 def export(name, out_dir):

@@ -1,0 +1,140 @@
+"""memfit from Python: plan and train inside a memory budget, in a notebook.
+
+The same engine as the `memfit` command, in this process: keyword arguments
+are the command's flags (batch=32 is --batch 32, update_in_backward=True is
+--update-in-backward; memfit.usage("train") lists them all).
+
+    import memfit
+    plan = memfit.plan(model="convnet", batch=64, memory="1GiB")   # Plan: shows as a table
+    run = memfit.train(model="convnet", batch=32, steps=200, subset=2000, out="runs/nb")
+    run.history            # one dict per step (loss, rate, RSS) with evaluations
+    run.result             # final loss, accuracy, peak RSS against the planned peak
+    run.weights()          # {name: numpy array}; run.load_into(torch_module)
+    run.report()           # report.html, inline in a notebook
+
+Ctrl-C (a notebook's interrupt) finishes the current step, writes the
+checkpoint and raises memfit.Interrupted, a KeyboardInterrupt whose .run is
+the partial Run; memfit.train(resume=run.run_dir, ...) continues it exactly.
+"""
+import os
+import re
+import tempfile
+
+from . import _memfit
+from ._display import Display
+from ._options import to_argv
+from ._plan import Plan
+from ._run import Report, Run
+
+__all__ = ["plan", "train", "usage", "open_run", "Plan", "Run", "Report", "BudgetError", "Interrupted"]
+
+
+class BudgetError(_memfit.BudgetError):
+    """The run does not fit the budget, and no policy makes it fit. The
+    message is the command's: the predicted peak, its largest parts and the
+    smallest budget that would fit; .memory is that budget as a memory=
+    value ("812.4MiB"), None if the message names none."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        found = re.search(r"--memory ([0-9.]+[KMGT]i?B)", message)
+        self.memory = found.group(1) if found else None
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped memfit.train after a finished step; the checkpoint is
+    written. .run is the partial Run (its .interrupted is True)."""
+
+    def __init__(self, run):
+        self.run = run
+        super().__init__(f"memfit: interrupted at step {run.result.get('steps')}; checkpoint written to "
+                         f"{run.run_dir}; continue with memfit.train(resume={run.run_dir!r}, ...) and the same options")
+
+
+def usage(command="train"):
+    """The options of memfit.train ("train") or memfit.plan ("plan"), as the
+    command lists its flags (--name-with-dashes is the keyword name_with_dashes)."""
+    return _memfit.usage(command)
+
+
+def open_run(run_dir):
+    """The Run in a run directory (one memfit.train or `memfit train` wrote)."""
+    if not os.path.isdir(run_dir):
+        raise FileNotFoundError(f"no run directory at {run_dir}")
+    return Run(run_dir)
+
+
+def plan(model="convnet", batch=None, memory=None, example_input=None, **options):
+    """The memory plan of a run, without running it (`memfit plan`).
+
+    Returns a Plan (.peak_bytes, .budget_bytes, .fits, .by_class, .largest,
+    .policy). Over budget, the fit searches micro-batch, accumulation,
+    recomputation and precision as the command does, and .policy says what it
+    chose; raises BudgetError when nothing fits (no_fit=True: returns the plan
+    as asked, .fits False), ValueError for an option the command does not take.
+    model may be a torch.nn.Module with example_input (exported to ONNX).
+    """
+    with tempfile.TemporaryDirectory(prefix="memfit-plan-") as tmp:
+        model = _model_arg(model, example_input, tmp)
+        argv = to_argv({"model": model, "batch": batch, "memory": memory, **options})
+        try:
+            out = _memfit.plan(argv)
+        except _memfit.BudgetError as e:
+            raise BudgetError(str(e)) from None
+    return Plan(out["json"], out["log"])
+
+
+def train(model="convnet", data=None, batch=None, memory=None, steps=None, epochs=None, out=None, progress=True,
+          example_input=None, **options):
+    """Trains in this process as `memfit train` does, and returns a Run.
+
+    progress: True shows the log and a progress line (updated in place in a
+    notebook); False shows nothing (the log is still in Run.log); a callable
+    receives each piece of the log (str) as it is written. The run writes
+    its directory (out, default runs/latest): checkpoints, model.safetensors,
+    metrics.jsonl, steps.jsonl, plan.json, report.html.
+
+    Raises BudgetError when nothing fits, ValueError for an option the
+    command does not take, Interrupted (a KeyboardInterrupt) on Ctrl-C, after
+    the step in progress and the checkpoint. model may be a torch.nn.Module
+    with example_input: it is exported to ONNX into the run directory.
+    """
+    given = {"data": data, "batch": batch, "memory": memory, "steps": steps, "epochs": epochs, "out": out, **options}
+    if "progress" in options:
+        raise ValueError("memfit.train(progress=...) is True, False or a callable; the command's --progress "
+                         "display is chosen for it")
+    if not isinstance(model, (str, os.PathLike)):
+        # The run directory the options name (out, or resume's, or the default).
+        run_dir = _memfit.options("train", to_argv(given))["out"]
+        os.makedirs(run_dir, exist_ok=True)
+        model = _model_arg(model, example_input, run_dir)
+    argv = to_argv({"model": model, **given}) + ["--progress", "bar"]
+    display = Display(show=progress is True)  # keeps the log either way
+    sink = display
+    if callable(progress):
+        def sink(text):
+            display(text)
+            progress(text)
+    try:
+        result = _memfit.train(argv, sink)
+    except _memfit.BudgetError as e:
+        raise BudgetError(str(e)) from None
+    ctrl_c = result.pop("keyboard_interrupt")
+    run = Run(result["out"], result, display.log)
+    if run.interrupted or ctrl_c:
+        raise Interrupted(run)
+    return run
+
+
+def _model_arg(model, example_input, folder):
+    """A zoo name or model file as it is; a torch.nn.Module exported to
+    folder/model.onnx (the engine reads ONNX models)."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    if not hasattr(model, "state_dict"):
+        raise ValueError(f"model={type(model).__name__}: expected a zoo name, a model file or a torch.nn.Module")
+    if example_input is None:
+        raise ValueError("a torch model needs example_input=: one batch shaped like the data's, e.g. "
+                         "torch.zeros(1, 1, 28, 28) for Fashion-MNIST")
+    from ._onnx import export_training
+    return export_training(model, example_input, os.path.join(folder, "model.onnx"))

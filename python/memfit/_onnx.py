@@ -1,0 +1,61 @@
+"""A PyTorch module to the ONNX file memfit imports: torch.onnx.export of
+the forward graph in training mode (dropout and batch norm as in training),
+with the state_dict names as the initializers' names and the batch axis
+left free.
+
+No import of memfit's extension and nothing beyond torch, so that
+tests/golden/export_onnx.py loads this file by its path for the golden
+models' exports: the package and the tests export the same way.
+"""
+import os
+import struct
+
+
+def export_training(model, example_input, path, opset=17, input_name="image", output_name="logits"):
+    """Writes path (atomically: a .tmp file renamed) and returns it.
+
+    The export traces one forward pass in training mode, which would move
+    every batch norm's running mean and variance towards the example's
+    statistics before they are written (running_var 1 -> 0.9 for a zero
+    example). The trace therefore runs at momentum 0, which leaves them as
+    they are, and each BatchNormalization's momentum attribute is then set
+    back to the one the export writes for the module's own (1 - momentum,
+    float32). opset 17 (the default) exports layer norm as
+    LayerNormalization."""
+    import torch
+    import torch.nn as nn
+
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    kept = [m.momentum for m in bns]
+    if len(set(kept)) > 1:
+        raise ValueError("the batch norms of this model have different momenta; memfit's export needs one")
+    if any(k is None for k in kept):
+        raise ValueError("a batch norm with momentum=None (a cumulative average) has no ONNX form memfit imports")
+    was_training = model.training
+    model.train()
+    for m in bns:
+        m.momentum = 0.0
+    tmp = path + ".tmp"
+    try:
+        torch.onnx.export(model, example_input, tmp, export_params=True, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
+                          input_names=[input_name], output_names=[output_name],
+                          dynamic_axes={input_name: {0: "N"}})
+    finally:
+        for m, k in zip(bns, kept):
+            m.momentum = k
+        model.train(was_training)
+    with open(tmp, "rb") as f:
+        blob = f.read()
+    # AttributeProto {name: "momentum" (field 1), f (field 2, fixed32)}: the
+    # serialised form is exactly these bytes, once per batch norm.
+    attr = b"\x0a\x08momentum\x15"
+    if blob.count(attr + struct.pack("<f", 1.0)) != len(bns):
+        os.remove(tmp)
+        raise RuntimeError(f"{path}: expected {len(bns)} BatchNormalization momentum attributes of 1.0 in the export")
+    if bns:
+        blob = blob.replace(attr + struct.pack("<f", 1.0), attr + struct.pack("<f", 1.0 - kept[0]))
+    with open(tmp, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, path)
+    return path

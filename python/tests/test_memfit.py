@@ -1,0 +1,187 @@
+"""The Python package against the command: the same engine, so the same plan
+and the same losses; Ctrl-C keeps a checkpoint the command resumes from.
+
+Run by ctest (python_package) with PYTHONPATH at build/python and
+MEMFIT_BINARY at the command built with it."""
+import json
+import os
+import signal
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import memfit
+
+MEMFIT = os.environ.get("MEMFIT_BINARY", os.path.join(os.path.dirname(__file__), "../../build/memfit"))
+FASHION = "/usr/share/datasets/fashion-mnist"
+needs_fashion = pytest.mark.skipif(not os.path.isdir(FASHION),
+                                   reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+
+# A short ConvNet run: 16 steps of 32 on 512 images, evaluated on 256.
+SHORT = dict(subset=512, test_subset=256, batch=32, steps=16, threads=2, seed=3)
+
+
+def command(*args):
+    """`memfit ARGS` -> (exit code, stdout, stderr)."""
+    p = subprocess.run([MEMFIT, *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def flags(options):
+    return memfit._options.to_argv(options)
+
+
+@needs_fashion
+def test_plan_predicts_the_commands_peak():
+    opts = dict(model="convnet", batch=64, memory="1GiB", optimizer="adamw")
+    p = memfit.plan(**opts)
+    code, out, err = command("plan", "--json", *flags(opts))
+    assert code == 0, err
+    j = json.loads(out)
+    # The baseline (binary, libraries, here the interpreter) is measured in
+    # each process; every planned byte on top of it is the same.
+    by_class = {c["class"]: c["bytes"] for c in p.by_class}
+    assert p.peak_bytes - by_class["baseline"] == j["total_bytes"] - j["by_class"]["baseline"]
+    assert p.budget_bytes == j["budget_bytes"] == 1 << 30
+    assert p.fits and p.peak_bytes == p.json["total_bytes"]
+    assert {k: v for k, v in j["by_class"].items() if k != "baseline"} == \
+        {k: v for k, v in p.json["by_class"].items() if k != "baseline"}
+    assert p.largest and p.largest[0]["bytes"] == j["largest"][0]["bytes"]
+    assert p.policy["micro_batch"] == 64 and p.policy["optimizer_state"] == j["optimizer_state"]["policy"]
+    assert "predicted peak" in str(p) or "peak" in str(p)
+    assert "largest buffers:" in str(p)
+    assert "<table>" in p._repr_html_()
+
+
+@needs_fashion
+def test_plan_over_budget_names_the_smallest_budget():
+    with pytest.raises(memfit.BudgetError) as e:
+        memfit.plan(model="convnet", batch=64, memory="20MiB")
+    message = str(e.value)
+    assert "smallest budget" in message and e.value.memory
+    # The command's refusal is the same message (its smallest budget is its
+    # own: the baseline, measured per process, is smaller without Python).
+    code, _, err = command("plan", "--model", "convnet", "--batch", "64", "--memory", "20MiB")
+    assert code == 3 and "smallest budget" in err and "--memory " in err
+    # The budget named is the plan's smallest; in this process the baseline
+    # grows as plans come and go (the heap they leave), so ask a little more.
+    assert e.value.memory.endswith("MiB")
+    assert memfit.plan(model="convnet", batch=64, memory=f"{float(e.value.memory[:-3]) + 64}MiB").fits
+
+
+def test_unknown_option_is_a_value_error_with_the_commands_message():
+    with pytest.raises(ValueError, match="unknown flag --colour"):
+        memfit.plan(colour="blue")
+    with pytest.raises(ValueError, match="--batch expects an integer, got 'many'"):
+        memfit.train(batch="many", progress=False)
+    assert "--update-in-backward" in memfit.usage("train")
+
+
+@needs_fashion
+def test_train_matches_the_command_and_its_weights(tmp_path):
+    seen = []
+    run = memfit.train(model="convnet", out=tmp_path / "py", progress=seen.append, **SHORT)
+    code, out, err = command("train", "--json", "--progress", "lines", "--out", str(tmp_path / "cmd"), *flags(SHORT))
+    assert code == 0, err
+    done = json.loads(out.strip().splitlines()[-1])
+    # The same library, seed and options: the same losses, bit for bit.
+    assert run.result["final_train_loss"] == done["final_train_loss"]
+    assert run.result["test_accuracy"] == done["test_accuracy"]
+    assert run.result["steps"] == 16 and not run.interrupted
+    assert [h["train_loss"] for h in run.history] == \
+        [h["train_loss"] for h in memfit.open_run(tmp_path / "cmd").history]
+    assert run.history[-1]["step"] == 16 and "test_accuracy" in run.history[-1]
+    assert run.result["planned_peak_bytes"] > 0 and run.result["peak_rss_bytes"] > 0
+    # Progress came through the callable as the command's progress line.
+    assert any("\r[" in s and "16/16" in s for s in seen)
+    assert "16/16" in run.log and "\r" not in run.log
+
+    w = run.weights()
+    ref = memfit.open_run(tmp_path / "cmd").weights()
+    assert list(w) == list(ref)
+    for name in w:
+        assert w[name].shape == ref[name].shape and w[name].dtype == np.float32, name
+        assert np.array_equal(w[name], ref[name]), name
+    assert run.report().html.lstrip().lower().startswith("<!doctype html")
+
+
+class KillAt:
+    """A progress callable that, from another thread, sends this process
+    SIGINT once the run has reached `step` (as Ctrl-C in a notebook does)."""
+
+    def __init__(self, step):
+        self.step, self.reached = step, threading.Event()
+        self.thread = threading.Thread(target=self._kill, daemon=True)
+        self.thread.start()
+
+    def __call__(self, text):
+        for piece in text.split("\r")[1:]:
+            done = piece.split("]", 1)[-1].split()
+            if done and "/" in done[0] and int(done[0].split("/")[0]) >= self.step:
+                self.reached.set()
+
+    def _kill(self):
+        if self.reached.wait(60):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@needs_fashion
+def test_ctrl_c_finishes_the_step_keeps_the_checkpoint_and_the_command_resumes(tmp_path):
+    out = tmp_path / "stopped"
+    opts = dict(SHORT, steps=60)
+    with pytest.raises(memfit.Interrupted) as e:
+        memfit.train(model="convnet", out=out, progress=KillAt(3), **opts)
+    run = e.value.run
+    assert isinstance(e.value, KeyboardInterrupt) and run.interrupted
+    stopped_at = run.result["steps"]
+    assert 3 <= stopped_at < 60
+    assert os.path.exists(out / "checkpoint.safetensors")
+    # The command continues from the checkpoint to the end.
+    code, stdout, err = command("train", "--resume", str(out), "--progress", "lines", "--json", *flags(opts))
+    assert code == 0, err
+    assert f"resumed from {out} at step {stopped_at}" in err
+    assert json.loads(stdout.strip().splitlines()[-1])["steps"] == 60
+    # A run after an interrupted one starts with no stop request.
+    again = memfit.train(model="convnet", out=tmp_path / "after", progress=False, **dict(SHORT, steps=2))
+    assert again.result["steps"] == 2 and not again.interrupted
+
+
+@needs_fashion
+def test_a_torch_model_goes_through_onnx(tmp_path):
+    """A PyTorch CNN (conv, batch norm, pool, linear) trained through its ONNX
+    export: the export leaves the module's running statistics as they were,
+    the plan of the exported file is the command's, and the trained weights,
+    batch-norm statistics included, load back under their state_dict names."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
+
+    net = make()
+    example = torch.zeros(1, 1, 28, 28)
+    p = memfit.plan(model=net, example_input=example, batch=32, memory="512MiB")
+    assert p.fits and p.peak_bytes < 512 * 2**20
+    assert torch.equal(net[1].running_var, torch.ones(8)), "the export's trace moved the running statistics"
+    run = memfit.train(model=net, example_input=example, out=tmp_path / "onnx", progress=False, memory="512MiB",
+                       **dict(SHORT, steps=4))
+    onnx_file = tmp_path / "onnx" / "model.onnx"
+    assert onnx_file.exists() and run.result["steps"] == 4
+    code, out, err = command("plan", "--json", "--model", str(onnx_file), "--batch", "32", "--memory", "512MiB")
+    assert code == 0, err
+    j = json.loads(out)
+    # Every planned byte on top of each process's measured baseline (here
+    # the interpreter with torch) is the same.
+    assert p.peak_bytes - p.json["by_class"]["baseline"] == j["total_bytes"] - j["by_class"]["baseline"]
+    trained = make()
+    run.load_into(trained)
+    w = run.weights()
+    assert set(w) == set(trained.state_dict())
+    for name, t in trained.state_dict().items():
+        np.testing.assert_array_equal(t.numpy(), w[name])
+    assert not torch.equal(trained[1].running_var, torch.ones(8)), "batch norm's running statistics were not trained"
+    assert not torch.equal(trained[0].weight, make()[0].weight)
