@@ -9,7 +9,9 @@ Cases (global batch: ResNet-18 64 on Fashion-MNIST, gpt-char 16 windows of
   memfit 1 x 2   memfit train --batch B --threads 2
   memfit 2 x 1   mpirun -np 2 memfit train --batch B/2 --threads 1, with the
                  optimizer state sharded (ZeRO-1, the default) and whole
-                 (--shard-optimizer off)
+                 (--shard-optimizer off), the gradients reduced during
+                 backward (the default) and, sharded, after it
+                 (--overlap-reduce off)
   PyTorch 1 x 2  bench/torch_step.py --threads 2 (random data, median step)
   PyTorch 2 x 1  torchrun --nproc_per_node 2 bench/torch_ddp.py (DDP over gloo)
 memfit's rate is the median of steps.jsonl's per-step rates after the first
@@ -69,7 +71,7 @@ CASES = {
 }
 
 
-def memfit_case(binary, model, ranks, threads, steps, sharded=True):
+def memfit_case(binary, model, ranks, threads, steps, sharded=True, overlap=True):
     c = CASES[model]
     out = tempfile.mkdtemp(prefix="memfit-dp-")
     cmd = ([] if ranks == 1 else mpirun(ranks)) + [binary, "train"] + c["args"] + [
@@ -77,6 +79,8 @@ def memfit_case(binary, model, ranks, threads, steps, sharded=True):
         "--progress", "lines", "--json", "--out", out]
     if ranks > 1 and not sharded:
         cmd += ["--shard-optimizer", "off"]
+    if ranks > 1 and not overlap:
+        cmd += ["--overlap-reduce", "off"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(" ".join(cmd) + "\n" + p.stderr[-3000:])
@@ -89,7 +93,9 @@ def memfit_case(binary, model, ranks, threads, steps, sharded=True):
                 rates.append(s["samples_per_second"])
     shutil.rmtree(out, ignore_errors=True)
     row = {"framework": "memfit", "model": model, "ranks": ranks, "threads": threads,
-           "sharded": sharded if ranks > 1 else None, "global_batch": c["batch"],
+           "sharded": sharded if ranks > 1 else None, "overlap": overlap if ranks > 1 else None,
+           "buckets": j.get("comm_buckets"), "buckets_overlapped": j.get("comm_buckets_overlapped"),
+           "global_batch": c["batch"],
            "images_per_s": statistics.median(rates), "seconds": j["seconds"],
            "peak_rss_bytes": j.get("rank_peak_rss_bytes", [j["peak_rss_bytes"]]),
            "planned_peak_bytes": j.get("rank_planned_peak_bytes", [j["planned_peak_bytes"]]),
@@ -148,11 +154,12 @@ def main():
     for model in a.models.split(","):
         rows.append(memfit_case(a.memfit, model, 1, 2, a.steps))
         rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=True))
+        rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=True, overlap=False))
         rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=False))
         if have_torch:
             rows.append(torch_case(a.torch_python, model, 1, 2, a.steps))
             rows.append(torch_case(a.torch_python, model, 2, 1, a.steps))
-        for r in rows[-5:]:
+        for r in rows[-6 if have_torch else -4:]:
             print(json.dumps(r), flush=True)
     paper = [on_paper(a.memfit, "resnet18", ["--batch", "32"]),
              on_paper(a.memfit, "gpt2", ["--batch", "1", "--block-size", "256", "--tokenizer", "gpt2",
@@ -162,8 +169,9 @@ def main():
     lines = [f"# Data parallelism on one machine ({stamp['date']}, {stamp['cpu']}, load {stamp['load_start']:.1f} "
              f"to {stamp['load_end']:.1f})", "",
              f"`/usr/bin/python3 bench/data_parallel.py --steps {a.steps}`; global batch: ResNet-18 64, gpt-char 16.", "",
-             "| model | framework | ranks x threads | optimizer state | samples/s | vs 1 x 2 | exchange share | peak RSS by rank (planned) |",
-             "|---|---|---|---|---:|---:|---:|---|"]
+             "| model | framework | ranks x threads | optimizer state | gradients reduced | samples/s | vs 1 x 2 | "
+             "exchange share | peak RSS by rank (planned) |",
+             "|---|---|---|---|---|---:|---:|---:|---|"]
     base = {}
     for r in rows:
         key = (r["model"], r["framework"].split()[0])
@@ -174,7 +182,15 @@ def main():
         peaks = ", ".join(f"{mib(p):.1f}" + (f" ({mib(q):.1f})" if "planned_peak_bytes" in r else "")
                           for p, q in zip(r["peak_rss_bytes"], r.get("planned_peak_bytes", r["peak_rss_bytes"])))
         share = f"{100 * r['comm_share']:.1f}%" if r.get("comm_share") else ""
-        lines.append(f"| {r['model']} | {r['framework']} | {r['ranks']} x {r['threads']} | {state} | "
+        if r["ranks"] == 1:
+            reduced = ""
+        elif "overlap" not in r:
+            reduced = "during backward (DDP buckets)"
+        elif r["overlap"]:
+            reduced = f"during backward ({r['buckets_overlapped']} of {r['buckets']} buckets started)"
+        else:
+            reduced = "after backward"
+        lines.append(f"| {r['model']} | {r['framework']} | {r['ranks']} x {r['threads']} | {state} | {reduced} | "
                      f"{r['images_per_s']:.1f} | {ratio:.2f} | {share} | {peaks} MiB |")
     lines += ["", "What each of 2 ranks sends per step (fp32 gradients and parameters):", "",
               "| model | gradients | whole state: all-reduce | sharded: reduce + broadcast | 10 Gbit/s | 100 Gbit/s |",

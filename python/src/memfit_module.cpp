@@ -98,28 +98,9 @@ class PythonLog : public std::streambuf {
   }
 };
 
+// The command's --json result (train::result_json) as a dict.
 py::dict result_dict(const train::TrainResult& r, const train::TrainOptions& o) {
-  py::dict d;
-  d["steps"] = r.steps;
-  d["final_train_loss"] = r.final_train_loss;
-  d["evaluated"] = r.evaluated;
-  if (r.evaluated) {
-    d["test_loss"] = r.test_loss;
-    d["test_accuracy"] = r.test_accuracy;
-  }
-  d["images_per_second"] = r.images_per_second;
-  if (r.tokens_per_second > 0) d["tokens_per_second"] = r.tokens_per_second;
-  d["seconds"] = r.seconds;
-  d["peak_rss_bytes"] = r.peak_rss_bytes;
-  d["planned_peak_bytes"] = r.planned_peak_bytes;
-  d["budget_bytes"] = r.budget_bytes;
-  if (o.precision == DType::f16) {
-    d["loss_scale"] = r.loss_scale;
-    d["skipped_steps"] = r.skipped_steps;
-  }
-  d["interrupted"] = r.interrupted != 0;
-  d["out"] = o.out;
-  return d;
+  return py::module_::import("json").attr("loads")(train::result_json(r, o)).cast<py::dict>();
 }
 
 }  // namespace

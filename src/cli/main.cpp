@@ -154,34 +154,7 @@ int cmd_train(const std::vector<std::string>& argv) {
         << " sent per rank and step; " << r.comm_buckets_overlapped << " of " << r.comm_buckets
         << " gradient buckets started during backward)\n";
   }
-  if (o.json) {
-    train::Json j = {{"steps", r.steps}, {"final_train_loss", r.final_train_loss}};
-    if (r.evaluated) {
-      j["test_loss"] = r.test_loss;
-      j["test_accuracy"] = r.test_accuracy;
-    }
-    j["images_per_second"] = r.images_per_second;
-    if (lm) j["tokens_per_second"] = r.tokens_per_second;
-    j["seconds"] = r.seconds;
-    j["peak_rss_bytes"] = r.peak_rss_bytes;
-    j["planned_peak_bytes"] = r.planned_peak_bytes;
-    j["budget_bytes"] = r.budget_bytes;
-    if (!r.rank_peak_rss_bytes.empty()) {
-      j["ranks"] = r.rank_peak_rss_bytes.size();
-      j["optimizer_sharded"] = o.shard_optimizer;
-      j["rank_peak_rss_bytes"] = r.rank_peak_rss_bytes;
-      j["rank_planned_peak_bytes"] = r.rank_planned_peak_bytes;
-      j["comm_seconds"] = r.comm_seconds;
-      j["comm_bytes_per_step"] = r.comm_bytes_per_step;
-      j["comm_buckets"] = r.comm_buckets;
-      j["comm_buckets_overlapped"] = r.comm_buckets_overlapped;
-    }
-    if (o.precision == DType::f16) {
-      j["loss_scale"] = r.loss_scale;
-      j["skipped_steps"] = r.skipped_steps;
-    }
-    std::cout << train::json_line(j) << "\n";
-  }
+  if (o.json) std::cout << train::result_json(r, o) << "\n";
   return 0;
 }
 

@@ -199,6 +199,26 @@ std::optional<std::string> check_model(const train::TrainOptions& o) {
   return std::nullopt;
 }
 
+// argv into a's flags, then --memory (read into `memory` by the parse):
+// false when the command stops here, with r saying why (an error, or help).
+bool parse_flags(Args& a, const std::vector<std::string>& argv, const std::string& memory, RunArgs& r) {
+  r.usage = a.usage();
+  if (auto err = a.parse(argv)) {
+    r.error = *err;
+    return false;
+  }
+  if (a.help_requested()) {
+    r.help = true;
+    return false;
+  }
+  std::string err;
+  if (!parse_memory(memory, r.options, err)) {
+    r.error = err;
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 RunArgs parse_train_args(const std::vector<std::string>& argv) {
@@ -262,20 +282,7 @@ RunArgs parse_train_args(const std::vector<std::string>& argv) {
         return std::string();
       },
       "auto|bar|lines", "progress display (default: bar on a terminal)");
-  r.usage = a.usage();
-  if (auto err = a.parse(argv)) {
-    r.error = *err;
-    return r;
-  }
-  if (a.help_requested()) {
-    r.help = true;
-    return r;
-  }
-  std::string err;
-  if (!parse_memory(memory, o, err)) {
-    r.error = err;
-    return r;
-  }
+  if (!parse_flags(a, argv, memory, r)) return r;
   if (seed < 0) {
     r.error = "--seed must be non-negative";
     return r;
@@ -311,20 +318,7 @@ RunArgs parse_plan_args(const std::vector<std::string>& argv) {
   a.add("ranks", &ranks, "N", "plan one rank of a data-parallel job of N ranks (mpirun -np N): its share of the "
                               "optimizer state when sharded (default 1)");
   a.add("rank", &rank, "R", "with --ranks: the rank to plan (default 0)");
-  r.usage = a.usage();
-  if (auto err = a.parse(argv)) {
-    r.error = *err;
-    return r;
-  }
-  if (a.help_requested()) {
-    r.help = true;
-    return r;
-  }
-  std::string err;
-  if (!parse_memory(memory, o, err)) {
-    r.error = err;
-    return r;
-  }
+  if (!parse_flags(a, argv, memory, r)) return r;
   if (ranks < 1 || ranks > 65536 || rank < 0 || rank >= ranks) {
     r.error = "--ranks expects 1 to 65536 and --rank 0 to ranks-1, got rank " + std::to_string(rank) + " of " +
               std::to_string(ranks);

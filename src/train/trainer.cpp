@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "dist/comm.hpp"
+#include "train/json.hpp"
 #include "memfit/rng.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_data.hpp"
@@ -195,6 +196,41 @@ TrainResult run_training(const TrainOptions& opt, std::ostream& log) {
     if (attempt >= 16) throw std::runtime_error("could not settle on a plan");
     o = std::get<Replan>(r).options;
   }
+}
+
+}  // namespace memfit::train
+
+namespace memfit::train {
+
+std::string result_json(const TrainResult& r, const TrainOptions& o) {
+  Json j = {{"steps", r.steps}, {"final_train_loss", r.final_train_loss}, {"evaluated", r.evaluated}};
+  if (r.evaluated) {
+    j["test_loss"] = r.test_loss;
+    j["test_accuracy"] = r.test_accuracy;
+  }
+  j["images_per_second"] = r.images_per_second;
+  if (r.tokens_per_second > 0) j["tokens_per_second"] = r.tokens_per_second;
+  j["seconds"] = r.seconds;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["planned_peak_bytes"] = r.planned_peak_bytes;
+  j["budget_bytes"] = r.budget_bytes;
+  if (!r.rank_peak_rss_bytes.empty()) {
+    j["ranks"] = r.rank_peak_rss_bytes.size();
+    j["optimizer_sharded"] = o.shard_optimizer;
+    j["rank_peak_rss_bytes"] = r.rank_peak_rss_bytes;
+    j["rank_planned_peak_bytes"] = r.rank_planned_peak_bytes;
+    j["comm_seconds"] = r.comm_seconds;
+    j["comm_bytes_per_step"] = r.comm_bytes_per_step;
+    j["comm_buckets"] = r.comm_buckets;
+    j["comm_buckets_overlapped"] = r.comm_buckets_overlapped;
+  }
+  if (o.precision == DType::f16) {
+    j["loss_scale"] = r.loss_scale;
+    j["skipped_steps"] = r.skipped_steps;
+  }
+  j["interrupted"] = r.interrupted != 0;
+  j["out"] = o.out;
+  return json_line(j);
 }
 
 }  // namespace memfit::train

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "train/options.hpp"
@@ -50,5 +51,10 @@ struct BudgetError : std::runtime_error {
 // data, bad checkpoint), GraphError (bad model),
 // BudgetError (plan over budget, before any arena is allocated).
 TrainResult run_training(const TrainOptions& opt, std::ostream& log);
+
+// The result as one JSON line (`memfit train --json`'s last line, and the
+// Python package's Run.result): steps, losses, rates, the peak against the
+// plan, the ranks' numbers, fp16's loss scale, interrupted, the run directory.
+std::string result_json(const TrainResult& r, const TrainOptions& o);
 
 }  // namespace memfit::train
