@@ -8,6 +8,7 @@ Cases (global batch: ResNet-18 64 on Fashion-MNIST, gpt-char 16 windows of
 256 characters of the fortunes):
   memfit 1 x 2   memfit train --batch B --threads 2
   memfit 2 x 1   mpirun -np 2 memfit train --batch B/2 --threads 1, with the
+                 gradients sharded too (--shard-gradients on, ZeRO-2), or
                  optimizer state sharded (ZeRO-1, the default) and whole
                  (--shard-optimizer off), the gradients reduced during
                  backward (the default) and, sharded, after it
@@ -71,7 +72,7 @@ CASES = {
 }
 
 
-def memfit_case(binary, model, ranks, threads, steps, sharded=True, overlap=True):
+def memfit_case(binary, model, ranks, threads, steps, sharded=True, overlap=True, grads=False):
     c = CASES[model]
     out = tempfile.mkdtemp(prefix="memfit-dp-")
     cmd = ([] if ranks == 1 else mpirun(ranks)) + [binary, "train"] + c["args"] + [
@@ -81,6 +82,8 @@ def memfit_case(binary, model, ranks, threads, steps, sharded=True, overlap=True
         cmd += ["--shard-optimizer", "off"]
     if ranks > 1 and not overlap:
         cmd += ["--overlap-reduce", "off"]
+    if ranks > 1 and grads:
+        cmd += ["--shard-gradients", "on"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(" ".join(cmd) + "\n" + p.stderr[-3000:])
@@ -94,6 +97,7 @@ def memfit_case(binary, model, ranks, threads, steps, sharded=True, overlap=True
     shutil.rmtree(out, ignore_errors=True)
     row = {"framework": "memfit", "model": model, "ranks": ranks, "threads": threads,
            "sharded": sharded if ranks > 1 else None, "overlap": overlap if ranks > 1 else None,
+           "sharded_gradients": grads if ranks > 1 else None,
            "buckets": j.get("comm_buckets"), "buckets_overlapped": j.get("comm_buckets_overlapped"),
            "global_batch": c["batch"],
            "images_per_s": statistics.median(rates), "seconds": j["seconds"],
@@ -155,11 +159,12 @@ def main():
         rows.append(memfit_case(a.memfit, model, 1, 2, a.steps))
         rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=True))
         rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=True, overlap=False))
+        rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=True, grads=True))
         rows.append(memfit_case(a.memfit, model, 2, 1, a.steps, sharded=False))
         if have_torch:
             rows.append(torch_case(a.torch_python, model, 1, 2, a.steps))
             rows.append(torch_case(a.torch_python, model, 2, 1, a.steps))
-        for r in rows[-6 if have_torch else -4:]:
+        for r in rows[-7 if have_torch else -5:]:
             print(json.dumps(r), flush=True)
     paper = [on_paper(a.memfit, "resnet18", ["--batch", "32"]),
              on_paper(a.memfit, "gpt2", ["--batch", "1", "--block-size", "256", "--tokenizer", "gpt2",
@@ -179,6 +184,8 @@ def main():
             base[key] = r["images_per_s"]
         ratio = r["images_per_s"] / base[key] if key in base else 1.0
         state = "" if r["ranks"] == 1 or "sharded" not in r else ("sharded" if r["sharded"] else "whole")
+        if r.get("sharded_gradients"):
+            state = "sharded, gradients too (ZeRO-2)"
         peaks = ", ".join(f"{mib(p):.1f}" + (f" ({mib(q):.1f})" if "planned_peak_bytes" in r else "")
                           for p, q in zip(r["peak_rss_bytes"], r.get("planned_peak_bytes", r["peak_rss_bytes"])))
         share = f"{100 * r['comm_share']:.1f}%" if r.get("comm_share") else ""
@@ -186,6 +193,8 @@ def main():
             reduced = ""
         elif "overlap" not in r:
             reduced = "during backward (DDP buckets)"
+        elif r.get("sharded_gradients"):
+            reduced = "during backward (one reduce per gradient)"
         elif r["overlap"]:
             reduced = f"during backward ({r['buckets_overlapped']} of {r['buckets']} buckets started)"
         else:

@@ -113,6 +113,12 @@ const char* kCnn = "conv conv1 out=8 k=3 pad=1\nrelu\nmaxpool k=2\nflatten\nline
 const char* kWide =
     "flatten\nlinear fc1 out=2048\nrelu\nlinear fc2 out=2048\nrelu\nlinear fc3 out=2048\nrelu\nlinear fc4 out=classes\n";
 
+// Eight layers of about 4 MiB each: what a rank sheds with sharded
+// gradients is the others' layers less the one alive at a time.
+const char* kDeep =
+    "flatten\nlinear fc1 out=1024\nrelu\nlinear fc2 out=1024\nrelu\nlinear fc3 out=1024\nrelu\nlinear fc4 out=1024\n"
+    "relu\nlinear fc5 out=1024\nrelu\nlinear fc6 out=1024\nrelu\nlinear fc7 out=1024\nrelu\nlinear fc8 out=classes\n";
+
 std::string model_file(const char* text, const std::string& name) {
   const std::string p = memfit::testing::temp_dir("dp-model") + "/" + name + ".mf";
   std::ofstream(p) << text;
@@ -256,6 +262,83 @@ TEST(DataParallel, GradientsReducedDuringBackwardGiveTheSameWeights) {
   EXPECT_EQ(jb.at("comm_buckets_overlapped").get<int>(), 0);
 }
 
+// Sharded gradients (ZeRO-2, --shard-gradients on): each gradient is
+// reduced to its owner by a grad_reduce node right after backward makes
+// it, and the other ranks free it there. The sums are the same additions,
+// so the weights equal ZeRO-1's to the bit. The plans without MPI hold
+// each rank's shard of the gradients (the shards add up to the whole), and
+// each rank's measured peak drops by what its plan says, within 3% of the
+// plan.
+TEST(DataParallel, ShardedGradientsAreTheSameTrajectoryInLessMemoryPerRank) {
+  REQUIRE_MPI();
+  const std::string model = model_file(kDeep, "deep");
+  const std::string z1 = memfit::testing::temp_dir("dp-zero1"), z2 = memfit::testing::temp_dir("dp-zero2");
+  const Result a = run(2, train_args(model, 32, 8, z1));
+  ASSERT_EQ(a.code, 0) << a.out << a.err;
+  std::vector<std::string> b_args = train_args(model, 32, 8, z2);
+  b_args.insert(b_args.end(), {"--shard-gradients", "on"});
+  const Result b = run(2, b_args);
+  ASSERT_EQ(b.code, 0) << b.out << b.err;
+  memfit::testing::expect_same_tensors(z1 + "/model.safetensors", z2 + "/model.safetensors");
+
+  auto plan = [&](int ranks, int rank, bool grads) {
+    std::vector<std::string> args{"plan", "--model", model, "--batch", "32", "--optimizer", "adamw", "--subset", "4000",
+                                  "--json", "--ranks", std::to_string(ranks), "--rank", std::to_string(rank)};
+    if (grads) args.insert(args.end(), {"--shard-gradients", "on"});
+    const Result p = run(0, args);
+    EXPECT_EQ(p.code, 0) << p.err;
+    return last_json(p.out);
+  };
+  const double whole = plan(1, 0, false).at("by_class").at("gradients").get<double>();
+  const Json p0 = plan(2, 0, true), p1 = plan(2, 1, true);
+  EXPECT_TRUE(p0.value("gradients_sharded", false));
+  const double g0 = p0.at("by_class").at("gradients").get<double>(), g1 = p1.at("by_class").at("gradients").get<double>();
+  EXPECT_NEAR(g0 + g1, whole, 4096.0) << "the shards add up to the whole gradients (alignment aside)";
+  EXPECT_GT(g0, 0.25 * whole);
+  EXPECT_GT(g1, 0.25 * whole);
+
+  // Over budget, the fit shards the gradients when that is what fits
+  // (exact, like update in backward on one process). The
+  // same layers at 2048 wide (16 MiB each), planned only: a budget halfway
+  // between rank 0's ZeRO-1 and ZeRO-2 plans.
+  const std::string wide8 = model_file(
+      "flatten\nlinear fc1 out=2048\nrelu\nlinear fc2 out=2048\nrelu\nlinear fc3 out=2048\nrelu\nlinear fc4 out=2048\n"
+      "relu\nlinear fc5 out=2048\nrelu\nlinear fc6 out=2048\nrelu\nlinear fc7 out=2048\nrelu\nlinear fc8 out=classes\n",
+      "deep-wide");
+  auto total = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"plan", "--model", wide8, "--batch", "32", "--optimizer", "adamw", "--subset", "4000",
+                                  "--ranks", "2", "--rank", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(0, args);
+  };
+  const Result r1 = total({"--json"}), r2 = total({"--json", "--shard-gradients", "on"});
+  ASSERT_EQ(r1.code, 0) << r1.err;
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  const double zero1 = last_json(r1.out).at("total_bytes").get<double>(),
+               zero2 = last_json(r2.out).at("total_bytes").get<double>();
+  ASSERT_GT(zero1 - zero2, 24.0 * (1 << 20)) << "the others' three 16 MiB gradients, less the one alive at a time";
+  // (Precision and the dataset's residency pinned: bf16 or streaming it
+  // from disk would fit too.)
+  const Result fit = total({"--memory", std::to_string(static_cast<long long>((zero1 + zero2) / 2)), "--precision",
+                            "fp32", "--data-in", "memory"});
+  EXPECT_EQ(fit.code, 0) << fit.out << fit.err;
+  const size_t chosen = fit.out.find("chosen:");
+  ASSERT_NE(chosen, std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.substr(chosen, fit.out.find('\n', chosen) - chosen).find("sharded gradients"), std::string::npos)
+      << fit.out;
+
+  const Json ja = last_json(a.out), jb = last_json(b.out);
+  for (int r = 0; r < 2; ++r) {
+    const double planned_drop = ja.at("rank_planned_peak_bytes")[r].get<double>() - jb.at("rank_planned_peak_bytes")[r].get<double>();
+    const double measured_drop = ja.at("rank_peak_rss_bytes")[r].get<double>() - jb.at("rank_peak_rss_bytes")[r].get<double>();
+    const double plan_bytes = jb.at("rank_planned_peak_bytes")[r].get<double>();
+    std::printf("rank %d: gradients %.1f of %.1f MiB; planned peak drops %.1f MiB, measured %.1f MiB\n", r,
+                (r ? g1 : g0) / 1048576, whole / 1048576, planned_drop / 1048576, measured_drop / 1048576);
+    EXPECT_GT(planned_drop, 0.5 * (whole - (r ? g1 : g0))) << "rank " << r << " keeps most of the others' gradients";
+    EXPECT_NEAR(measured_drop, planned_drop, 0.03 * plan_bytes) << "rank " << r;
+  }
+}
+
 // A rank killed mid-run (SIGKILL: no chance to clean up) ends the job
 // within seconds, with MPI's message naming the rank; the checkpoint the
 // job committed before is intact, and resuming from it reproduces the
@@ -353,4 +436,17 @@ TEST(DataParallel, RefusesWhatOneRankWouldDecideAlone) {
   clip.insert(clip.end(), {"--shard-optimizer", "off"});
   const Result c = run(2, clip);
   EXPECT_EQ(c.code, 0) << c.err;
+  // Sharded gradients go to their owner during backward: not with
+  // accumulation, and only to the owner of sharded state.
+  const std::vector<std::string> plan{"plan", "--model", model, "--batch", "32", "--ranks", "2", "--shard-gradients", "on"};
+  std::vector<std::string> acc = plan;
+  acc.insert(acc.end(), {"--accumulate", "2"});
+  const Result d = run(0, acc);
+  EXPECT_EQ(d.code, 2);
+  EXPECT_NE(d.err.find("--accumulate"), std::string::npos) << d.err;
+  std::vector<std::string> whole = plan;
+  whole.insert(whole.end(), {"--shard-optimizer", "off"});
+  const Result e = run(0, whole);
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("--shard-optimizer on"), std::string::npos) << e.err;
 }

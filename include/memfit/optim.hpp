@@ -105,6 +105,19 @@ size_t optimizer_state_floats(const OptimizerConfig& cfg);
 // needs every gradient first). Returns the number of update nodes.
 int update_in_backward(Graph& g);
 
+// Gradient sharding (ZeRO stage 2) for rank `shard` of `shards`, with the
+// optimizer state sharded the same way (shard_bounds): after the last
+// backward node that writes or reads a parameter's gradient, a grad_reduce
+// node sums it over the ranks into its owner's, during backward; the
+// gradients this rank does not own become transients planned from their
+// first write to that node, so each rank holds only its shard of the
+// gradients past their reduce (and none of them in forward). The ranks
+// reduce in the same order: the schedule is the same on every rank. Call
+// after append_optimizer and every pass that adds backward nodes. Throws
+// GraphError with gradient accumulation (the reduce cannot wait for the
+// group's micro-batches). Returns the number of reduce nodes.
+int shard_gradients(Graph& g, int shard, int shards);
+
 // A trainable parameter's gradient: the value autodiff made for it (grad_of
 // a parameter), whichever class the planner gives it.
 inline bool is_param_grad(const Graph& g, ValueId v) {

@@ -156,6 +156,17 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
       "on|off",
       "on several ranks: each keeps the optimizer state of 1/N of the parameters and sends the others their "
       "update (ZeRO stage 1; default on); off: every rank keeps all of it");
+  a.add(
+      "shard-gradients", [&o](const std::string& v) {
+        if (v == "on") o.shard_gradients = true;
+        else if (v == "off") o.shard_gradients = false;
+        else return "--shard-gradients expects on or off, got '" + v + "'";
+        return std::string();
+      },
+      "on|off",
+      "on several ranks, with --shard-optimizer on: each gradient goes to its owner during backward and the others "
+      "free it there, so each rank keeps only its shard of the gradients (ZeRO stage 2; default off; not with "
+      "--accumulate)");
   a.add_flag("allow-approx", &o.allow_approx,
              "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given) "
              "and bf16 master weights (unless --master-weights is given); without it a refusal names what would fit "

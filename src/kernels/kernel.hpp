@@ -11,6 +11,15 @@
 namespace memfit::kernels {
 
 // Per-step values a kernel may read. Filled by the trainer before each step.
+// The collectives of a data-parallel job, for the kernels that exchange
+// data with the other ranks (grad_reduce); absent for one process.
+struct Collectives {
+  virtual ~Collectives() = default;
+  // The sum of every rank's p[0, n) into root's p (in place there; p is
+  // only read elsewhere). Every rank calls it in the same order.
+  virtual void reduce_sum(float* p, size_t n, int root) = 0;
+};
+
 struct StepContext {
   int64_t step = 0;        // optimizer step counter (dropout masks, Adam bias correction)
   int64_t micro = 0;       // micro-batch index within an accumulation group
@@ -18,6 +27,7 @@ struct StepContext {
   double grad_scale = 1.0; // multiplier applied to gradients by the update (accumulation, loss scaling)
   double loss_scale = 1.0; // fp16: gradients entering low precision are multiplied by this (a power of two)
   uint64_t seed = 0;       // run seed
+  Collectives* comm = nullptr;  // several ranks: their collectives (else null)
 };
 
 // Element type a kernel computes in. F64 exists for the double-precision

@@ -20,9 +20,12 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
   const Graph& g = ex.graph();
   const Plan& plan = ex.plan();
   const std::vector<ValueId> ps = updated_params(g);
+  for (size_t k = 0; k < g.num_nodes(); ++k) graph_reduces_ = graph_reduces_ || g.node(static_cast<NodeId>(k)).op == "grad_reduce";
+  if (graph_reduces_ && !sharded_) throw std::logic_error("the step reduces sharded gradients, but the optimizer state is whole");
   for (ValueId p : ps) {
     const ValueId gr = g.value(p).grad;
     const Placement& pl = plan.values[static_cast<size_t>(gr)];
+    if (graph_reduces_) continue;  // grad_reduce checks its own (f32)
     if (pl.arena != Arena::Grads || g.value(gr).dtype != DType::f32)
       throw std::logic_error("data parallelism needs every gradient in f32 in the gradient arena; " + g.value(p).name +
                              "'s is not");
@@ -43,7 +46,7 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
   params_.resize(R);
   for (size_t r = 0; r < R; ++r) {
     Span gs{SIZE_MAX, 0};
-    for (size_t i = b[r]; i < b[r + 1]; ++i) {
+    for (size_t i = b[r]; i < b[r + 1] && !graph_reduces_; ++i) {
       const Placement& pl = plan.values[static_cast<size_t>(g.value(ps[i]).grad)];
       gs.begin = std::min(gs.begin, pl.offset);
       gs.end = std::max(gs.end, pl.offset + pl.bytes);
@@ -54,10 +57,10 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
   for (size_t r = 0; r < R; ++r)
     params_[r].end = r + 1 < R ? params_[r + 1].begin : plan.arena_bytes[static_cast<size_t>(Arena::Params)];
   for (size_t r = 1; r < R; ++r)
-    if (grads_[r].begin < grads_[r - 1].end || params_[r].begin < params_[r - 1].end)
+    if ((!graph_reduces_ && grads_[r].begin < grads_[r - 1].end) || params_[r].begin < params_[r - 1].end)
       throw std::logic_error("the ranks' shards of the parameter and gradient arenas overlap");
   }
-  make_buckets();
+  if (!graph_reduces_) make_buckets();
 }
 
 void DataParallel::make_buckets() {
@@ -149,7 +152,7 @@ void DataParallel::run_backward(size_t end, const kernels::StepContext& ctx) {
 }
 
 void DataParallel::reduce_gradients() {
-  if (!active()) return;
+  if (!active() || graph_reduces_) return;
   if (next_ > 0) {  // run_backward() started the first buckets
     for (; next_ < buckets_.size(); ++next_) {
       comm_.wait();

@@ -36,17 +36,23 @@
 #include <vector>
 
 #include "dist/comm.hpp"
+#include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 
 namespace memfit::train {
 
-class DataParallel {
+class DataParallel : public kernels::Collectives {
  public:
   // One rank (comm.size() == 1): every call is a no-op.
   DataParallel(Executor& ex, dist::Comm& comm, bool sharded);
 
   bool active() const { return comm_.distributed(); }
   bool sharded() const { return sharded_; }
+  // The step's graph reduces the gradients itself (grad_reduce nodes:
+  // sharded gradients, ZeRO stage 2); reduce_gradients() has nothing to do.
+  bool graph_reduces() const { return graph_reduces_; }
+  // For grad_reduce (StepContext::comm).
+  void reduce_sum(float* p, size_t n, int root) override { comm_.reduce_sum(p, n, root); }
   int rank() const { return comm_.rank(); }
   int ranks() const { return comm_.size(); }
 
@@ -93,6 +99,7 @@ class DataParallel {
   Executor& ex_;
   dist::Comm& comm_;
   bool sharded_ = false;
+  bool graph_reduces_ = false;
   std::vector<Span> grads_, params_;  // per rank (sharded): its owned run
   struct Bucket {
     size_t begin, end;  // bytes in the gradient arena, at most one piece

@@ -20,7 +20,8 @@ std::string FitCandidate::describe() const {
       std::string(master_weights == DType::bf16 ? ", bf16 master weights" : "");
   std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s%s%s: %.1f MiB, ~%.2f s/step",
                 static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(),
-                update_in_backward ? ", update in backward" : "", state.c_str(), data,
+                update_in_backward ? ", update in backward" : shard_gradients ? ", sharded gradients" : "",
+                state.c_str(), data,
                 static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
   return buf;
 }
@@ -75,17 +76,23 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
     for (const FitState& st : states)
     for (const FitPrecision& fp : precisions)
     for (const char* rc : {"auto", "cheap", "segments"})
-    for (const bool uib : {false, true}) {
-      // Update in backward needs each gradient to be final when made: one
-      // micro-batch, no global-norm clipping, no fp16 step to skip.
-      // Not on several ranks either: the update waits for the others' gradients.
-      if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16 || base.ranks > 1)) continue;
+    for (const bool in_backward : {false, true}) {
+      // What backward does with each gradient once it is made. One process:
+      // update its parameter there (update in backward), which needs one
+      // micro-batch, no global-norm clipping and no fp16 step to skip.
+      // Several ranks with sharded state: send it to its owner and free it
+      // (sharded gradients, ZeRO-2), with one micro-batch.
+      const bool several = base.ranks > 1;
+      const bool uib = in_backward && !several, zero2 = in_backward && several;
+      if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16)) continue;
+      if (zero2 && (k > 1 || base.optimizer.shards < 2)) continue;
       if (fp.precision == DType::f16 && base.ranks > 1) continue;  // loss scaling decides per rank
       StepSpec s = base;
       s.batch = batch / k;
       s.accumulation = k;
       s.recompute = rc;
       s.update_in_backward = uib;
+      s.shard_gradients = zero2 || (base.shard_gradients && k == 1);
       s.precision = fp.precision;
       s.saved = fp.saved;
       s.optimizer.state = st.state;
@@ -109,6 +116,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
         cand.accumulate = k;
         cand.recompute = rc;
         cand.update_in_backward = uib;
+        cand.shard_gradients = s.shard_gradients;
         cand.precision = fp.precision;
         cand.saved = fp.saved;
         cand.optimizer_state = searched_state ? st.state : "";

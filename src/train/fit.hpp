@@ -20,6 +20,7 @@ struct FitCandidate {
   int64_t micro = 0, accumulate = 1;
   std::string recompute = "auto";
   bool update_in_backward = false;  // StepSpec::update_in_backward (accumulate 1 only)
+  bool shard_gradients = false;     // StepSpec::shard_gradients (several ranks, sharded state, accumulate 1)
   std::string data_in;           // "memory" | "disk" when residency was searched, else ""
   DType precision = DType::f32;  // activations (StepSpec::precision)
   DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)

@@ -76,6 +76,12 @@ void validate(const TrainOptions& o) {
       fail("--precision fp16's loss scaling skips steps on one rank's overflow: use --precision bf16 on several "
            "ranks");
     if (o.inject_oom_at_step >= 0) fail("--inject-oom-at-step re-plans one process: not on several ranks");
+    if (o.shard_gradients && !o.shard_optimizer)
+      fail("--shard-gradients sends each gradient to the rank that owns its optimizer state: it needs "
+           "--shard-optimizer on");
+    if (o.shard_gradients && o.accumulate > 1)
+      fail("--shard-gradients sends each gradient to its owner during backward, so it cannot wait for "
+           "--accumulate's micro-batches: drop one of the two");
     if (o.shard_optimizer && o.optimizer.clip_grad_norm > 0)
       fail("--clip-grad-norm needs the global norm of every gradient, and with sharded optimizer state each rank "
            "updates only its own parameters: pass --shard-optimizer off to clip");

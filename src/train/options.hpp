@@ -105,6 +105,9 @@ struct TrainOptions {
   int ranks = 1;
   int rank = 0;
   bool shard_optimizer = true;
+  // With shard_optimizer: each rank keeps only the gradients of its shard
+  // past their reduce during backward (ZeRO stage 2; not with accumulate).
+  bool shard_gradients = false;
   // Several ranks: reduce each gradient bucket while backward still runs
   // (off: all of them after backward; the same sums either way).
   bool overlap_reduce = true;

@@ -114,7 +114,9 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     for (int32_t t = b.first; t <= b.last; ++t) arr[static_cast<size_t>(t)] += b.bytes;
     bufs.push_back({b.name, b.layer, b.bytes, b.kind});
   }
-  r.update_in_backward = std::any_of(arena.begin(), arena.end(), [](const ArenaBuffer& b) { return b.kind == "gradient"; });
+  r.grads_sharded = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.op == "grad_reduce"; });
+  r.update_in_backward =
+      !r.grads_sharded && std::any_of(arena.begin(), arena.end(), [](const ArenaBuffer& b) { return b.kind == "gradient"; });
   r.grads_live = *std::max_element(grad.begin(), grad.end());
   size_t best = 0, at = 0;
   for (size_t k = 0; k <= nn; ++k)
@@ -199,12 +201,18 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   if (r.update_in_backward)
     row(o, "gradients", r.grads, ("in the activations arena (update in backward): at most " + format_bytes(r.grads_live) +
                                   " live, not " + format_bytes(r.grads_unfused)).c_str());
+  else if (r.grads_sharded)
+    row(o, "gradients", r.grads, ("rank " + std::to_string(r.rank) + "'s shard of " + std::to_string(r.ranks) +
+                                  " (ZeRO-2); the others' in the activations arena until their reduce: at most " +
+                                  format_bytes(r.grads_live) + " live, not " + format_bytes(r.grads_unfused - r.grads))
+                                     .c_str());
   else
     row(o, "gradients", r.grads);
   {
     std::string note = optstate_note(r);
     if (r.sharded)
-      note = "rank " + std::to_string(r.rank) + "'s shard of " + std::to_string(r.ranks) + " (ZeRO-1)" +
+      note = "rank " + std::to_string(r.rank) + "'s shard of " + std::to_string(r.ranks) +
+             (r.grads_sharded ? " (ZeRO-2)" : " (ZeRO-1)") +
              (note.empty() ? "" : "; " + note);
     row(o, "optimizer state", r.optstate, note.c_str());
   }
@@ -212,6 +220,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   row(o, "  saved for backward", r.saved);
   row(o, "  transient", r.transient);
   if (r.update_in_backward) row(o, "  gradients", r.arena_grads, "parameter gradients until their update");
+  if (r.grads_sharded) row(o, "  gradients", r.arena_grads, "other ranks' gradients until their reduce");
   row(o, "  kernel scratch", r.scratch);
   row(o, "  fragmentation", r.fragmentation);
   if (!r.peak_by_op.empty()) {
@@ -291,7 +300,8 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     o["ranks"] = r.ranks;
     o["optimizer_sharded"] = r.sharded;
   }
-  if (r.update_in_backward) {
+  if (r.grads_sharded) o["gradients_sharded"] = true;
+  if (r.update_in_backward || r.grads_sharded) {
     o["gradients_unfused_bytes"] = r.grads_unfused;
     o["gradients_live_bytes"] = r.grads_live;
   }

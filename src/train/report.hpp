@@ -52,6 +52,9 @@ struct MemoryReport {
   // the gradients arena, and the most of them live in the activations arena
   // at once (0 when gradients have their own arena).
   bool update_in_backward = false;
+  // Sharded gradients (ZeRO stage 2): the gradients arena holds this rank's
+  // shard; the others' are in the activations arena until their reduce.
+  bool grads_sharded = false;
   size_t grads_unfused = 0, grads_live = 0;
   size_t library_heap = 0;    // the largest heap a kernel's library takes inside one run
   size_t data = 0, eval = 0;

@@ -39,6 +39,9 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   if (o.ranks > 1 && o.shard_optimizer) {
     spec.optimizer.shard = o.rank;
     spec.optimizer.shards = o.ranks;
+    // (A fit that chose accumulation keeps the gradients whole: they must
+    // wait for the group's micro-batches.)
+    spec.shard_gradients = o.shard_gradients && o.accumulate == 1;
   }
   spec.label_smoothing = o.label_smoothing;
   return spec;
@@ -55,7 +58,8 @@ std::string nothing_fits_message(const MemoryReport& rep, const Budget& budget, 
     << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
     << ", so the smallest budget that would work is "
     << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << " (--memory " << smallest_memory_flag(fr.smallest.total_bytes)
-    << ": 2% and 4 MiB of slack for the fit, for the baseline's variation between plans and runs)"
+    << ": 2% and 4 MiB of slack for the fit, for the baseline's variation between plans and runs, and 1 MiB for "
+         "the next process's own baseline)"
     << (budget.margin ? " plus the margin of a detected limit" : "") << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
   return m.str();
 }
@@ -340,6 +344,7 @@ class Planner {
     next.accumulate = fr.fitting[0].accumulate;
     next.recompute = fr.fitting[0].recompute;
     next.update_in_backward = fr.fitting[0].update_in_backward;
+    next.shard_gradients = fr.fitting[0].shard_gradients;
     next.precision = fr.fitting[0].precision;
     next.saved_activations = fr.fitting[0].saved;
     if (!fr.fitting[0].optimizer_state.empty()) next.optimizer.state = fr.fitting[0].optimizer_state;
@@ -407,7 +412,7 @@ std::string smallest_memory_flag(size_t need) {
     char v[32];
     std::snprintf(v, sizeof v, "%.1fMiB", static_cast<double>(tenths) / 10);
     const size_t b = parse_bytes(v).value_or(0);
-    if (fit_target(b) >= need) return v;
+    if (fit_target(b) >= need + kReplanBytes) return v;
   }
 }
 

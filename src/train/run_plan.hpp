@@ -69,7 +69,12 @@ TrainResult planned_result(const RunPlan& p);
 size_t fit_target(size_t budget);
 
 // The smallest --memory value (in tenths of a MiB, as the refusal prints it)
-// under which the fit accepts a plan of `need` bytes.
+// under which the fit accepts a plan of `need` bytes, and of up to
+// kReplanBytes more: the command run again with that value measures its
+// baseline again (tenths of a MiB up or down between processes), so a
+// value exactly at the fit's edge would be refused half the time.
+constexpr size_t kReplanBytes = size_t(1) << 20;
+std::string smallest_memory_flag(size_t need);
 std::string smallest_memory_flag(size_t need);
 
 }  // namespace memfit::train

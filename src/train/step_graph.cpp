@@ -134,6 +134,8 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
       if (!s.with_update) throw GraphError("update in backward needs the optimizer update (with_update)");
       sg->updates_in_backward = update_in_backward(g);
     }
+    if (s.shard_gradients && s.with_update && s.optimizer.shards > 1)
+      shard_gradients(g, s.optimizer.shard, s.optimizer.shards);
   }
   return sg;
 }

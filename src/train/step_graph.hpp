@@ -61,6 +61,9 @@ struct StepSpec {
   // waits for that, so never inside backward); the optimizer's shards
   // (OptimizerConfig::shard) say which parameters this rank updates.
   int ranks = 1;
+  // With the optimizer state sharded (optimizer.shards > 1): the gradients
+  // too (ZeRO stage 2; memfit/optim.hpp shard_gradients).
+  bool shard_gradients = false;
 };
 
 // One named input of a step: a model input or the target.

@@ -74,6 +74,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
       eval_metrics_(*p.eval_ex, *p.eval_g),
       dp_(*p.train_ex, dist::Comm::world(), p.options.shard_optimizer) {
   dp_.set_overlap(p.options.overlap_reduce);
+  if (dp_.active()) ctx_.comm = &dp_;  // the step's grad_reduce nodes (sharded gradients)
   if (dist::Comm::world().size() != o_.ranks)
     throw std::logic_error("the run was planned for " + std::to_string(o_.ranks) + " ranks, the job has " +
                            std::to_string(dist::Comm::world().size()));

@@ -24,6 +24,18 @@ void register_optim_ops() {
     return std::vector<ValueMeta>{};
   };
   register_op(acc);
+  // grad_reduce(g): the ranks' sum of a gradient into its owner's (attr
+  // root), in place (gradient sharding; memfit/optim.hpp shard_gradients).
+  OpDef red;
+  red.name = "grad_reduce";
+  red.traits.no_gradient = true;
+  red.traits.converts_types = true;  // f32 gradients, never wrapped in conversions
+  red.traits.reference_serves_cpu = true;  // an MPI call on the buffer
+  red.infer = [](const Graph& g, const Node& n) {
+    if (n.inputs.size() != 1 || g.value(n.inputs[0]).dtype != DType::f32) shape_fail(g, n, "expects one f32 gradient");
+    return std::vector<ValueMeta>{};
+  };
+  register_op(red);
 }
 
 }  // namespace memfit

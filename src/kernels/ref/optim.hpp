@@ -266,4 +266,19 @@ class GradAccumulate final : public Kernel {
   EltwiseParams p_;
 };
 
+// grad_reduce  in: g[n] (f32): the sum of every rank's g into rank `root`'s
+// (gradient sharding, ZeRO stage 2); one process: nothing to add.
+class GradReduce final : public Kernel {
+ public:
+  GradReduce(int64_t n, int root) : n_(n), root_(root) {}
+  const char* name() const override { return "grad_reduce"; }
+  void run(const StepContext& ctx) override {
+    if (ctx.comm) ctx.comm->reduce_sum(in<float>(0), static_cast<size_t>(n_), root_);
+  }
+
+ private:
+  int64_t n_;
+  int root_;
+};
+
 }  // namespace memfit::kernels::ref

@@ -38,6 +38,15 @@ void register_optim_kernels() {
     const Backend b = lg.backend();
     return make_ref<kernels::ref::GradAccumulate>(b, kernels::EltwiseParams{numel(g.value(n.inputs[0]).shape)});
   });
+  register_kernel("grad_reduce", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Value& v = g.value(n.inputs.at(0));
+    if (v.dtype != DType::f32 || lg.backend() == Backend::Reference64)
+      throw std::runtime_error("grad_reduce sums f32 gradients over the ranks; '" + v.name + "' is " +
+                               dtype_name(v.dtype) + (lg.backend() == Backend::Reference64 ? " on the double reference" : ""));
+    return std::make_unique<kernels::ref::GradReduce>(numel(v.shape), static_cast<int>(n.attrs.i("root")));
+  });
   register_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
