@@ -1,6 +1,7 @@
 #include "train/data_parallel.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "memfit/optim.hpp"
@@ -9,6 +10,9 @@
 
 namespace memfit::train {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kTestsPerNode = 8;
 
 std::byte* base(Executor& ex, Arena a) { return static_cast<std::byte*>(ex.arena(a).ptr); }
 
@@ -117,6 +121,12 @@ void DataParallel::make_buckets() {
   std::stable_sort(buckets_.begin(), buckets_.end(), [](const Bucket& a, const Bucket& b) { return a.ready < b.ready; });
 }
 
+void DataParallel::reduce_sum(float* p, size_t n, int root) {
+  const auto t0 = Clock::now();
+  comm_.reduce_sum(p, n, root);
+  seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 void DataParallel::start(const Bucket& b) {
   float* p = reinterpret_cast<float*>(base(ex_, Arena::Grads) + b.begin);
   const size_t n = (b.end - b.begin) / sizeof(float);
@@ -133,14 +143,22 @@ void DataParallel::run_backward(size_t end, const kernels::StepContext& ctx) {
   }
   size_t k = 0;
   while (k < end) {
-    if (!comm_.progress()) {
+    const auto t0 = Clock::now();
+    bool idle = comm_.progress();
+    // A reduction advances one round of its schedule per test while the
+    // messages of that round have arrived: several tests between two nodes.
+    for (int i = 1; i < kTestsPerNode && !idle; ++i) idle = comm_.progress();
+    seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!idle) {
       // A bucket in flight: one node at a time, letting it advance between.
       ex_.run_nodes(k, k + 1, ctx);
       ++k;
       continue;
     }
     if (next_ < buckets_.size() && buckets_[next_].ready < k) {
+      const auto t1 = Clock::now();
       start(buckets_[next_++]);
+      seconds_ += std::chrono::duration<double>(Clock::now() - t1).count();
       ++overlapped_;
       continue;
     }

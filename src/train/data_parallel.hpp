@@ -52,7 +52,10 @@ class DataParallel : public kernels::Collectives {
   // sharded gradients, ZeRO stage 2); reduce_gradients() has nothing to do.
   bool graph_reduces() const { return graph_reduces_; }
   // For grad_reduce (StepContext::comm).
-  void reduce_sum(float* p, size_t n, int root) override { comm_.reduce_sum(p, n, root); }
+  void reduce_sum(float* p, size_t n, int root) override;
+  // Seconds spent in collectives inside the step's nodes (grad_reduce, and
+  // starting and advancing the buckets during backward), since the start.
+  double seconds_in_backward() const { return seconds_; }
   int rank() const { return comm_.rank(); }
   int ranks() const { return comm_.size(); }
 
@@ -100,6 +103,7 @@ class DataParallel : public kernels::Collectives {
   dist::Comm& comm_;
   bool sharded_ = false;
   bool graph_reduces_ = false;
+  double seconds_ = 0.0;
   std::vector<Span> grads_, params_;  // per rank (sharded): its owned run
   struct Bucket {
     size_t begin, end;  // bytes in the gradient arena, at most one piece

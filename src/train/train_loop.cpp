@@ -417,7 +417,7 @@ void TrainLoop::finish(Clock::time_point t_start) {
     for (uint64_t v : c.allgather(res_.peak_rss_bytes)) res_.rank_peak_rss_bytes.push_back(static_cast<size_t>(v));
     for (uint64_t v : c.allgather(p_.report.total)) res_.rank_planned_peak_bytes.push_back(static_cast<size_t>(v));
     res_.comm_bytes_per_step = dp_.bytes_per_step();
-    res_.comm_seconds = comm_seconds_;
+    res_.comm_seconds = comm_seconds_ + dp_.seconds_in_backward();
     res_.comm_buckets = dp_.buckets();
     res_.comm_buckets_overlapped = dp_.buckets_overlapped();
   }
