@@ -30,6 +30,15 @@ std::function<std::string(const std::string&)> subset_flag(const std::string& na
   };
 }
 
+// An on|off flag into *out.
+std::function<std::string(const std::string&)> on_off(const std::string& name, bool* out) {
+  return [name, out](const std::string& v) {
+    if (v != "on" && v != "off") return "--" + name + " expects on or off, got '" + v + "'";
+    *out = v == "on";
+    return std::string();
+  };
+}
+
 void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
   std::string models;
   for (auto& m : models::zoo_names()) models += (models.empty() ? "" : "|") + m;
@@ -147,22 +156,12 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
       "no-fit", [&o] { o.auto_fit = false; },
       "over budget: fail instead of searching micro-batch and recomputation for a plan that fits");
   a.add(
-      "shard-optimizer", [&o](const std::string& v) {
-        if (v == "on") o.shard_optimizer = true;
-        else if (v == "off") o.shard_optimizer = false;
-        else return "--shard-optimizer expects on or off, got '" + v + "'";
-        return std::string();
-      },
+      "shard-optimizer", on_off("shard-optimizer", &o.shard_optimizer),
       "on|off",
       "on several ranks: each keeps the optimizer state of 1/N of the parameters and sends the others their "
       "update (ZeRO stage 1; default on); off: every rank keeps all of it");
   a.add(
-      "shard-gradients", [&o](const std::string& v) {
-        if (v == "on") o.shard_gradients = true;
-        else if (v == "off") o.shard_gradients = false;
-        else return "--shard-gradients expects on or off, got '" + v + "'";
-        return std::string();
-      },
+      "shard-gradients", on_off("shard-gradients", &o.shard_gradients),
       "on|off",
       "on several ranks, with --shard-optimizer on: each gradient goes to its owner during backward and the others "
       "free it there, so each rank keeps only its shard of the gradients (ZeRO stage 2; default off; not with "
@@ -274,12 +273,7 @@ RunArgs parse_train_args(const std::vector<std::string>& argv) {
         "testing: act as if memory ran out before STEP (0: at allocation)");
   a.add("test-subset", subset_flag("test-subset", &o.test_subset), "N|F", "evaluate on N samples or a fraction of the test split");
   a.add(
-      "overlap-reduce", [&o](const std::string& v) {
-        if (v == "on") o.overlap_reduce = true;
-        else if (v == "off") o.overlap_reduce = false;
-        else return "--overlap-reduce expects on or off, got '" + v + "'";
-        return std::string();
-      },
+      "overlap-reduce", on_off("overlap-reduce", &o.overlap_reduce),
       "on|off",
       "on several ranks: reduce the gradients bucket by bucket while backward runs (default on); off: all after "
       "backward");
