@@ -9,7 +9,6 @@ bench/torch_step.py on random data.
 JSON line: images_per_s of the job (global samples over the timed steps),
 the seconds per step, and every rank's VmHWM at the end.
 """
-import argparse
 import json
 import os
 import sys
@@ -20,19 +19,11 @@ import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from torch_step import make_case, vm_hwm  # noqa: E402
+from torch_step import case_arguments, make_case, vm_hwm  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="resnet18")
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--seq", type=int, default=0)
-    ap.add_argument("--vocab", type=int, default=0)
-    ap.add_argument("--classes", type=int, default=0)
+    ap = case_arguments(model="resnet18", batch=32, steps=8, warmup=1, threads=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo")

@@ -82,17 +82,24 @@ def make_case(a):
     return m, x, y, torch.optim.Adam(m.parameters(), lr=1e-3)
 
 
-def main():
+def case_arguments(model="convnet", batch=64, steps=10, warmup=2, threads=2):
+    """The options make_case and the timing loop read (this script's and
+    torch_ddp.py's), with these defaults."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="convnet")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--batch", type=int, default=batch)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--warmup", type=int, default=warmup)
+    ap.add_argument("--threads", type=int, default=threads)
     ap.add_argument("--seq", type=int, default=0, help="text models: tokens per sequence (default: the model's)")
     ap.add_argument("--vocab", type=int, default=0, help="text models: the token values (default: the model's)")
     ap.add_argument("--classes", type=int, default=0, help="classifiers: label values (default 10, the LSTM's 4)")
+    return ap
+
+
+def main():
+    ap = case_arguments()
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--serve", action="store_true",
                     help="after warm-up print 'ready', then run one step per 'step' line on stdin and print its seconds")
     a = ap.parse_args()

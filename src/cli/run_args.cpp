@@ -39,6 +39,19 @@ std::function<std::string(const std::string&)> on_off(const std::string& name, b
   };
 }
 
+// A storage type flag: fp32 or bf16 (and fp16 where allowed) into *out;
+// *given (if any) records that the user chose it.
+std::function<std::string(const std::string&)> dtype_flag(const std::string& name, bool fp16, DType* out, bool* given) {
+  return [name, fp16, out, given](const std::string& v) {
+    if (v == "fp32") *out = DType::f32;
+    else if (v == "bf16") *out = DType::bf16;
+    else if (v == "fp16" && fp16) *out = DType::f16;
+    else return "--" + name + " expects fp32" + (fp16 ? ", bf16 or fp16" : " or bf16") + ", got '" + v + "'";
+    if (given) *given = true;
+    return std::string();
+  };
+}
+
 void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
   std::string models;
   for (auto& m : models::zoo_names()) models += (models.empty() ? "" : "|") + m;
@@ -110,36 +123,18 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
              "update each parameter inside backward as soon as its gradient is complete, so gradients live only "
              "until their update (exact; not with --accumulate, --clip-grad-norm or --precision fp16)");
   a.add(
-      "master-weights", [&o](const std::string& v) {
-        if (v == "fp32") o.master_weights = DType::f32;
-        else if (v == "bf16") o.master_weights = DType::bf16;
-        else return "--master-weights expects fp32 or bf16, got '" + v + "'";
-        o.master_weights_set = true;  // the fit keeps it
-        return std::string();
-      },
+      "master-weights", dtype_flag("master-weights", false, &o.master_weights, &o.master_weights_set),  // the fit keeps it
       "fp32|bf16",
       "storage of the weight matrices (rank >= 2): fp32 (default) or bf16, updated from fp32 gradients with "
       "stochastic rounding (2 B/param instead of 4; an approximation: biases and norms stay fp32; sgd, adam, "
       "adamw)");
   a.add(
-      "precision", [&o](const std::string& v) {
-        if (v == "fp32") o.precision = DType::f32;
-        else if (v == "bf16") o.precision = DType::bf16;
-        else if (v == "fp16") o.precision = DType::f16;
-        else return "--precision expects fp32, bf16 or fp16, got '" + v + "'";
-        o.precision_set = true;
-        return std::string();
-      },
+      "precision", dtype_flag("precision", true, &o.precision, &o.precision_set),
       "fp32|bf16|fp16",
       "activation storage and compute type (weights, gradients and optimizer state stay fp32; fp16 adds dynamic "
       "loss scaling); default fp32, or the fit's choice when over budget");
   a.add(
-      "saved-activations", [&o](const std::string& v) {
-        if (v == "fp32") o.saved_activations = DType::f32;
-        else if (v == "bf16") o.saved_activations = DType::bf16;
-        else return "--saved-activations expects fp32 or bf16, got '" + v + "'";
-        return std::string();
-      },
+      "saved-activations", dtype_flag("saved-activations", false, &o.saved_activations, nullptr),
       "fp32|bf16", "fp32 compute, but keep what backward reads as bf16 in between (lossy; halves saved activations)");
   a.add(
       "loss-scale", [&o](const std::string& v) {
