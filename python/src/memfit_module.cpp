@@ -4,10 +4,13 @@
 // command prints (the plan's JSON, the result's fields). memfit/__init__.py
 // builds the notebook API on top.
 #include <Python.h>
+#include <omp.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <ostream>
 #include <sstream>
@@ -37,6 +40,30 @@ cli::RunArgs parse(const std::string& command, const std::vector<std::string>& a
   if (ra.error) throw py::value_error(*ra.error);
   return ra;
 }
+
+// A plan or a run in this process takes the threads the command would
+// (--threads; else OMP_NUM_THREADS; else every CPU the process may run on),
+// not the count another library set for the process's OpenMP: torch sets
+// one thread per physical core, which on a machine of 2 hyperthreads is 1,
+// and the plan's library heap and the speed follow the thread count. The
+// count is put back afterwards, so torch keeps its own.
+class CommandThreads {
+ public:
+  CommandThreads() : saved_(omp_get_max_threads()) { omp_set_num_threads(default_threads()); }
+  ~CommandThreads() { omp_set_num_threads(saved_); }
+  CommandThreads(const CommandThreads&) = delete;
+  CommandThreads& operator=(const CommandThreads&) = delete;
+
+ private:
+  static int default_threads() {
+    if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+      const int n = std::atoi(env);  // the first of a list such as "4,2"
+      if (n > 0) return n;
+    }
+    return std::max(1, omp_get_num_procs());
+  }
+  int saved_;
+};
 
 // The training log, handed to a Python callable at every flush (the
 // progress line redraws at most 10 times a second, each a flush), on the
@@ -150,6 +177,7 @@ PYBIND11_MODULE(_memfit, m) {
         train::TrainResult r;
         {
           py::gil_scoped_release nogil;
+          CommandThreads threads;
           r = train::run_training(o, log);
         }
         py::dict d;
@@ -173,6 +201,7 @@ PYBIND11_MODULE(_memfit, m) {
         train::TrainResult r;
         {
           py::gil_scoped_release nogil;
+          CommandThreads threads;
           r = train::run_training(o, log);
           log.flush();
         }
