@@ -26,6 +26,43 @@ struct Const {
   int64_t size() const { return is_float ? static_cast<int64_t>(f->size()) : static_cast<int64_t>(i.size()); }
 };
 
+// GELU as torch writes it out: x * 0.5 * (1 + Erf(x / sqrt 2)), or the tanh
+// form x * 0.5 * (1 + Tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+struct GeluMatch {
+  std::string x;
+  bool tanh = false;
+};
+
+// A MatMul whose operands come through Transposes of their last two axes
+// (trans flags instead of copies) and that a bias Add may follow: nn.Linear
+// on a 3-d input exports as MatMul(x, Transpose(W)) + b, memfit's linear.
+struct MatMulMatch {
+  std::string a, b, bias;  // bias: "" for none
+  bool trans_a = false, trans_b = false;
+  int matmul = -1;         // the MatMul node (its name names the layer)
+};
+
+// Attention written out as torch exports it: MatMul(q, kT), a scale (Mul or
+// Div by a number), a mask (Where of a constant condition and -inf), Softmax
+// over the last axis, Dropout, MatMul with v; memfit's fused attention op,
+// which never holds the [T, S] probabilities. Heads "bthd": q, k and v come
+// from Transposes of [B, T, H, D] tensors (a Linear's output viewed as
+// heads) and the result goes through one back, all read in place.
+struct AttentionMatch {
+  std::string q, k, v;     // bhtd: k is k itself, or kT when k_transposed is false
+  bool bthd = false;
+  bool k_transposed = true;  // bhtd: k came in through a swap of its last two axes
+  int qk = -1, scale = -1, mask = -1, softmax = -1, dropout = -1, av = -1;
+  bool mask_inverted = false;  // Where(cond, scores, -inf): masked where cond is false
+  // bthd with q, k, v the three parts of one Split of a [B, T, 3C] tensor
+  // (c_attn(x).split(C, dim=2), each viewed as heads): that tensor, read
+  // as qkv [B, T, 3, H, D] by the packed attention, with no slice copies
+  // forward and no zero-padded gradients backward. split and reshape_q are
+  // the Split node and q's Reshape (its shape gives H and D).
+  std::string qkv;
+  int split = -1, reshape_q = -1;
+};
+
 struct OnnxFile {
   std::string path;
   onnx::GraphProto graph;                   // nodes and the input/output types; initializers moved out
@@ -35,9 +72,12 @@ struct OnnxFile {
   int64_t out_rank = 0;                     // the output's rank
   Shape input_dims;                         // -1: a dynamic axis
   bool tokens = false;                      // an integer input: token ids
-  // The exact GELU torch exports, x * 0.5 * (1 + Erf(x / sqrt 2)): the node
-  // index that produces its result -> x's name, and the nodes it replaces.
-  std::map<size_t, std::string> gelu_at;
+  // Patterns of several nodes that become one memfit op (onnx_patterns.cpp),
+  // each by the index of the node that produces its result; the other nodes
+  // of a pattern are in `fused` and are skipped.
+  std::map<size_t, GeluMatch> gelu_at;
+  std::map<size_t, MatMulMatch> matmul_at;
+  std::map<size_t, AttentionMatch> attention_at;
   std::set<size_t> fused;
 };
 
@@ -76,6 +116,10 @@ inline const onnx::AttributeProto* attr(const onnx::NodeProto& n, const std::str
 
 // An initializer's or a Constant's tensor; `what` names it in errors.
 Const read_tensor(const OnnxFile& f, const onnx::TensorProto& t, const std::string& what);
+
+// Finds the patterns (GeluMatch, MatMulMatch, AttentionMatch) once, when the
+// file is read; `scalars` holds the single-number constants by name.
+void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars);
 
 // Replays the file's nodes onto the builder, its input being x; returns the
 // output's value. Throws ModelFileError naming the node it cannot convert.

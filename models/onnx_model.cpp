@@ -114,68 +114,6 @@ int64_t default_opset(const onnx::ModelProto& m) {
   return 0;
 }
 
-// ------------------------------------------------------------- patterns ----
-
-// Finds x * 0.5 * (1 + Erf(x / sqrt 2)) in either association torch and
-// Hugging Face export ((x * (1 + erf)) * 0.5 or (x * 0.5) * (1 + erf)), each
-// intermediate read by the pattern alone, and records it as one gelu.
-void find_gelu(OnnxFile& f, const std::map<std::string, double>& scalars) {
-  const auto& nodes = f.graph.node();
-  std::map<std::string, int> producer;
-  std::map<std::string, std::vector<int>> readers;
-  for (int k = 0; k < nodes.size(); ++k) {
-    for (const auto& o : nodes[k].output()) producer[o] = k;
-    for (const auto& i : nodes[k].input()) readers[i].push_back(k);
-  }
-  auto scalar_is = [&](const std::string& name, double want) {
-    auto it = scalars.find(name);
-    return it != scalars.end() && std::abs(it->second - want) <= 1e-6 * std::abs(want);
-  };
-  // The node reading v, if it is the only one and of this op; else -1.
-  auto only_reader = [&](const std::string& v, const char* op) {
-    auto it = readers.find(v);
-    return it != readers.end() && it->second.size() == 1 && nodes[it->second[0]].op_type() == op ? it->second[0] : -1;
-  };
-  auto other = [&](int n, const std::string& v) {
-    return nodes[n].input(0) == v ? nodes[n].input(1) : nodes[n].input(0);
-  };
-  auto binary = [&](int n) { return n >= 0 && nodes[n].input_size() == 2; };
-  for (int k = 0; k < nodes.size(); ++k) {
-    if (nodes[k].op_type() != "Erf" || nodes[k].input_size() != 1 || !producer.count(nodes[k].input(0))) continue;
-    const int div = producer[nodes[k].input(0)];
-    if (!binary(div) || readers[nodes[div].output(0)].size() != 1) continue;
-    const auto& d = nodes[div];
-    std::string x;
-    if (d.op_type() == "Div" && scalar_is(d.input(1), std::sqrt(2.0))) x = d.input(0);
-    else if (d.op_type() == "Mul" && scalar_is(d.input(1), std::sqrt(0.5))) x = d.input(0);
-    else if (d.op_type() == "Mul" && scalar_is(d.input(0), std::sqrt(0.5))) x = d.input(1);
-    if (x.empty()) continue;
-    const int plus = only_reader(nodes[k].output(0), "Add");
-    if (!binary(plus) || !scalar_is(other(plus, nodes[k].output(0)), 1.0)) continue;
-    const int mul = only_reader(nodes[plus].output(0), "Mul");
-    if (!binary(mul)) continue;
-    const std::string m = other(mul, nodes[plus].output(0));
-    std::vector<int> parts{div, k, plus};
-    int last = -1;
-    if (m == x) {  // (x * (1 + erf)) * 0.5
-      last = only_reader(nodes[mul].output(0), "Mul");
-      if (!binary(last) || !scalar_is(other(last, nodes[mul].output(0)), 0.5)) continue;
-      parts.push_back(mul);
-    } else if (producer.count(m)) {  // (x * 0.5) * (1 + erf)
-      const int half = producer[m];
-      if (!binary(half) || nodes[half].op_type() != "Mul" || readers[m].size() != 1 ||
-          (nodes[half].input(0) != x && nodes[half].input(1) != x) || !scalar_is(other(half, x), 0.5))
-        continue;
-      parts.push_back(half);
-      last = mul;
-    } else {
-      continue;
-    }
-    f.gelu_at[static_cast<size_t>(last)] = x;
-    for (int p : parts) f.fused.insert(static_cast<size_t>(p));
-  }
-}
-
 // Checks made once, on the file: one default-domain opset, every node's op
 // and attributes known, one data input, one output.
 void check_file(OnnxFile& f, const onnx::ModelProto& m) {
@@ -245,7 +183,7 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
         const Const c = read_tensor(*f, a->t(), "node '" + n.name() + "''s value");
         if (c.size() == 1) scalars[n.output(0)] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
       }
-  find_gelu(*f, scalars);
+  find_patterns(*f, scalars);
   // The whole graph is converted once now, at the file's own input size
   // (batch 1 where its batch axis is dynamic), so that every refusal comes
   // before training.
@@ -293,8 +231,8 @@ bool is_onnx_path(const std::string& path) {
 std::string onnx_supported_ops() {
   std::string s;
   for (const auto& [op, rule] : op_rules())
-    if (op != "Erf") s += (s.empty() ? "" : ", ") + op;
-  return s + "; Erf inside the exact GELU";
+    if (op != "Erf" && op != "Tanh" && op != "Pow" && op != "Where") s += (s.empty() ? "" : ", ") + op;
+  return s + "; Erf, Tanh and Pow inside GELU; Where as attention's mask";
 }
 
 Model load_onnx_model(const std::string& path) {

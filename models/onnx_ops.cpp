@@ -74,8 +74,7 @@ double const_scalar(Env& e, const onnx::NodeProto& n, int k) {
 // for batch-norm statistics) under its ONNX name the first time it is read.
 // Vectors (biases, norm scales and shifts) are exempt from weight decay
 // when the optimizer keeps them undecayed, as the builder's layers mark them.
-ValueId value(Env& e, const onnx::NodeProto& n, int k, bool buffer = false) {
-  const std::string& name = n.input(k);
+ValueId value_named(Env& e, const onnx::NodeProto& n, const std::string& name, bool buffer = false) {
   if (auto it = e.values.find(name); it != e.values.end()) return it->second;
   auto init = e.f.initializers.find(name);
   if (init == e.f.initializers.end() || !init->second.is_float) {
@@ -90,6 +89,7 @@ ValueId value(Env& e, const onnx::NodeProto& n, int k, bool buffer = false) {
   if (!buffer && c.dims.size() < 2) no_weight_decay(e.b, v);
   return e.values[name] = v;
 }
+ValueId value(Env& e, const onnx::NodeProto& n, int k, bool buffer = false) { return value_named(e, n, n.input(k), buffer); }
 
 // A copy: adding a node may move the graph's values.
 Shape shape_of(Env& e, ValueId v) { return e.b.g.value(v).shape; }
@@ -392,10 +392,35 @@ void op_split(Env& e, const onnx::NodeProto& n) {
   if (start != xs[static_cast<size_t>(axis)]) refuse(e.f, n, "split sizes do not add up to the axis");
 }
 
+// A constant's dims ([size] for a bare list of numbers).
+Shape const_dims(const Const& c) { return c.dims.empty() && c.size() != 1 ? Shape{c.size()} : c.dims; }
+
+// The box [from, from + len) of a constant, row-major.
+Const slice_const(const Const& c, const std::vector<int64_t>& from, const std::vector<int64_t>& len) {
+  const Shape dims = const_dims(c);
+  Const r;
+  r.is_float = c.is_float;
+  r.dims = Shape(len.begin(), len.end());
+  std::vector<float> f;
+  const int64_t total = numel(r.dims);
+  std::vector<int64_t> at(dims.size(), 0);
+  for (int64_t k = 0; k < total; ++k) {
+    int64_t src = 0;
+    for (size_t a = 0; a < dims.size(); ++a) src = src * dims[a] + from[a] + at[a];
+    if (c.is_float) f.push_back((*c.f)[static_cast<size_t>(src)]);
+    else r.i.push_back(c.i[static_cast<size_t>(src)]);
+    for (size_t a = dims.size(); a-- > 0;)
+      if (++at[a] < len[a]) break;
+      else at[a] = 0;
+  }
+  if (c.is_float) r.f = std::make_shared<std::vector<float>>(std::move(f));
+  return r;
+}
+
 // Slice with constant starts, ends, axes and steps 1; clamped as ONNX does.
 void op_slice(Env& e, const onnx::NodeProto& n) {
   const bool on_const = is_const(e, n.input(0));
-  const Shape xs = on_const ? Shape{constant(e, n, 0).size()} : shape_of(e, value(e, n, 0));
+  const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
   const Shape starts = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "starts", {});
   const Shape ends = has_input(n, 2) ? const_ints(e, n, 2) : attr_ints(n, "ends", {});
   Shape axes = has_input(n, 3) ? const_ints(e, n, 3) : attr_ints(n, "axes", {});
@@ -413,13 +438,7 @@ void op_slice(Env& e, const onnx::NodeProto& n) {
     len[a] = std::max<int64_t>(0, clampi(ends[k]) - from[a]);
     if (len[a] == 0) refuse(e.f, n, "the slice of axis " + std::to_string(a) + " is empty");
   }
-  if (on_const) {
-    const std::vector<int64_t> v = const_ints(e, n, 0);
-    Const r;
-    r.i.assign(v.begin() + from[0], v.begin() + from[0] + len[0]);
-    r.dims = {len[0]};
-    return bind_const(e, n, std::move(r));
-  }
+  if (on_const) return bind_const(e, n, slice_const(constant(e, n, 0), from, len));
   ValueId y = value(e, n, 0);
   for (size_t a = 0; a < xs.size(); ++a)
     if (from[a] != 0 || len[a] != xs[a]) y = slice(e.b, y, static_cast<int64_t>(a), from[a], len[a]);
@@ -458,6 +477,23 @@ void op_gather(Env& e, const onnx::NodeProto& n) {
   }
   if (attr_i(n, "axis", 0) != 0) refuse(e.f, n, "gathers along axis " + std::to_string(attr_i(n, "axis", 0)) + ": memfit gathers table rows only (an embedding)");
   const ValueId table = value(e, n, 0);
+  if (is_const(e, n.input(1))) {
+    // Rows by constant indices: a position table read at arange(T) is its
+    // first T rows (a slice, whose gradient reaches those rows).
+    const Const& c = constant(e, n, 1);
+    const std::vector<int64_t> idx = const_ints(e, n, 1);
+    const Shape ts = shape_of(e, table);
+    for (size_t k = 0; k < idx.size(); ++k)
+      if (idx[k] != idx[0] + static_cast<int64_t>(k))
+        refuse(e.f, n, "gathers rows by constant indices that are not consecutive: memfit reads a run of rows "
+                       "(a position table at arange(T)) or rows by the data's token ids");
+    if (idx.empty() || idx[0] < 0 || ts.size() != 2 || idx.back() >= ts[0])
+      refuse(e.f, n, "gathers rows outside the table " + shape_str(ts));
+    ValueId rows = static_cast<int64_t>(idx.size()) == ts[0] ? table : slice(e.b, table, 0, idx[0], static_cast<int64_t>(idx.size()));
+    Shape out = const_dims(c);
+    out.push_back(ts[1]);
+    return bind(e, n, out == shape_of(e, rows) ? rows : reshape(e.b, rows, out));
+  }
   const ValueId ids = value(e, n, 1);
   if (e.b.g.value(ids).dtype != DType::i32 || shape_of(e, table).size() != 2)
     refuse(e.f, n, "memfit gathers rows of a [vocab, dim] table by token ids only (an embedding)");
@@ -556,6 +592,196 @@ void op_cast(Env& e, const onnx::NodeProto& n) {
   bind_const(e, n, std::move(c));
 }
 
+// Range(start, limit, delta) of constants (torch.arange): a constant.
+void op_range(Env& e, const onnx::NodeProto& n) {
+  const double start = const_scalar(e, n, 0), limit = const_scalar(e, n, 1), delta = const_scalar(e, n, 2);
+  if (delta == 0) refuse(e.f, n, "has delta 0");
+  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+  if (count > (int64_t(1) << 24)) refuse(e.f, n, "makes " + std::to_string(count) + " numbers");
+  Const c;
+  c.is_float = constant(e, n, 0).is_float;
+  if (c.is_float) c.f = std::make_shared<std::vector<float>>();
+  for (int64_t k = 0; k < count; ++k) {
+    const double v = start + static_cast<double>(k) * delta;
+    if (c.is_float) std::const_pointer_cast<std::vector<float>>(c.f)->push_back(static_cast<float>(v));
+    else c.i.push_back(static_cast<int64_t>(v));
+  }
+  c.dims = {count};
+  bind_const(e, n, std::move(c));
+}
+
+// Equal of constants (a mask computed from a buffer, mask == 0): a
+// constant of 0/1, b a single number or of a's shape.
+void op_equal(Env& e, const onnx::NodeProto& n) {
+  if (!is_const(e, n.input(0)) || !is_const(e, n.input(1)))
+    refuse(e.f, n, "compares tensors of the graph: memfit imports Equal on constants only (an attention mask)");
+  const Const &a = constant(e, n, 0), &b = constant(e, n, 1);
+  if (b.size() != 1 && b.size() != a.size()) refuse(e.f, n, "compares " + shape_str(a.dims) + " with " + shape_str(b.dims));
+  auto at = [](const Const& c, int64_t k) { return c.is_float ? static_cast<double>((*c.f)[static_cast<size_t>(k)]) : static_cast<double>(c.i[static_cast<size_t>(k)]); };
+  Const r;
+  r.dims = a.dims;
+  for (int64_t k = 0; k < a.size(); ++k) r.i.push_back(at(a, k) == at(b, b.size() == 1 ? 0 : k));
+  bind_const(e, n, std::move(r));
+}
+
+// Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
+// here means the pattern around it did not match.
+void op_pattern_only(Env& e, const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  if (op == "Where")
+    refuse(e.f, n, "Where is imported only as an attention mask: Where(mask, -inf, scores) (masked_fill) between "
+                   "q @ k^T and the Softmax, whose probabilities go to one MatMul with v");
+  refuse(e.f, n, op + " is imported only inside GELU: x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) or "
+                 "x * 0.5 * (1 + Erf(x / sqrt(2))); export nn.GELU, or GELU's formula as torch writes it");
+}
+
+// ---------------------------------------------------------------- patterns ----
+
+void emit_gelu(Env& e, const onnx::NodeProto& n, const GeluMatch& m) {
+  auto it = e.values.find(m.x);
+  if (it == e.values.end()) refuse(e.f, n, "the GELU's input '" + m.x + "' is not a tensor of the graph");
+  bind(e, n, gelu(e.b, it->second, m.tanh));
+}
+
+void emit_matmul(Env& e, const onnx::NodeProto& n, const MatMulMatch& m) {
+  const onnx::NodeProto& mm = e.f.graph.node(m.matmul);
+  const ValueId a = value_named(e, mm, m.a), w = value_named(e, mm, m.b);
+  const ValueId bias = m.bias.empty() ? kNone : value_named(e, n, m.bias);
+  const std::string layer = layer_of(e, mm);
+  const Shape ws = shape_of(e, w);
+  if (m.trans_b && !m.trans_a && ws.size() == 2 && (bias == kNone || shape_of(e, bias) == Shape{ws[0]})) {
+    // x W^T (+ b): nn.Linear, W [out, in] as stored.
+    std::vector<ValueId> ins{a, w};
+    if (bias != kNone) ins.push_back(bias);
+    return bind(e, n, e.b.g.add1("linear", ins, {}, layer));
+  }
+  const ValueId y = e.b.g.add1("matmul", {a, w}, {{"trans_a", int64_t(m.trans_a)}, {"trans_b", int64_t(m.trans_b)}}, layer);
+  bind(e, n, bias == kNone ? y : add_broadcast(e.b, y, bias));
+}
+
+// Whether the mask constant `name` of attention node n is causal for T
+// queries and S keys: masked (query i, key j) exactly where j > i + S - T.
+// Returns false for a mask that masks nothing; refuses any other mask.
+bool causal_mask(Env& e, const onnx::NodeProto& where, const std::string& name, bool inverted, int64_t T, int64_t S) {
+  if (!is_const(e, name))
+    refuse(e.f, where, "the attention mask '" + name + "' is computed by the graph: memfit takes a causal mask known "
+                       "when the model is read (a buffer such as torch.tril(ones))");
+  const Const& c = e.consts.count(name) ? e.consts.at(name) : e.f.initializers.at(name);
+  const Shape d = const_dims(c);
+  bool lead_ones = d.size() >= 2;
+  for (size_t k = 0; k + 2 < d.size(); ++k) lead_ones = lead_ones && d[k] == 1;
+  if (!lead_ones || d[d.size() - 2] != T || d.back() != S)
+    refuse(e.f, where, "the attention mask is " + shape_str(d) + ": memfit takes one [T, S] = [" + std::to_string(T) + ", " +
+                           std::to_string(S) + "] mask for every batch row and head");
+  bool any = false, causal = true;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < S; ++j) {
+      const size_t k = static_cast<size_t>(i * S + j);
+      const bool set = c.is_float ? (*c.f)[k] != 0.0f : c.i[k] != 0;
+      const bool masked = set != inverted;
+      any = any || masked;
+      causal = causal && masked == (j > i + S - T);
+    }
+  if (any && !causal)
+    refuse(e.f, where, "the attention mask is not causal (key j hidden from query i exactly where j > i): memfit's "
+                       "attention takes a causal mask or none");
+  return any;
+}
+
+AttentionOpts attention_opts(Env& e, const AttentionMatch& m, int64_t T, int64_t S);
+
+// The packed attention's input: the Split's [B, T, 3C] input as qkv [B, T,
+// 3, H, D], H and D from q's Reshape to [B, T, H, D]; kNone where the
+// Split or the Reshape is not that (the heads are then sliced apart).
+ValueId packed_qkv(Env& e, const AttentionMatch& m) {
+  const auto& nodes = e.f.graph.node();
+  const onnx::NodeProto &split = nodes[m.split], &rq = nodes[m.reshape_q];
+  const ValueId x = value_named(e, split, m.qkv);
+  const Shape xs = shape_of(e, x);
+  if (xs.size() != 3 || xs[2] % 3 || axis_in(e, split, attr_i(split, "axis", 0), 3) != 2) return kNone;
+  const int64_t C = xs[2] / 3;
+  Shape sizes = has_input(split, 1) ? const_ints(e, split, 1) : attr_ints(split, "split", {});
+  if (!sizes.empty() && sizes != Shape{C, C, C}) return kNone;
+  Shape to = const_ints(e, rq, 1);
+  if (to.size() != 4) return kNone;
+  if (to[2] == -1 && to[3] > 0 && C % to[3] == 0) to[2] = C / to[3];
+  if (to[3] == -1 && to[2] > 0 && C % to[2] == 0) to[3] = C / to[2];
+  if (to[2] < 1 || to[3] < 1 || to[2] * to[3] != C) return kNone;
+  return reshape(e.b, x, {xs[0], xs[1], 3, to[2], to[3]});
+}
+
+// The heads sliced from the Split's input, as the skipped Split and
+// Reshapes would have made them (a packed match whose shapes did not fit).
+void unpack_heads(Env& e, const AttentionMatch& m) {
+  const auto& nodes = e.f.graph.node();
+  const onnx::NodeProto& split = nodes[m.split];
+  op_split(e, split);
+  for (const char* part : {"q", "k", "v"}) {
+    const std::string& name = part[0] == 'q' ? m.q : part[0] == 'k' ? m.k : m.v;
+    for (const auto& r : nodes)
+      if (r.output_size() > 0 && r.output(0) == name) op_reshape(e, r);
+  }
+}
+
+void emit_attention(Env& e, const onnx::NodeProto& n, const AttentionMatch& m) {
+  const auto& nodes = e.f.graph.node();
+  const onnx::NodeProto& qk = nodes[m.qk];
+  ValueId qkv = kNone;
+  if (!m.qkv.empty()) {
+    qkv = packed_qkv(e, m);
+    if (qkv == kNone) unpack_heads(e, m);
+  }
+  if (qkv != kNone) {
+    const Shape s = shape_of(e, qkv);  // [B, T, 3, H, D]
+    AttentionOpts o = attention_opts(e, m, s[1], s[1]);
+    o.name = layer_of(e, qk);
+    return bind(e, n, attention_packed(e.b, qkv, o));
+  }
+  const ValueId q = value_named(e, qk, m.q), v = value_named(e, nodes[m.av], m.v);
+  ValueId k = value_named(e, qk, m.k);
+  const Shape qs = shape_of(e, q);
+  if (qs.size() != 4 || shape_of(e, k).size() != 4 || shape_of(e, v).size() != 4)
+    refuse(e.f, qk, "memfit's attention takes 4-d q, k, v ([B, H, T, D]), got " + shape_str(qs) + ", " +
+                        shape_str(shape_of(e, k)) + ", " + shape_str(shape_of(e, v)));
+  if (!m.bthd && !m.k_transposed) k = permute(e.b, k, {0, 1, 3, 2});  // kT -> k
+  const int64_t T = qs[m.bthd ? 1 : 2], S = shape_of(e, k)[m.bthd ? 1 : 2];
+  AttentionOpts o = attention_opts(e, m, T, S);
+  o.layout = m.bthd ? "bthd" : "bhtd";
+  o.name = layer_of(e, qk);
+  bind(e, n, attention(e.b, q, k, v, o));
+}
+
+// The scale, the causal flag (from the mask's constant) and the dropout of
+// an attention match, for T queries and S keys.
+AttentionOpts attention_opts(Env& e, const AttentionMatch& m, int64_t T, int64_t S) {
+  const auto& nodes = e.f.graph.node();
+  AttentionOpts o;
+  o.scale = 1.0;
+  if (m.scale >= 0) {
+    const onnx::NodeProto& sc = nodes[m.scale];
+    const int c = is_const(e, sc.input(1)) ? 1 : 0;
+    const double s = const_scalar(e, sc, c);
+    if (sc.op_type() == "Div" && s == 0) refuse(e.f, sc, "divides by zero");
+    o.scale = sc.op_type() == "Div" ? 1.0 / s : s;
+    if (!(o.scale > 0)) refuse(e.f, sc, "scales the attention scores by " + std::to_string(o.scale) + ": memfit's attention takes a positive scale");
+  }
+  if (m.mask >= 0) {
+    const onnx::NodeProto& w = nodes[m.mask];
+    o.causal = causal_mask(e, w, w.input(0), m.mask_inverted, T, S);
+  }
+  if (m.dropout >= 0) {
+    const onnx::NodeProto& d = nodes[m.dropout];
+    const double p = has_input(d, 1) ? const_scalar(e, d, 1) : attr_f(d, "ratio", 0.5);
+    const bool train = has_input(d, 2) ? const_scalar(e, d, 2) != 0 : false;
+    if (!(p >= 0 && p < 1)) refuse(e.f, d, "ratio " + std::to_string(p) + " is outside [0, 1)");
+    if (train && e.b.training) o.dropout = p;
+  }
+  const onnx::NodeProto& sm = nodes[m.softmax];
+  const int64_t axis = attr_i(sm, "axis", e.f.opset >= 13 ? -1 : 1);
+  if (axis != -1 && axis != 3) refuse(e.f, sm, "softmax over axis " + std::to_string(axis) + " of the attention scores: memfit's attention normalises over the keys (the last axis)");
+  return o;
+}
+
 }  // namespace
 
 // The op table: the ops memfit imports and each one's attributes (any other
@@ -591,7 +817,12 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Unsqueeze", {op_squeeze, {"axes"}}},
       {"Squeeze", {op_squeeze, {"axes"}}},
       {"Cast", {op_cast, {"to"}}},
-      {"Erf", {nullptr, {}}},  // inside the exact GELU only (find_gelu)
+      {"Range", {op_range, {}}},
+      {"Equal", {op_equal, {}}},
+      {"Erf", {op_pattern_only, {}}},  // inside GELU only (onnx_patterns.cpp)
+      {"Tanh", {op_pattern_only, {}}},
+      {"Pow", {op_pattern_only, {}}},
+      {"Where", {op_pattern_only, {}}},  // attention's mask only
   };
   return r;
 }
@@ -610,13 +841,19 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
     const onnx::NodeProto& n = nodes[k];
     if (f.fused.count(static_cast<size_t>(k))) continue;
     try {
-      if (auto g = f.gelu_at.find(static_cast<size_t>(k)); g != f.gelu_at.end()) {
-        auto it = e.values.find(g->second);
-        if (it == e.values.end()) refuse(f, n, "the GELU's input '" + g->second + "' is not a tensor of the graph");
-        bind(e, n, gelu(b, it->second, false));
+      const auto at = static_cast<size_t>(k);
+      if (auto g = f.gelu_at.find(at); g != f.gelu_at.end()) {
+        emit_gelu(e, n, g->second);
         continue;
       }
-      if (n.op_type() == "Erf") refuse(f, n, "Erf is imported only inside the exact GELU, x * 0.5 * (1 + Erf(x / sqrt(2)))");
+      if (auto m = f.matmul_at.find(at); m != f.matmul_at.end()) {
+        emit_matmul(e, n, m->second);
+        continue;
+      }
+      if (auto a = f.attention_at.find(at); a != f.attention_at.end()) {
+        emit_attention(e, n, a->second);
+        continue;
+      }
       first_output_only(e, n, used);
       op_rules().at(n.op_type()).fn(e, n);
     } catch (const GraphError& err) {

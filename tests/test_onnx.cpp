@@ -21,6 +21,7 @@
 #include "golden_check.hpp"
 #include "models/model.hpp"
 #include "models/onnx_model.hpp"
+#include "read_tensor.hpp"
 
 using namespace memfit;
 using memfit::testing::run_cmd;
@@ -142,7 +143,7 @@ TEST(OnnxGolden, ResNet18) {
 
 // The other imported ops (tests/golden/export_onnx.py's OpsNet: batch norm,
 // average pool, a reshape computed from x.shape, Split, Concat, a 3-d Linear
-// as MatMul + Add, the Erf GELU, LayerNormalization, Transpose, Slice,
+// as MatMul + Add (memfit's linear), the Erf GELU, LayerNormalization, Transpose, Slice,
 // Softmax, a scalar Mul) against PyTorch in float64 on the same float32
 // weights and batch, with the golden check's step-0 tolerances (logits 1e-4
 // of the largest, loss 1e-5, each gradient 1e-3 in relative L2: f32 sums
@@ -158,7 +159,7 @@ TEST(Onnx, OtherOpsMatchPyTorch) {
   spec.optimizer.kind = "sgd";
   auto sg = train::build_step_graph(spec);
   const Graph& g = sg->g;
-  for (const char* op : {"gelu", "layer_norm", "softmax", "batch_norm", "avg_pool2d", "concat", "slice", "permute", "matmul"}) {
+  for (const char* op : {"gelu", "layer_norm", "softmax", "batch_norm", "avg_pool2d", "concat", "slice", "permute", "linear"}) {
     bool found = false;
     for (const Node& n : g.nodes()) found = found || n.op == op;
     EXPECT_TRUE(found) << "no " << op << " node: the import took another path";
@@ -196,6 +197,119 @@ TEST(Onnx, OtherOpsMatchPyTorch) {
   EXPECT_EQ(checked, 9);  // conv's weight; bn, proj, ln, head: weight and bias each
 }
 
+// A GPT written the way nanoGPT writes one (tests/golden/export_onnx.py's
+// TinyGPT: nn.Linear layers, q @ k^T scaled and masked_fill'ed with a
+// torch.tril buffer, softmax, dropout, @ v, arange positions, the head tied
+// to the token table, GELU's tanh form written out) with
+// gpt_tiny.safetensors' initial weights, through its ONNX file: memfit
+// must reproduce the fixture as its own gpt-tiny does (test_gpt_golden.cpp,
+// same tolerances: step-0 logits 1e-4 of the largest, loss 1e-5, each
+// gradient 1e-3 in relative L2, the 20 AdamW losses 1e-4), with the
+// attention imported as memfit's fused op (no [T, T] probabilities held)
+// and the Linears as linear ops (no copies of transposed weights).
+namespace {
+// The forward graph of a token model file, batch 2 of 16 tokens, 23 symbols
+// (the training step's graph holds the backward pass and what the
+// recomputation policy clones too).
+Graph gpt_forward(const std::string& path) {
+  const models::Model mod = models::resolve(path);
+  Graph g;
+  Builder b(g);
+  models::Inputs in;
+  in.values["tokens"] = g.input("tokens", {2, 16}, DType::i32);
+  mod.build(b, in, 23);
+  return g;
+}
+
+// The fixture's index of element i of parameter p: its Linear matrices
+// ([out, in], nn.Linear) are the fixture's Conv1D [in, out] transposed.
+size_t conv1d_index(const Value& p, size_t i) {
+  if (p.shape.size() != 2 || p.name.find(".c_") == std::string::npos) return i;
+  const auto out = static_cast<size_t>(p.shape[0]), in = static_cast<size_t>(p.shape[1]);
+  return (i % in) * out + i / in;
+}
+}  // namespace
+
+TEST(OnnxGolden, TinyGpt) {
+  NEED_EXPORT();
+  const io::SafetensorsFile f = io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/gpt_tiny.safetensors");
+  constexpr int64_t B = 4, T = 16, V = 23;
+  train::StepSpec s;
+  s.model = exported().dir + "/gpt_tiny.onnx";
+  s.batch = B;
+  s.data = {{"tokens", DType::i32, {T}, 0.0, V}, {"targets", DType::i32, {T}, -1.0, V}};
+  s.classes = V;
+  s.optimizer.kind = "adamw";
+  s.optimizer.weight_decay = std::stod(f.metadata().at("weight_decay"));
+  s.optimizer.decay_bias_and_norm = false;  // 2-d parameters only, as the fixture's groups
+  const auto sg = train::build_step_graph(s);
+  sg->g.value(sg->logits).is_output = true;  // kept to compare (the LM loss reuses its buffer)
+  const Graph& g = sg->g;
+  std::map<std::string, int> ops;
+  const Graph fwd = gpt_forward(s.model);
+  for (const Node& n : fwd.nodes()) ++ops[n.op];
+  EXPECT_EQ(ops["attention"], 2) << "the attention of each block is one fused op";
+  EXPECT_EQ(ops["softmax"], 0) << "a softmax outside the fused attention";
+  EXPECT_EQ(ops["permute"], 0) << "heads are read in place, weights not copied transposed";
+  EXPECT_EQ(ops["slice"], 1) << "only the position table's first T rows: q, k, v are read packed from c_attn's output";
+  EXPECT_EQ(ops["linear"], 2 * 4 + 1) << "c_attn, c_proj, c_fc, c_proj per block and the tied head";
+  EXPECT_EQ(ops["gelu"], 2);
+  EXPECT_EQ(ops["embedding"], 1);
+  Executor ex(g, ExecConfig{});
+  ex.init_params(1);  // the file's weights (InitSpec::Given), not the seed's
+  int params = 0;
+  for (ValueId p : g.params()) {
+    const Value& val = g.value(p);
+    const auto w = memfit::testing::read_tensor<float>(f, "init." + val.name);
+    std::vector<float> got(w.size());
+    ASSERT_EQ(w.size(), static_cast<size_t>(numel(val.shape))) << val.name;
+    ex.read_f32(p, got.data());
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(got[i], w[conv1d_index(val, i)]) << val.name << " initial " << i;
+    ++params;
+  }
+  EXPECT_EQ(params, 4 + 2 * 12);  // wte (tied head), wpe, ln_f; 12 per block; the tril buffers are constants
+  const auto tok = memfit::testing::read_tensor<int32_t>(f, "tokens"), tgt = memfit::testing::read_tensor<int32_t>(f, "targets");
+  ex.feed(sg->inputs[0].value, tok.data(), tok.size() * sizeof(int32_t));
+  ex.feed(sg->inputs[1].value, tgt.data(), tgt.size() * sizeof(int32_t));
+  kernels::StepContext ctx;
+  ctx.lr = std::stod(f.metadata().at("lr"));
+  const size_t update = train::update_begin(g);
+  ex.run_nodes(0, update, ctx);
+  {
+    const auto ref = memfit::testing::read_tensor<double>(f, "logits");
+    std::vector<float> l(ref.size());
+    ex.fetch(sg->logits, l.data(), l.size() * sizeof(float));
+    double mx = 0;
+    for (double r : ref) mx = std::max(mx, std::abs(r));
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
+    const double rl = memfit::testing::read_tensor<double>(f, "loss")[0];
+    EXPECT_NEAR(ex.fetch_scalar(sg->loss), rl, 1e-5 * rl) << "step-0 loss";
+  }
+  for (ValueId p : g.trainable_params()) {
+    const Value& val = g.value(p);
+    ASSERT_NE(val.grad, kNone) << val.name;
+    const auto ref = memfit::testing::read_tensor<double>(f, "grad." + val.name);
+    std::vector<float> got(ref.size());
+    ex.read_f32(val.grad, got.data());
+    double d = 0, r = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double want = ref[conv1d_index(val, i)];
+      d += (got[i] - want) * (got[i] - want);
+      r += want * want;
+    }
+    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
+  }
+  ex.run_nodes(update, g.num_nodes(), ctx);
+  const auto losses = memfit::testing::read_tensor<double>(f, "losses");
+  ASSERT_EQ(losses.size(), 20u);
+  for (int t = 1; t < 20; ++t) {
+    ctx.step = t;
+    ex.run(ctx);
+    EXPECT_NEAR(ex.fetch_scalar(sg->loss), losses[static_cast<size_t>(t)], 1e-4 * losses[static_cast<size_t>(t)])
+        << "step " << t;
+  }
+}
+
 // The parameters and buffers are the state_dict's tensors by name, and the
 // weights a run saves (with the batch norms' num_batches_tracked, which
 // memfit writes from its step count) load back into the PyTorch model.
@@ -217,6 +331,86 @@ TEST(Onnx, SavedWeightsAreTheStateDict) {
   auto check = run_cmd(kPython + " " + MEMFIT_TEST_DATA + "/golden/export_onnx.py --check-state-dict resnet18 " + out +
                        "/model.safetensors");
   EXPECT_EQ(check.code, 0) << check.out;
+}
+
+// The tiny GPT trained by the command on a text (a character corpus of
+// exactly the file's 23 symbols: 22 letters and the newline), its weights
+// loading back into the PyTorch TinyGPT: the tied head and the tril
+// buffers, which the file holds once or as constants, from the module
+// (the package's complete_state_dict), every other tensor from memfit.
+TEST(Onnx, GptTrainsOnTextAndItsWeightsLoadBack) {
+  NEED_EXPORT();
+  const std::string dir = memfit::testing::temp_dir("onnx-gpt");
+  {
+    std::ofstream c(dir + "/corpus.txt");
+    for (int line = 0; line < 300; ++line) {
+      for (int k = 0; k < 12; ++k) c << static_cast<char>('a' + (line * 5 + k) % 22);
+      c << '\n';
+    }
+  }
+  const std::string onnx = exported().dir + "/gpt_tiny.onnx";
+  const std::string args = " --model " + onnx + " --data " + dir + "/corpus.txt --batch 4 --threads 1";
+  auto plan = run_memfit("plan" + args);
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  auto r = run_memfit("train" + args + " --steps 30 --eval-every 0 --optimizer adamw --lr 3e-3 --progress lines --out " +
+                      dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const io::SafetensorsFile f = io::SafetensorsFile::load(dir + "/run/model.safetensors");
+  EXPECT_EQ(f.names().size(), 4u + 2 * 12);
+  auto check = run_cmd(kPython + " " + MEMFIT_TEST_DATA + "/golden/export_onnx.py --check-state-dict gpt_tiny " + dir +
+                       "/run/model.safetensors");
+  EXPECT_EQ(check.code, 0) << check.out;
+  // A different alphabet is refused before training, naming the head's size.
+  {
+    std::ofstream c(dir + "/other.txt");
+    for (int line = 0; line < 100; ++line) c << "abc\n";
+  }
+  auto bad = run_memfit("train --model " + onnx + " --data " + dir + "/other.txt --steps 1 --out " + dir + "/bad");
+  EXPECT_NE(bad.code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("predicts 23 tokens but the data has 4"), std::string::npos) << bad.out;
+}
+
+// The attention mask is read from the file's buffer, not assumed: the GPT
+// with its tril buffers replaced (through the protobuf classes) by ones
+// (a mask that masks nothing) imports as attention without the causal
+// mask; by a mask that hides key 0 from the last query only it is refused
+// before training, naming the Where node and what memfit takes.
+TEST(Onnx, AttentionMaskIsReadFromTheBuffer) {
+  NEED_EXPORT();
+  onnx::ModelProto m;
+  {
+    std::ifstream in(exported().dir + "/gpt_tiny.onnx", std::ios::binary);
+    ASSERT_TRUE(m.ParseFromIstream(&in));
+  }
+  auto with_mask = [&](const std::string& name, const std::function<float(int, int)>& value) {
+    onnx::ModelProto c = m;
+    int changed = 0;
+    for (auto& t : *c.mutable_graph()->mutable_initializer()) {
+      if (t.name().size() < 10 || t.name().compare(t.name().size() - 10, 10, ".attn.bias") != 0) continue;
+      std::vector<float> v(64 * 64);
+      for (int i = 0; i < 64; ++i)
+        for (int j = 0; j < 64; ++j) v[static_cast<size_t>(i * 64 + j)] = value(i, j);
+      t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+      ++changed;
+    }
+    EXPECT_EQ(changed, 2);
+    const std::string path = memfit::testing::temp_dir("onnx-mask") + "/" + name + ".onnx";
+    std::ofstream f(path, std::ios::binary);
+    EXPECT_TRUE(c.SerializeToOstream(&f));
+    return path;
+  };
+  auto causal_attrs = [](const std::string& path) {
+    std::vector<int64_t> r;
+    const Graph g = gpt_forward(path);
+    for (const Node& n : g.nodes())
+      if (n.op == "attention") r.push_back(n.attrs.i("causal", 0));
+    return r;
+  };
+  EXPECT_EQ(causal_attrs(exported().dir + "/gpt_tiny.onnx"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(causal_attrs(with_mask("open", [](int, int) { return 1.0f; })), (std::vector<int64_t>{0, 0}));
+  const std::string odd = with_mask("odd", [](int i, int j) { return j <= i && !(i == 15 && j == 0) ? 1.0f : 0.0f; });
+  const std::string e = model_error(odd);
+  EXPECT_NE(e.find("(Where): the attention mask is not causal"), std::string::npos) << e;
 }
 
 TEST(Onnx, UnsupportedOpIsRefused) {

@@ -137,4 +137,6 @@ def _model_arg(model, example_input, folder):
         raise ValueError("a torch model needs example_input=: one batch shaped like the data's, e.g. "
                          "torch.zeros(1, 1, 28, 28) for Fashion-MNIST")
     from ._onnx import export_training
-    return export_training(model, example_input, os.path.join(folder, "model.onnx"))
+    tokens = not getattr(example_input, "is_floating_point", lambda: True)()  # token ids: an integer tensor
+    return export_training(model, example_input, os.path.join(folder, "model.onnx"),
+                           input_name="tokens" if tokens else "image")

@@ -59,3 +59,34 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
         f.write(blob)
     os.replace(tmp, path)
     return path
+
+
+def complete_state_dict(module, tensors):
+    """The module's whole state_dict from memfit's saved tensors (by name):
+    what the ONNX file held once is saved once, so a tied weight (nanoGPT's
+    lm_head.weight, the token table's) takes its twin's tensor, and a buffer
+    memfit reads as a constant (an attention mask such as torch.tril(ones))
+    keeps the module's value, which training does not change. Raises
+    KeyError for a parameter or a trained buffer that is missing and has no
+    twin, and for a saved name the module does not have."""
+    own = module.state_dict(keep_vars=True)
+    extra = sorted(set(tensors) - set(own))
+    if extra:
+        raise KeyError(f"memfit's weights hold {extra[:5]} that the module has no state for")
+    params = {id(p) for p in module.parameters()}
+    by_storage = {}
+    for k, v in own.items():
+        by_storage.setdefault((v.data_ptr(), tuple(v.shape)), []).append(k)
+    state = dict(tensors)
+    for k, v in own.items():
+        if k in state:
+            continue
+        twins = [t for t in by_storage[(v.data_ptr(), tuple(v.shape))] if t in tensors]
+        if twins:
+            state[k] = tensors[twins[0]]
+        elif id(v) not in params and k.rsplit(".", 1)[-1] != "num_batches_tracked" and \
+                not k.endswith(("running_mean", "running_var")):
+            state[k] = v.detach()
+        else:
+            raise KeyError(f"memfit's weights hold no '{k}' (nor a tensor tied to it)")
+    return state

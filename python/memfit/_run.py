@@ -94,9 +94,15 @@ class Run:
         return _safetensors.read(path)
 
     def load_into(self, module, strict=True):
-        """Loads the weights into a torch.nn.Module by name (load_state_dict)."""
+        """Loads the weights into a torch.nn.Module by name (load_state_dict).
+        A tensor the ONNX file held once for two names (a tied head) fills
+        both, and a buffer memfit read as a constant (an attention mask)
+        keeps the module's value."""
         import torch  # only needed here
+        from ._onnx import complete_state_dict
         state = {k: torch.from_numpy(v) for k, v in self.weights().items()}
+        if strict:
+            state = complete_state_dict(module, state)
         return module.load_state_dict(state, strict=strict)
 
     def report(self):

@@ -185,3 +185,61 @@ def test_a_torch_model_goes_through_onnx(tmp_path):
         np.testing.assert_array_equal(t.numpy(), w[name])
     assert not torch.equal(trained[1].running_var, torch.ones(8)), "batch norm's running statistics were not trained"
     assert not torch.equal(trained[0].weight, make()[0].weight)
+
+
+def _golden_export_module():
+    """tests/golden/export_onnx.py (its TinyGPT: a GPT written as nanoGPT
+    writes one), loaded by path."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "golden", "export_onnx.py")
+    spec = importlib.util.spec_from_file_location("memfit_export_onnx", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_torch_gpt_goes_through_onnx(tmp_path):
+    """A nanoGPT-style GPT (tied head, a torch.tril mask buffer) trained on a
+    text through its ONNX export: the weights load back with strict
+    load_state_dict (the tied head and the mask from the module), and
+    PyTorch's own forward pass of them predicts the text better than the
+    untrained module's."""
+    torch = pytest.importorskip("torch")
+    golden = _golden_export_module()
+    # 22 letters and the newline: the 23 symbols of TinyGPT's vocabulary.
+    lines = ["".join(chr(ord("a") + (n * 5 + k) % 22) for k in range(12)) for n in range(300)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    torch.manual_seed(0)
+    gpt = golden.TinyGPT()
+    for name, p in gpt.named_parameters():  # nanoGPT's initialisation: N(0, 0.02) matrices, zero biases
+        if name.endswith("bias"):
+            torch.nn.init.zeros_(p)
+        elif p.dim() == 2:
+            torch.nn.init.normal_(p, 0.0, 0.02)
+    untrained = {k: v.clone() for k, v in gpt.state_dict().items()}
+    run = memfit.train(model=gpt, example_input=torch.zeros(1, golden.GPT_T, dtype=torch.long), data=str(corpus),
+                       out=tmp_path / "gpt", progress=False, batch=8, steps=60, optimizer="adamw", lr=3e-3,
+                       eval_every=0, threads=2, seed=1)
+    assert run.result["steps"] == 60
+    trained = golden.TinyGPT()
+    run.load_into(trained)
+    w = run.weights()
+    assert "lm_head.weight" not in w and not any(k.endswith(".attn.bias") for k in w)
+    assert trained.lm_head.weight is trained.transformer.wte.weight
+    np.testing.assert_array_equal(trained.lm_head.weight.detach().numpy(), w["transformer.wte.weight"])
+    assert torch.equal(trained.transformer.h[0].attn.bias, untrained["transformer.h.0.attn.bias"])
+    # The char tokenizer's ids: the corpus's alphabet in code point order.
+    text = corpus.read_text()
+    ids = torch.tensor([sorted(set(text)).index(c) for c in text])
+    starts = torch.arange(0, len(ids) - golden.GPT_T - 1, 97)
+    x = torch.stack([ids[s:s + golden.GPT_T] for s in starts])
+    y = torch.stack([ids[s + 1:s + golden.GPT_T + 1] for s in starts])
+    before = golden.TinyGPT()
+    before.load_state_dict(untrained)
+
+    def loss(m):
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(m.eval()(x).reshape(-1, golden.GPT_V), y.reshape(-1)).item()
+
+    assert loss(trained) < 0.8 * loss(before), (loss(trained), loss(before))

@@ -24,15 +24,20 @@ as MatMul + Add, torch's Erf-based GELU, LayerNormalization (opset 17),
 Transpose, Slice, Softmax, a scalar Mul) with PyTorch's logits, loss and
 gradients for one batch, computed in float64 from the float32 weights.
 
+And DIR/gpt_tiny.onnx: make_gpt_golden.py's GPT with the fixture's initial
+weights, written as nanoGPT writes one (TinyGPT below), for memfit to
+reproduce gpt_tiny.safetensors through the file.
+
 The second form loads memfit's saved weights (model.safetensors) into the
-PyTorch model with load_state_dict(strict=True) and exits non-zero unless
-every tensor is taken, with its shape.
+PyTorch model (convnet, resnet18 or gpt_tiny) with load_state_dict(strict=True)
+and exits non-zero unless every tensor is taken, with its shape.
 
 Needs python3-torch and python3-numpy only (torch.onnx.export does not need
 the onnx package).
 """
 import argparse
 import importlib.util
+import math
 import os
 import sys
 
@@ -126,11 +131,112 @@ def export_opsnet(out_dir):
     print(f"opsnet: {os.path.getsize(path)} bytes -> {path}")
 
 
+# The tiny GPT: make_gpt_golden.py's model and initial weights, written the
+# way nanoGPT writes a GPT (nn.Linear layers, q @ k.transpose(-2, -1) scaled
+# and masked_fill'ed with a registered torch.tril buffer, softmax, dropout,
+# @ v; torch.arange positions; the head tied to the token table), so that
+# memfit trained through its ONNX file must reproduce gpt_tiny.safetensors.
+GPT_L, GPT_H, GPT_C, GPT_BLOCK, GPT_V, GPT_B, GPT_T = 2, 2, 32, 64, 23, 4, 16
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_attn = nn.Linear(GPT_C, 3 * GPT_C)
+        self.c_proj = nn.Linear(GPT_C, GPT_C)
+        self.attn_dropout = nn.Dropout(0.0)
+        self.resid_dropout = nn.Dropout(0.0)
+        self.register_buffer("bias", torch.tril(torch.ones(GPT_BLOCK, GPT_BLOCK)).view(1, 1, GPT_BLOCK, GPT_BLOCK))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        k = k.view(B, T, GPT_H, C // GPT_H).transpose(1, 2)
+        q = q.view(B, T, GPT_H, C // GPT_H).transpose(1, 2)
+        v = v.view(B, T, GPT_H, C // GPT_H).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = self.attn_dropout(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c_fc = nn.Linear(GPT_C, 4 * GPT_C)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * GPT_C, GPT_C)
+        self.dropout = nn.Dropout(0.0)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(GPT_C)
+        self.attn = CausalSelfAttention()
+        self.ln_2 = nn.LayerNorm(GPT_C)
+        self.mlp = MLP()
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(GPT_V, GPT_C), wpe=nn.Embedding(GPT_BLOCK, GPT_C), drop=nn.Dropout(0.0),
+            h=nn.ModuleList([Block() for _ in range(GPT_L)]), ln_f=nn.LayerNorm(GPT_C)))
+        self.lm_head = nn.Linear(GPT_C, GPT_V, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied
+
+    def forward(self, idx):
+        _, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def gpt_from_fixture():
+    """TinyGPT with gpt_tiny.safetensors' initial weights (its Conv1D [in,
+    out] matrices transposed into nn.Linear's [out, in])."""
+    fixture = read_safetensors(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpt_tiny.safetensors"))
+    model = TinyGPT()
+    state = model.state_dict()
+    for k in state:
+        if k.endswith(".attn.bias") or k == "lm_head.weight":  # the mask buffer; the tied head
+            continue
+        w = fixture["init." + k]
+        if w.ndim == 2 and k.split(".")[-2] in ("c_attn", "c_proj", "c_fc"):
+            w = w.T
+        state[k] = torch.from_numpy(np.ascontiguousarray(w))
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    model.load_state_dict(state, strict=True)
+    return model.train()
+
+
+def export_gpt(out_dir):
+    model = gpt_from_fixture()
+    path = os.path.join(out_dir, "gpt_tiny.onnx")
+    _onnx.export_training(model, torch.zeros(GPT_B, GPT_T, dtype=torch.long), path, 17, input_name="tokens")
+    print(f"gpt_tiny: {os.path.getsize(path)} bytes -> {path}")
+
+
 def check_state_dict(name, weights):
-    model = build(name)
+    model = gpt_from_fixture() if name == "gpt_tiny" else build(name)
     tensors = {k: torch.from_numpy(v) for k, v in read_safetensors(weights).items()}
-    model.load_state_dict(tensors, strict=True)  # raises on a missing, extra or misshapen tensor
-    print(f"{name}: load_state_dict took all {len(tensors)} tensors of {weights}")
+    # The package's completion: the tied head and the mask buffers memfit
+    # reads as constants come from the module; anything else missing raises.
+    state = _onnx.complete_state_dict(model, tensors)
+    model.load_state_dict(state, strict=True)  # raises on a missing, extra or misshapen tensor
+    print(f"{name}: load_state_dict took all {len(tensors)} tensors of {weights} ({len(state) - len(tensors)} from the module)")
 
 
 def main():
@@ -148,6 +254,7 @@ def main():
     for name in args.models.split(","):
         export(name, args.out)
     export_opsnet(args.out)
+    export_gpt(args.out)
 
 
 if __name__ == "__main__":

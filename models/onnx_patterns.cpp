@@ -1,0 +1,313 @@
+// Patterns of several ONNX nodes that become one memfit op (onnx_import.hpp):
+// the GELU torch writes out with Erf or Tanh, MatMuls whose operands come
+// through Transposes (and nn.Linear's MatMul + bias Add), and attention as
+// torch exports it from q @ k.transpose(-2, -1). Found once, when the file is
+// read: each match records its inputs by ONNX name, and its nodes are
+// skipped when the graph is converted. A pattern matches only where each
+// intermediate result is read by the pattern alone (and is no graph
+// output), so skipping its nodes loses nothing; shapes and constant values
+// are checked when the match is converted (onnx_ops.cpp).
+#include <cmath>
+
+#include "models/onnx_import.hpp"
+
+namespace memfit::models::onnx_import {
+namespace {
+
+struct Index {
+  const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes;
+  const std::map<std::string, double>& scalars;
+  std::set<size_t>& fused;
+  std::map<std::string, int> producer;
+  std::map<std::string, std::vector<int>> readers;
+  std::set<std::string> outputs;
+
+  Index(const OnnxFile& f, const std::map<std::string, double>& s, std::set<size_t>& fu)
+      : nodes(f.graph.node()), scalars(s), fused(fu) {
+    for (int k = 0; k < nodes.size(); ++k) {
+      for (const auto& o : nodes[k].output()) producer[o] = k;
+      for (const auto& i : nodes[k].input()) readers[i].push_back(k);
+    }
+    for (const auto& o : f.graph.output()) outputs.insert(o.name());
+  }
+  const onnx::NodeProto& at(int k) const { return nodes[k]; }
+  bool free(int k) const { return k >= 0 && !fused.count(static_cast<size_t>(k)); }
+  // The node making v, if it is of this op and not taken by another pattern; else -1.
+  int made_by(const std::string& v, const char* op) const {
+    auto it = producer.find(v);
+    return it != producer.end() && nodes[it->second].op_type() == op && free(it->second) ? it->second : -1;
+  }
+  // Whether v is read by exactly one node and is no graph output.
+  bool single(const std::string& v) const {
+    auto it = readers.find(v);
+    return it != readers.end() && it->second.size() == 1 && !outputs.count(v);
+  }
+  // The only node reading v, if it is of this op; else -1.
+  int only_reader(const std::string& v, const char* op) const {
+    if (!single(v)) return -1;
+    const int k = readers.at(v)[0];
+    return nodes[k].op_type() == op && free(k) ? k : -1;
+  }
+  bool scalar_is(const std::string& name, double want, double rel = 1e-6) const {
+    auto it = scalars.find(name);
+    return it != scalars.end() && std::abs(it->second - want) <= rel * std::abs(want);
+  }
+  bool is_scalar(const std::string& name) const { return scalars.count(name) > 0; }
+  // The input of binary node n other than v.
+  const std::string& other(int n, const std::string& v) const {
+    return nodes[n].input(0) == v ? nodes[n].input(1) : nodes[n].input(0);
+  }
+  bool binary(int n) const { return n >= 0 && nodes[n].input_size() == 2; }
+  // A Transpose node's perm (empty where it has none).
+  Shape perm(int k) const {
+    for (const auto& a : nodes[k].attribute())
+      if (a.name() == "perm") return Shape(a.ints().begin(), a.ints().end());
+    return {};
+  }
+  void take(std::initializer_list<int> ks) {
+    for (int k : ks)
+      if (k >= 0) fused.insert(static_cast<size_t>(k));
+  }
+};
+
+// A perm that swaps the last two axes and keeps the others.
+bool swaps_last_two(const Shape& p) {
+  const size_t r = p.size();
+  if (r < 2) return false;
+  for (size_t k = 0; k + 2 < r; ++k)
+    if (p[k] != static_cast<int64_t>(k)) return false;
+  return p[r - 2] == static_cast<int64_t>(r - 1) && p[r - 1] == static_cast<int64_t>(r - 2);
+}
+
+// ------------------------------------------------------------------ gelu ----
+
+// The tail both forms share: h = 1 + f, then x * h * 0.5 in either
+// association ((x * h) * 0.5 or (x * 0.5) * h). Returns the last node, or
+// -1; parts gets the tail's nodes.
+int gelu_tail(const Index& ix, const std::string& f_out, const std::string& x, std::vector<int>& parts) {
+  const int plus = ix.only_reader(f_out, "Add");
+  if (!ix.binary(plus) || !ix.scalar_is(ix.other(plus, f_out), 1.0)) return -1;
+  const int mul = ix.only_reader(ix.at(plus).output(0), "Mul");
+  if (!ix.binary(mul)) return -1;
+  const std::string m = ix.other(mul, ix.at(plus).output(0));
+  parts.push_back(plus);
+  if (m == x) {  // (x * (1 + f)) * 0.5
+    const int last = ix.only_reader(ix.at(mul).output(0), "Mul");
+    if (!ix.binary(last) || !ix.scalar_is(ix.other(last, ix.at(mul).output(0)), 0.5)) return -1;
+    parts.push_back(mul);
+    return last;
+  }
+  const int half = ix.made_by(m, "Mul");  // (x * 0.5) * (1 + f)
+  if (!ix.binary(half) || !ix.single(m) || (ix.at(half).input(0) != x && ix.at(half).input(1) != x) ||
+      !ix.scalar_is(ix.other(half, x), 0.5))
+    return -1;
+  parts.push_back(half);
+  return mul;
+}
+
+// Erf(x / sqrt 2) or Erf(x * sqrt 0.5): x, or "".
+std::string erf_head(const Index& ix, int erf, std::vector<int>& parts) {
+  const auto& e = ix.at(erf);
+  if (e.input_size() != 1) return "";
+  int div = ix.made_by(e.input(0), "Div");
+  if (div < 0) div = ix.made_by(e.input(0), "Mul");
+  if (!ix.binary(div) || !ix.single(e.input(0))) return "";
+  const auto& d = ix.at(div);
+  std::string x;
+  if (d.op_type() == "Div" && ix.scalar_is(d.input(1), std::sqrt(2.0))) x = d.input(0);
+  else if (d.op_type() == "Mul" && ix.scalar_is(d.input(1), std::sqrt(0.5))) x = d.input(0);
+  else if (d.op_type() == "Mul" && ix.scalar_is(d.input(0), std::sqrt(0.5))) x = d.input(1);
+  if (!x.empty()) parts.push_back(div);
+  return x;
+}
+
+// Tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)), x^3 as Pow(x, 3), x * (x * x)
+// or (x * x) * x: x, or "". The constants are matched to 1e-5 (torch writes
+// them as float32).
+std::string tanh_head(const Index& ix, int th, std::vector<int>& parts) {
+  const auto& t = ix.at(th);
+  if (t.input_size() != 1 || !ix.single(t.input(0))) return "";
+  const int outer = ix.made_by(t.input(0), "Mul");
+  if (!ix.binary(outer)) return "";
+  const auto& o = ix.at(outer);
+  const double c0 = std::sqrt(2.0 / M_PI);
+  const std::string inner = ix.scalar_is(o.input(0), c0, 1e-5) ? o.input(1) : ix.scalar_is(o.input(1), c0, 1e-5) ? o.input(0) : "";
+  if (inner.empty() || !ix.single(inner)) return "";
+  const int sum = ix.made_by(inner, "Add");
+  if (!ix.binary(sum)) return "";
+  // One of sum's inputs is x, the other 0.044715 * x^3 (read only here).
+  for (int side = 0; side < 2; ++side) {
+    const std::string x = ix.at(sum).input(side), cubed = ix.at(sum).input(1 - side);
+    if (!ix.single(cubed)) continue;
+    const int scale = ix.made_by(cubed, "Mul");
+    if (!ix.binary(scale)) continue;
+    const auto& s = ix.at(scale);
+    const std::string c = ix.scalar_is(s.input(0), 0.044715, 1e-5) ? s.input(1)
+                          : ix.scalar_is(s.input(1), 0.044715, 1e-5) ? s.input(0) : "";
+    if (c.empty() || !ix.single(c)) continue;
+    std::vector<int> cube;
+    if (int p = ix.made_by(c, "Pow"); ix.binary(p) && ix.at(p).input(0) == x && ix.scalar_is(ix.at(p).input(1), 3.0)) {
+      cube = {p};
+    } else if (int m = ix.made_by(c, "Mul"); ix.binary(m) && (ix.at(m).input(0) == x || ix.at(m).input(1) == x)) {
+      const std::string sq = ix.other(m, x);
+      const int m2 = ix.made_by(sq, "Mul");
+      if (!ix.binary(m2) || !ix.single(sq) || ix.at(m2).input(0) != x || ix.at(m2).input(1) != x) continue;
+      cube = {m, m2};
+    } else {
+      continue;
+    }
+    parts.insert(parts.end(), {outer, sum, scale});
+    parts.insert(parts.end(), cube.begin(), cube.end());
+    return x;
+  }
+  return "";
+}
+
+void find_gelu(OnnxFile& f, Index& ix) {
+  for (int k = 0; k < ix.nodes.size(); ++k) {
+    const std::string& op = ix.at(k).op_type();
+    if ((op != "Erf" && op != "Tanh") || !ix.free(k)) continue;
+    std::vector<int> parts{k};
+    const std::string x = op == "Erf" ? erf_head(ix, k, parts) : tanh_head(ix, k, parts);
+    if (x.empty()) continue;
+    const int last = gelu_tail(ix, ix.at(k).output(0), x, parts);
+    if (last < 0) continue;
+    f.gelu_at[static_cast<size_t>(last)] = {x, op == "Tanh"};
+    for (int p : parts) ix.take({p});
+  }
+}
+
+// ------------------------------------------------------------- attention ----
+
+void find_attention(OnnxFile& f, Index& ix) {
+  for (int sm = 0; sm < ix.nodes.size(); ++sm) {
+    if (ix.at(sm).op_type() != "Softmax" || !ix.free(sm) || ix.at(sm).input_size() != 1) continue;
+    AttentionMatch m;
+    m.softmax = sm;
+    // Up from the softmax: a mask and a scale, in either order, then q kT.
+    std::string s = ix.at(sm).input(0);
+    for (int hop = 0; hop < 2 && ix.single(s); ++hop) {
+      if (int w = ix.made_by(s, "Where"); w >= 0 && m.mask < 0 && ix.at(w).input_size() == 3) {
+        const auto& n = ix.at(w);
+        auto ninf = [&](const std::string& v) { auto it = ix.scalars.find(v); return it != ix.scalars.end() && it->second <= -1e4; };
+        if (ninf(n.input(1))) s = n.input(2);
+        else if (ninf(n.input(2))) s = n.input(1), m.mask_inverted = true;
+        else break;
+        m.mask = w;
+      } else if (int c = ix.made_by(s, "Mul"); c >= 0 && m.scale < 0 && ix.binary(c) &&
+                                                (ix.is_scalar(ix.at(c).input(0)) || ix.is_scalar(ix.at(c).input(1)))) {
+        m.scale = c;
+        s = ix.is_scalar(ix.at(c).input(1)) ? ix.at(c).input(0) : ix.at(c).input(1);
+      } else if (int d = ix.made_by(s, "Div"); d >= 0 && m.scale < 0 && ix.binary(d) && ix.is_scalar(ix.at(d).input(1))) {
+        m.scale = d;
+        s = ix.at(d).input(0);
+      } else {
+        break;
+      }
+    }
+    if (!ix.single(s)) continue;
+    m.qk = ix.made_by(s, "MatMul");
+    if (!ix.binary(m.qk)) continue;
+    // Down: dropout on the probabilities, then the product with v.
+    std::string p = ix.at(sm).output(0);
+    if (int d = ix.only_reader(p, "Dropout"); d >= 0) {
+      const auto& n = ix.at(d);
+      if (n.output_size() > 1 && !n.output(1).empty() && ix.readers.count(n.output(1))) continue;  // its mask is read
+      m.dropout = d;
+      p = n.output(0);
+    }
+    m.av = ix.only_reader(p, "MatMul");
+    if (!ix.binary(m.av) || ix.at(m.av).input(0) != p) continue;
+    m.q = ix.at(m.qk).input(0);
+    m.k = ix.at(m.qk).input(1);
+    m.v = ix.at(m.av).input(1);
+    // The heads in place: q, v from Transpose [0, 2, 1, 3] of [B, T, H, D],
+    // kT from Transpose [0, 2, 3, 1] of [B, S, H, D], the result back
+    // through Transpose [0, 2, 1, 3].
+    const int tq = ix.single(m.q) ? ix.made_by(m.q, "Transpose") : -1;
+    const int tk = ix.single(m.k) ? ix.made_by(m.k, "Transpose") : -1;
+    const int tv = ix.single(m.v) ? ix.made_by(m.v, "Transpose") : -1;
+    const int to = ix.only_reader(ix.at(m.av).output(0), "Transpose");
+    const Shape heads{0, 2, 1, 3};
+    size_t result = static_cast<size_t>(m.av);
+    if (tq >= 0 && tk >= 0 && tv >= 0 && to >= 0 && tq != tv && ix.perm(tq) == heads && ix.perm(tv) == heads &&
+        ix.perm(to) == heads && ix.perm(tk) == Shape{0, 2, 3, 1}) {
+      m.bthd = true;
+      m.q = ix.at(tq).input(0);
+      m.k = ix.at(tk).input(0);
+      m.v = ix.at(tv).input(0);
+      ix.take({tq, tk, tv, m.av});
+      result = static_cast<size_t>(to);
+      // Packed: q, k, v viewed as heads from the outputs 0, 1, 2 of one Split.
+      const std::string* parts[3] = {&m.q, &m.k, &m.v};
+      int reshape[3], split = -1;
+      bool packed = true;
+      for (int p = 0; p < 3 && packed; ++p) {
+        reshape[p] = ix.single(*parts[p]) ? ix.made_by(*parts[p], "Reshape") : -1;
+        packed = reshape[p] >= 0 && ix.at(reshape[p]).input_size() == 2 && ix.single(ix.at(reshape[p]).input(0));
+        if (!packed) break;
+        const int s = ix.made_by(ix.at(reshape[p]).input(0), "Split");
+        packed = s >= 0 && (split < 0 || s == split) && ix.at(s).output_size() == 3 &&
+                 ix.at(s).output(p) == ix.at(reshape[p]).input(0);
+        split = s;
+      }
+      if (packed) {
+        m.qkv = ix.at(split).input(0);
+        m.split = split;
+        m.reshape_q = reshape[0];
+        ix.take({split, reshape[0], reshape[1], reshape[2]});
+      }
+    } else if (tk >= 0 && swaps_last_two(ix.perm(tk))) {
+      m.k = ix.at(tk).input(0);
+      ix.take({tk});
+    } else {
+      m.k_transposed = false;
+    }
+    ix.take({m.qk, m.scale, m.mask, sm, m.dropout});
+    f.attention_at[result] = m;
+  }
+}
+
+// ---------------------------------------------------------------- matmul ----
+
+void find_matmuls(OnnxFile& f, Index& ix) {
+  for (int k = 0; k < ix.nodes.size(); ++k) {
+    if (ix.at(k).op_type() != "MatMul" || !ix.free(k) || !ix.binary(k)) continue;
+    MatMulMatch m;
+    m.matmul = k;
+    m.a = ix.at(k).input(0);
+    m.b = ix.at(k).input(1);
+    int ta = ix.single(m.a) ? ix.made_by(m.a, "Transpose") : -1;
+    int tb = ix.single(m.b) ? ix.made_by(m.b, "Transpose") : -1;
+    if (ta >= 0 && swaps_last_two(ix.perm(ta))) m.a = ix.at(ta).input(0), m.trans_a = true;
+    else ta = -1;
+    if (tb >= 0 && swaps_last_two(ix.perm(tb))) m.b = ix.at(tb).input(0), m.trans_b = true;
+    else tb = -1;
+    // A bias: an Add of a 1-d float initializer, the MatMul's only reader.
+    size_t result = static_cast<size_t>(k);
+    const std::string& out = ix.at(k).output(0);
+    if (int add = ix.only_reader(out, "Add"); ix.binary(add)) {
+      const std::string& c = ix.other(add, out);
+      auto init = f.initializers.find(c);
+      if (init != f.initializers.end() && init->second.is_float && init->second.dims.size() == 1) {
+        m.bias = c;
+        ix.take({k});
+        result = static_cast<size_t>(add);
+      }
+    }
+    if (!m.trans_a && !m.trans_b && m.bias.empty()) continue;
+    ix.take({ta, tb});
+    f.matmul_at[result] = m;
+  }
+}
+
+}  // namespace
+
+void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars) {
+  Index ix(f, scalars, f.fused);
+  find_gelu(f, ix);
+  find_attention(f, ix);
+  find_matmuls(f, ix);
+}
+
+}  // namespace memfit::models::onnx_import
