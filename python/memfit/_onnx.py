@@ -7,6 +7,7 @@ No import of memfit's extension and nothing beyond torch, so that
 tests/golden/export_onnx.py loads this file by its path for the golden
 models' exports: the package and the tests export the same way.
 """
+import inspect
 import os
 import struct
 
@@ -37,10 +38,17 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
         m.momentum = 0.0
     tmp = path + ".tmp"
     try:
+        kwargs = {}
+        if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+            # torch >= 2.5 also has the dynamo exporter (its default from 2.9),
+            # which writes the weights beside the file, folds constants and
+            # drops training mode; the TorchScript exporter keeps all three
+            # as memfit reads them.
+            kwargs["dynamo"] = False
         torch.onnx.export(model, example_input, tmp, export_params=True, do_constant_folding=False,
                           training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
                           input_names=[input_name], output_names=[output_name],
-                          dynamic_axes={input_name: {0: "N"}})
+                          dynamic_axes={input_name: {0: "N"}}, **kwargs)
     finally:
         for m, k in zip(bns, kept):
             m.momentum = k
