@@ -21,7 +21,7 @@
 #include "golden_check.hpp"
 #include "models/model.hpp"
 #include "models/onnx_model.hpp"
-#include "read_tensor.hpp"
+#include "gpt_golden_check.hpp"
 
 using namespace memfit;
 using memfit::testing::run_cmd;
@@ -232,16 +232,8 @@ size_t conv1d_index(const Value& p, size_t i) {
 
 TEST(OnnxGolden, TinyGpt) {
   NEED_EXPORT();
-  const io::SafetensorsFile f = io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/gpt_tiny.safetensors");
-  constexpr int64_t B = 4, T = 16, V = 23;
-  train::StepSpec s;
-  s.model = exported().dir + "/gpt_tiny.onnx";
-  s.batch = B;
-  s.data = {{"tokens", DType::i32, {T}, 0.0, V}, {"targets", DType::i32, {T}, -1.0, V}};
-  s.classes = V;
-  s.optimizer.kind = "adamw";
-  s.optimizer.weight_decay = std::stod(f.metadata().at("weight_decay"));
-  s.optimizer.decay_bias_and_norm = false;  // 2-d parameters only, as the fixture's groups
+  const io::SafetensorsFile& f = memfit::testing::gpt_fixture();
+  const train::StepSpec s = memfit::testing::gpt_golden_spec(exported().dir + "/gpt_tiny.onnx");
   const auto sg = train::build_step_graph(s);
   sg->g.value(sg->logits).is_output = true;  // kept to compare (the LM loss reuses its buffer)
   const Graph& g = sg->g;
@@ -268,46 +260,7 @@ TEST(OnnxGolden, TinyGpt) {
     ++params;
   }
   EXPECT_EQ(params, 4 + 2 * 12);  // wte (tied head), wpe, ln_f; 12 per block; the tril buffers are constants
-  const auto tok = memfit::testing::read_tensor<int32_t>(f, "tokens"), tgt = memfit::testing::read_tensor<int32_t>(f, "targets");
-  ex.feed(sg->inputs[0].value, tok.data(), tok.size() * sizeof(int32_t));
-  ex.feed(sg->inputs[1].value, tgt.data(), tgt.size() * sizeof(int32_t));
-  kernels::StepContext ctx;
-  ctx.lr = std::stod(f.metadata().at("lr"));
-  const size_t update = train::update_begin(g);
-  ex.run_nodes(0, update, ctx);
-  {
-    const auto ref = memfit::testing::read_tensor<double>(f, "logits");
-    std::vector<float> l(ref.size());
-    ex.fetch(sg->logits, l.data(), l.size() * sizeof(float));
-    double mx = 0;
-    for (double r : ref) mx = std::max(mx, std::abs(r));
-    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
-    const double rl = memfit::testing::read_tensor<double>(f, "loss")[0];
-    EXPECT_NEAR(ex.fetch_scalar(sg->loss), rl, 1e-5 * rl) << "step-0 loss";
-  }
-  for (ValueId p : g.trainable_params()) {
-    const Value& val = g.value(p);
-    ASSERT_NE(val.grad, kNone) << val.name;
-    const auto ref = memfit::testing::read_tensor<double>(f, "grad." + val.name);
-    std::vector<float> got(ref.size());
-    ex.read_f32(val.grad, got.data());
-    double d = 0, r = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const double want = ref[conv1d_index(val, i)];
-      d += (got[i] - want) * (got[i] - want);
-      r += want * want;
-    }
-    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
-  }
-  ex.run_nodes(update, g.num_nodes(), ctx);
-  const auto losses = memfit::testing::read_tensor<double>(f, "losses");
-  ASSERT_EQ(losses.size(), 20u);
-  for (int t = 1; t < 20; ++t) {
-    ctx.step = t;
-    ex.run(ctx);
-    EXPECT_NEAR(ex.fetch_scalar(sg->loss), losses[static_cast<size_t>(t)], 1e-4 * losses[static_cast<size_t>(t)])
-        << "step " << t;
-  }
+  memfit::testing::check_gpt_golden(*sg, ex, conv1d_index);
 }
 
 // The parameters and buffers are the state_dict's tensors by name, and the
