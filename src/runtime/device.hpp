@@ -78,9 +78,10 @@ class Device {
   // How convolutions and linear layers run when activations are stored as
   // `precision` ("" for f32).
   virtual std::string product_path(DType precision) const = 0;
-  // Sustained FLOP/s of the products at a large batch, measured once per
-  // process (0: unknown).
-  virtual double product_flops_per_second() const { return 0.0; }
+  // Sustained FLOP/s of the products at a large batch with the process's
+  // threads, measured on each call (a fraction of a second; 0: unknown).
+  // The command keeps it per machine (train/machine_profile.hpp).
+  virtual double measure_product_flops_per_second() const { return 0.0; }
   // A step's time with activations stored as `precision`, relative to f32.
   virtual double storage_cost(DType precision) const { (void)precision; return 1.0; }
   // Before a plan's baseline memory is measured: load the code the first

@@ -26,20 +26,33 @@ std::string FitCandidate::describe() const {
   return buf;
 }
 
-double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t rows, int64_t accumulate,
+double predict_step_seconds(double flops_per_second, double flops_per_micro, int64_t rows, int64_t accumulate,
                             size_t nodes) {
-  // The measured sustained rate for large batches (60 GFLOP/s where the
-  // device has no measurement); a micro-batch of m rows runs at m / (m + 4)
-  // of that (kernels amortise less), and every node run costs ~20 us of
-  // launch and bookkeeping.
-  const double sustained = dev.product_flops_per_second() > 0 ? dev.product_flops_per_second() : 60e9;
+  // The measured sustained rate for large batches (kFallbackFlopsPerSecond
+  // where the device has no measurement); a micro-batch of m rows runs at
+  // m / (m + 4) of that (kernels amortise less), and every node run costs
+  // ~20 us of launch and bookkeeping.
+  const double sustained = flops_per_second > 0 ? flops_per_second : kFallbackFlopsPerSecond;
   const double rate = sustained * static_cast<double>(rows) / static_cast<double>(rows + 4);
   return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
 }
 
+double graph_flops(const Graph& g) {
+  double flops = 0;
+  for (const Node& n : g.nodes())
+    if (const auto& f = op_def(n.op).flops) flops += f(g, n);
+  return flops;
+}
+
+double storage_time_factor(const Device& dev, DType precision, DType saved) {
+  if (precision == DType::bf16) return dev.storage_cost(DType::bf16);
+  return saved == DType::bf16 ? 1.08 : 1.0;
+}
+
 std::vector<FitPrecision> default_fit_precisions(const Device& dev) {
-  const double bf16 = dev.storage_cost(DType::bf16);
-  return {{DType::f32, DType::f32, 1.0}, {DType::bf16, DType::f32, bf16}, {DType::f32, DType::bf16, 1.08}};
+  return {{DType::f32, DType::f32, 1.0},
+          {DType::bf16, DType::f32, storage_time_factor(dev, DType::bf16, DType::f32)},
+          {DType::f32, DType::bf16, storage_time_factor(dev, DType::f32, DType::bf16)}};
 }
 
 std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free, bool weights_free) {
@@ -62,7 +75,7 @@ int64_t rows_per_sample(const StepSpec& spec) {
 }
 
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
-                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions_in,
+                     const ExecConfig& cfg, double flops_per_second, const std::vector<FitPrecision>& precisions_in,
                      const std::vector<FitState>& states_in) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
@@ -101,13 +114,11 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       // The plan alone: no executor, and each distinct layer's kernel is
       // built once across all candidates (plan_for's cache).
       const Plan plan = plan_for(sg->g, cfg);
-      double flops = 0;
-      for (const Node& n : sg->g.nodes())
-        if (const auto& f = op_def(n.op).flops) flops += f(sg->g, n);
+      const double flops = graph_flops(sg->g);
       double trainable = 0;
       for (ValueId p : sg->g.trainable_params()) trainable += static_cast<double>(numel(sg->g.value(p).shape));
       const double seconds =
-          fp.time_factor * predict_step_seconds(device_for(cfg.backend), flops, s.batch * rows_per_sample(base), k,
+          fp.time_factor * predict_step_seconds(flops_per_second, flops, s.batch * rows_per_sample(base), k,
                                                 sg->g.num_nodes()) +
           st.seconds_per_param * trainable;
       for (const FitData& d : data) {

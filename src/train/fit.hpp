@@ -37,13 +37,22 @@ struct FitResult {
   FitCandidate smallest;              // the least memory of all candidates tried
 };
 
-// Predicted time of one optimizer step on `dev`: FLOPs at its sustained
-// rate (Device::product_flops_per_second), at an efficiency that falls for
-// micro-batches of few rows (`rows`: the rows of its products, images or
-// tokens: rows_per_sample times the micro-batch), plus a fixed cost per
-// node run. A model for ranking plans, not a promise.
-double predict_step_seconds(const Device& dev, double flops_per_micro, int64_t rows, int64_t accumulate,
+// Predicted time of one optimizer step: FLOPs at the device's sustained
+// rate (`flops_per_second`, the machine profile's; 0 = unknown, then
+// kFallbackFlopsPerSecond), at an efficiency that falls for micro-batches of
+// few rows (`rows`: the rows of its products, images or tokens:
+// rows_per_sample times the micro-batch), plus a fixed cost per node run. A
+// model for ranking plans, not a promise.
+inline constexpr double kFallbackFlopsPerSecond = 60e9;
+double predict_step_seconds(double flops_per_second, double flops_per_micro, int64_t rows, int64_t accumulate,
                             size_t nodes);
+
+// FLOPs of one run of graph g (the ops' flops functions; recomputation included).
+double graph_flops(const Graph& g);
+
+// A step's time with activations stored as `precision` and saved
+// activations as `saved`, relative to fp32 (the cost model's factor).
+double storage_time_factor(const Device& dev, DType precision, DType saved);
 
 // The rows one sample gives the products: its tokens for a sequence of token
 // ids (each is a row of every linear layer), else 1 (an image).
@@ -108,8 +117,9 @@ std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_f
 // used when there is more than one.
 // precisions: the storage choices to try; empty = base's own.
 // states: the optimizer-state storages to try; empty = base's own.
+// flops_per_second: the machine profile's rate (predict_step_seconds).
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
-                     const ExecConfig& cfg, const std::vector<FitPrecision>& precisions = {},
+                     const ExecConfig& cfg, double flops_per_second, const std::vector<FitPrecision>& precisions = {},
                      const std::vector<FitState>& states = {});
 
 }  // namespace memfit::train

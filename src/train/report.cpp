@@ -157,6 +157,7 @@ void describe_machine(MemoryReport& r, const Device& dev, DType precision) {
   r.vector_isa = m.vector_isa;
   r.bf16_compute = m.bf16_compute;
   r.products = dev.product_path(precision);
+  r.bf16_step_cost = dev.storage_cost(DType::bf16);
 }
 
 double reuse_factor(const MemoryReport& r) {
@@ -193,6 +194,12 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
     o << "  cpu: " << r.cpu_model << "; oneDNN " << r.onednn << " " << r.onednn_isa << " ("
       << (r.bf16_compute ? "bf16 compute" : "no bf16 compute") << "); memfit loops " << r.vector_isa << "\n";
     if (!r.products.empty()) o << "  " << r.precision << " convolutions and linear layers: " << r.products << "\n";
+  }
+  if (!r.speed_source.empty()) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "  step time: ~%.2f s predicted (%.1f GFLOP at %.1f GFLOP/s, %s for this machine)\n",
+                  r.predicted_step_seconds, r.step_flops / 1e9, r.flops_per_second / 1e9, r.speed_source.c_str());
+    o << buf;
   }
   row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
   const std::string params_note =
@@ -326,9 +333,18 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                 {"onednn", r.onednn},
                 {"onednn_isa", r.onednn_isa},
                 {"bf16_compute", r.bf16_compute},
-                {"vector_isa", r.vector_isa}};
+                {"vector_isa", r.vector_isa},
+                {"bf16_step_cost", r.bf16_step_cost}};
     if (!r.products.empty()) cpu["products"] = r.products;
+    if (!r.speed_source.empty()) {
+      cpu["flops_per_second"] = r.flops_per_second;
+      cpu["speed_source"] = r.speed_source;
+    }
     o["cpu"] = cpu;
+  }
+  if (!r.speed_source.empty()) {
+    o["step_flops"] = r.step_flops;
+    o["predicted_step_seconds"] = r.predicted_step_seconds;
   }
   o["data_in"] = r.data_in.empty() ? "image-folder" : r.data_in;
   if (!r.data_cache.empty()) o["data_cache"] = r.data_cache;

@@ -73,6 +73,14 @@ struct MemoryReport {
   std::string cpu_model, onednn, onednn_isa, vector_isa;
   bool bf16_compute = false;
   std::string products;  // e.g. "f32 between conversions (no bf16 compute on this CPU)"
+  // The step-time estimate (the fit's cost model) and the measured rate it
+  // scales from: "measured" now or "cached" from the machine profile;
+  // speed_source "" when the device has no measurement.
+  double flops_per_second = 0, step_flops = 0, predicted_step_seconds = 0;
+  // A step's time with bf16 activations relative to fp32 on this device
+  // (Device::storage_cost): what the fit weighs bf16 by.
+  double bf16_step_cost = 1.0;
+  std::string speed_source;
   // The optimizer state's policy ("fp32", "bf16", "8bit", "adafactor
   // factored"; "" without an update), the trainable parameter elements it
   // serves, and what the same parameters' moments would take in fp32 as

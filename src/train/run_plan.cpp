@@ -13,6 +13,7 @@
 
 #include "runtime/device.hpp"
 #include "train/fit.hpp"
+#include "train/machine_profile.hpp"
 #include "dist/comm.hpp"
 #include "train/memory.hpp"
 
@@ -73,6 +74,9 @@ class Planner {
 
   std::variant<RunPlan, Replan> run() {
     if (o_.threads > 0) omp_set_num_threads(static_cast<int>(o_.threads));
+    // Before the baseline is measured: a first measurement's kernels are
+    // handed back with an earlier attempt's (measure()).
+    profile_ = machine_profile(device_for(o_.backend), omp_get_max_threads(), o_.cache_dir);
     configure_allocator();
     rss_start_ = current_rss();
     open();
@@ -100,6 +104,7 @@ class Planner {
   data::LoaderMemory train_mem_, test_mem_;
   MemoryInputs mi_;
   std::vector<FitData> fit_data_;  // the ways to hold the data the fit may choose from (empty: as opened)
+  MachineProfile profile_;
 
   Executor& ex() { return *p_.train_ex; }
 
@@ -256,6 +261,7 @@ class Planner {
     rep.recompute = o_.recompute;
     rep.fitted = o_.fitted;
     describe_machine(rep, device_for(o_.backend), o_.precision);
+    describe_speed(rep);
     if (tg.compress.cloned_nodes) {
       char buf[200];
       std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
@@ -271,6 +277,20 @@ class Planner {
     // process for its memory (a redirected stdout is block-buffered).
     log_.flush();
     std::fflush(nullptr);
+  }
+
+  // The step-time estimate of this plan, by the fit's cost model.
+  void describe_speed(MemoryReport& rep) const {
+    if (profile_.source == "none") return;
+    const Graph& g = p_.train_g->g;
+    const double flops = graph_flops(g);
+    rep.flops_per_second = profile_.flops_per_second;
+    rep.speed_source = profile_.source;
+    rep.step_flops = flops * static_cast<double>(o_.accumulate);
+    rep.predicted_step_seconds =
+        storage_time_factor(device_for(o_.backend), o_.precision, o_.saved_activations) *
+        predict_step_seconds(profile_.flops_per_second, flops, spec_.batch * rows_per_sample(spec_), o_.accumulate,
+                             g.num_nodes());
   }
 
   // Over budget with the fit off.
@@ -290,7 +310,7 @@ class Planner {
     std::ostringstream m;
     auto under = [&](const FitCandidate& c) { return format_bytes(target - c.total_bytes) + " under the fit's target"; };
     if (!approx.empty()) {
-      const FitResult a = search_fit(base, o_.batch, fit_data_, target, fcfg, precisions, approx);
+      const FitResult a = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions, approx);
       if (!a.fitting.empty()) {
         const FitCandidate& c = a.fitting[0];
         std::string flags;
@@ -308,7 +328,7 @@ class Planner {
       StepSpec f = base;
       f.optimizer.kind = "adafactor";
       f.optimizer.state = "fp32";
-      const FitResult a = search_fit(f, o_.batch, fit_data_, target, fcfg, precisions);
+      const FitResult a = search_fit(f, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions);
       if (!a.fitting.empty())
         m << " --optimizer adafactor (factored second moments, no first moment; a different optimizer) would fit: "
           << a.fitting[0].describe() << " (" << under(a.fitting[0]) << ").";
@@ -332,7 +352,7 @@ class Planner {
     const size_t target = fit_target(budget.bytes);
     const std::vector<FitState> approx =
         approx_fit_states(o_.optimizer, !o_.optimizer_state_set, !o_.master_weights_set && o_.backend != Backend::Reference64);
-    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, precisions,
+    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions,
                               o_.allow_approx ? approx : std::vector<FitState>{});
     if (fr.fitting.empty())
       throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1) +

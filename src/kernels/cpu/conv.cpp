@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <omp.h>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -185,26 +186,30 @@ std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x, La
 
 namespace {
 
-// Fastest of 7 runs of the kernel after one warm-up (the minimum: other
-// processes on the cores only ever add time).
-double time_kernel(Kernel& k, std::vector<void*> in, std::vector<void*> out, void* scratch) {
+// The fastest run of the kernel after one warm-up, over at least `runs` runs
+// and `window` seconds (at most 200 runs): the minimum, because other
+// processes on the cores only ever add time, and a window long enough that
+// some runs fall inside the scheduler's slices of this thread even on a
+// loaded machine.
+double time_kernel(Kernel& k, std::vector<void*> in, std::vector<void*> out, void* scratch, int runs = 7,
+                   double window = 0.0) {
   k.bind(std::move(in), std::move(out), scratch);
   StepContext ctx;
   k.run(ctx);
   double best = 1e30;
-  for (int r = 0; r < 7; ++r) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 200; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     k.run(ctx);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    if (r + 1 >= runs && std::chrono::duration<double>(t1 - start).count() >= window) break;
   }
   return best;
 }
 
-// bf16 must win clearly: the two kinds of CPU differ by ~2x either way, so a
-// 0.8 threshold on the fastest runs is not at the mercy of noise.
 // The probe both measurements time: a mid-sized convolution's forward and
-// weight-gradient kernels on blocked activations of type act; seconds for
-// one of each (0 when this CPU has no such kernels).
+// weight-gradient kernels on blocked activations of type act.
 ConvParams probe_conv() {
   ConvParams p;
   p.N = 16;
@@ -215,7 +220,20 @@ ConvParams probe_conv() {
   return p;
 }
 
-double time_probe_conv(ElemType act) {
+// Runs f with `threads` OpenMP threads (the library's parallel regions take
+// omp_get_max_threads()), then puts the caller's count back.
+template <class F>
+auto with_threads(int threads, F f) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  auto r = f();
+  omp_set_num_threads(before);
+  return r;
+}
+
+// Seconds for one of each probe kernel on activations of type act (0 when
+// this CPU has no such kernels), each the fastest of its runs.
+double time_probe_conv(ElemType act, int runs = 7, double window = 0.0) {
   const ConvParams p = probe_conv();
   auto fwd = make_conv2d(p, Layout::Blocked16, Layout::Blocked16, act);
   auto bww = make_conv2d_bwd_weight(p, Layout::Blocked16, Layout::Blocked16, act);
@@ -227,35 +245,43 @@ double time_probe_conv(ElemType act) {
   std::vector<std::byte> x(nx * es), y(nx * es);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 2) ? std::byte{0x3f} : std::byte{0x00};
   std::vector<std::byte> scratch(std::max(fwd->scratch_bytes(), bww->scratch_bytes()) + 64);
-  return time_kernel(*fwd, {x.data(), w.data()}, {y.data()}, scratch.data()) +
-         time_kernel(*bww, {x.data(), x.data()}, {dw.data()}, scratch.data());
+  return time_kernel(*fwd, {x.data(), w.data()}, {y.data()}, scratch.data(), runs, window) +
+         time_kernel(*bww, {x.data(), x.data()}, {dw.data()}, scratch.data(), runs, window);
 }
 
+// bf16 must win clearly: the two kinds of CPU differ by ~2x either way, so a
+// 0.8 threshold on the fastest runs is not at the mercy of noise. Timed on
+// one thread: a ratio of per-core speeds, which a loaded machine leaves
+// alone (a lone thread finds whole time slices where several threads of one
+// parallel region rarely run together).
 bool measure_bf16_native() {
-  double secs[2] = {1e30, 1e30};
-  for (int round = 0; round < 2; ++round)
-    for (int bf = 0; bf < 2; ++bf) {
-      const double t = time_probe_conv(bf ? ElemType::BF16 : ElemType::F32);
-      if (t <= 0) return false;
-      secs[bf] = std::min(secs[bf], t);
-    }
-  return secs[1] < 0.8 * secs[0];
-}
-
-// The f32 rate of a mid-sized convolution (forward and weight gradient), in
-// FLOP/s: what a training step's convolutions run at on this CPU, with the
-// threads the process has now.
-double measure_conv_rate() {
-  const ConvParams p = probe_conv();
-  const double secs = time_probe_conv(ElemType::F32);
-  const double flops = 2.0 * 2.0 * double(p.N * p.K * p.OH * p.OW) * double(p.C * p.R * p.S);
-  return secs > 0 ? flops / secs : 0.0;
+  return with_threads(1, [] {
+    double secs[2] = {1e30, 1e30};
+    for (int round = 0; round < 2; ++round)
+      for (int bf = 0; bf < 2; ++bf) {
+        const double t = time_probe_conv(bf ? ElemType::BF16 : ElemType::F32, 7, 0.02);
+        if (t <= 0) return false;
+        secs[bf] = std::min(secs[bf], t);
+      }
+    return secs[1] < 0.8 * secs[0];
+  });
 }
 
 }  // namespace
 
 double conv_flops_per_second() {
-  static const double rate = measure_conv_rate();
+  const ConvParams p = probe_conv();
+  const double flops = 2.0 * 2.0 * double(p.N * p.K * p.OH * p.OW) * double(p.C * p.R * p.S);
+  const int threads = std::max(1, omp_get_max_threads());
+  // Each timing's runs span 60 ms: on a loaded machine some of them fall
+  // inside whole time slices.
+  const double all = time_probe_conv(ElemType::F32, 7, 0.06);
+  if (!(all > 0)) return 0.0;
+  double rate = flops / all;
+  if (threads > 1) {
+    const double one = with_threads(1, [] { return time_probe_conv(ElemType::F32, 7, 0.06); });
+    if (one > 0) rate = std::max(rate, kConvThreadScaling * threads * flops / one);
+  }
   return rate;
 }
 

@@ -35,7 +35,7 @@ std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = L
 // Which is faster depends on the CPU: with AMX or full-rate vdpbf16ps (AMD
 // Zen 4) bf16 wins ~2x; on Intel cores with AVX512-BF16 but no AMX the bf16
 // primitives measured 1.6-1.9x slower than f32. So it is measured, once per
-// process: one ResNet-style 3x3 convolution (forward and backward-weights)
+// process on one thread: one ResNet-style 3x3 convolution (fwd and bwd-weights)
 // in both types, ~30 ms; bf16 must be faster by 20%. Linear layers follow
 // the same choice. MEMFIT_BF16_CONV=native|f32 overrides (tests use it to
 // cover both paths on any machine).
@@ -46,8 +46,16 @@ bool bf16_convs_native();
 // here)", "f32 between conversions (no bf16 compute on this CPU)", ...
 const char* bf16_product_path();
 // FLOP/s of an f32 convolution at micro-batch 16 (forward + weight gradient,
-// 64 channels, 14x14, 3x3), measured once per process in a few ms (0 if the
-// primitives cannot be made). The fit's step-time estimate scales from it.
+// 64 channels, 14x14, 3x3) with the OpenMP threads the process has now,
+// measured on each call (~0.25 s; 0 if the primitives cannot be made). The
+// fit's step-time estimate scales from it, so it must not follow the
+// machine's load: each timing is the fastest of runs spread over 60 ms, and
+// the rate is at least kConvThreadScaling x threads x the one-thread rate,
+// because the threads of one parallel region rarely run together on a
+// loaded machine (on 2 cores beside 2 busy processes the 2-thread timing
+// came out 8x slow while the one-thread timing held). Callers keep the
+// result (train/machine_profile.hpp caches it per machine).
+inline constexpr double kConvThreadScaling = 0.8;
 double conv_flops_per_second();
 
 }  // namespace memfit::kernels::cpu

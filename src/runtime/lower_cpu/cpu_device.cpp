@@ -35,12 +35,11 @@ class CpuDevice final : public HostDevice {
     return make_reference_kernel(lg, id, fast);
   }
 
-  double product_flops_per_second() const override {
-    // Measured once per process on a micro-batch of 16 (kernels/cpu/conv.hpp),
-    // which runs at 16 / 20 of the large-batch rate by the fit's model
-    // (train/fit.cpp); 60 GFLOP/s if the measurement could not run.
+  double measure_product_flops_per_second() const override {
+    // Measured on a micro-batch of 16 (kernels/cpu/conv.hpp), which runs at
+    // 16 / 20 of the large-batch rate by the fit's model (train/fit.cpp).
     const double measured = kernels::cpu::conv_flops_per_second();
-    if (!(measured > 0)) return 60e9;
+    if (!(measured > 0)) return 0.0;
     return std::clamp(measured * 20.0 / 16.0, 1e8, 1e14);
   }
 
