@@ -108,6 +108,15 @@ namespace {
 // protobuf refuses messages over 2 GiB; so does the importer, before reading.
 constexpr uintmax_t kMaxFileBytes = uintmax_t(2) << 30;
 
+// The default-domain opsets whose semantics memfit's rules follow
+// (onnx_ops.cpp): from 9 (batch norm without `spatial`, the current
+// Flatten and Gemm), to 22; the opsets between changed the imported ops only
+// by input forms the rules read both ways (Split, Slice, Squeeze, Dropout,
+// Pad as inputs or attributes; Softmax's axis before and after 13) or by
+// types memfit refuses (int4, float8, ...). A newer opset may change an op's
+// meaning, so it is refused, not guessed at.
+constexpr int64_t kMinOpset = 9, kMaxOpset = 22;
+
 int64_t default_opset(const onnx::ModelProto& m) {
   for (const auto& o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
@@ -117,7 +126,12 @@ int64_t default_opset(const onnx::ModelProto& m) {
 // Checks made once, on the file: one default-domain opset, every node's op
 // and attributes known, one data input, one output.
 void check_file(OnnxFile& f, const onnx::ModelProto& m) {
-  if (default_opset(m) == 0) file_error(f, "imports no default ONNX opset (not a model torch.onnx.export wrote?)");
+  const int64_t opset = default_opset(m);
+  if (opset == 0) file_error(f, "imports no default ONNX opset (not a model torch.onnx.export wrote?)");
+  if (opset < kMinOpset || opset > kMaxOpset)
+    file_error(f, "declares ONNX opset " + std::to_string(opset) + ", outside the opsets memfit imports (" +
+                      std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) +
+                      "; op semantics change between opsets): export it with opset_version=17");
   for (const auto& n : f.graph.node()) {
     if (!n.domain().empty() && n.domain() != "ai.onnx")
       refuse(f, n, "is an op of domain '" + n.domain() + "', which memfit does not import (supported: " +

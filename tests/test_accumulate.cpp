@@ -75,6 +75,7 @@ TEST(Accumulate, FourMicroBatchesEqualOneBatch) {
         std::copy(xs.begin() + m * 16 * per, xs.begin() + (m + 1) * 16 * per, es.ptr<float>(small.x));
         std::copy(ys.begin() + m * 16, ys.begin() + (m + 1) * 16, es.ptr<int32_t>(small.y));
         ctx.micro = m;
+        ctx.row0 = m * 16;
         es.run_nodes(0, nodes - 1, ctx);
         ls += es.ptr<float>(small.loss)[0] / 4;
       }
@@ -133,6 +134,7 @@ TEST(Accumulate, ConvNetWithDropoutMatchesBigBatch) {
       std::copy(xs.begin() + m * 16 * per, xs.begin() + (m + 1) * 16 * per, es.ptr<float>(small->x));
       std::copy(ys.begin() + m * 16, ys.begin() + (m + 1) * 16, es.ptr<int32_t>(small->labels));
       ctx.micro = m;
+      ctx.row0 = m * 16;
       es.run_nodes(0, nodes - 1, ctx);
       ls += es.ptr<float>(small->loss)[0] / 4;
     }

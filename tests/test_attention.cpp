@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -365,14 +364,16 @@ TEST(AttentionKernels, DropoutMatchesReferenceAndReplays) {
     ctx.seed = 9;
     ctx.step = 3;
     ctx.micro = 1;
+    ctx.row0 = 1;
     expect_fast_matches(p, x, ctx);
     // Another step draws another mask.
     kernels::StepContext ctx2 = ctx;
     ctx2.step = 4;
     EXPECT_NE(run_fast(p, x, ctx).out, run_fast(p, x, ctx2).out);
   }
-  // Micro-batch m of an accumulated step draws batch rows m B.. of the whole
-  // batch's mask: the second half of a B = 2 batch equals micro-batch 1 of B = 1.
+  // A micro-batch whose first row in the global batch is row0 draws rows
+  // row0.. of the whole batch's mask: the second half of a B = 2 batch equals
+  // a B = 1 micro-batch at row 1.
   AttentionParams big = params(2, 2, 9, 11, 4, 4), small = params(1, 2, 9, 11, 4, 4);
   big.dropout = small.dropout = 0.4;
   const Inputs x = make_inputs(big, 5);
@@ -380,7 +381,7 @@ TEST(AttentionKernels, DropoutMatchesReferenceAndReplays) {
   auto second = [](const std::vector<float>& a) { return std::vector<float>(a.begin() + a.size() / 2, a.end()); };
   half.q = second(x.q), half.k = second(x.k), half.v = second(x.v), half.dout = second(x.dout);
   kernels::StepContext c1;
-  c1.micro = 1;
+  c1.row0 = 1;
   EXPECT_EQ(second(run_fast(big, x).out), run_fast(small, half, c1).out);
 }
 
@@ -631,43 +632,5 @@ TEST(AttentionPlan, NoTimesTMatrixAtT1024) {
     std::vector<float> gv(static_cast<size_t>(numel(g.value(w).shape)));
     ex.read_f32(bw.grads.at(w), gv.data());
     for (float e : gv) ASSERT_TRUE(std::isfinite(e));
-  }
-}
-
-// ----------------------------------------------------------------- speed ----
-
-// Printed, not asserted: fwd and bwd at GPT-2-small shapes (B 4, H 12, D 64,
-// T 256 and 1024), the best of a few runs.
-TEST(AttentionSpeed, Gpt2Small) {
-  for (int64_t T : {256, 1024}) {
-    for (bool causal : {false, true}) {
-      const AttentionParams p = params(4, 12, T, T, 64, 64, causal);
-      const Inputs x = make_inputs(p, 1);
-      auto f = kernels::cpu::make_attention(p);
-      auto bk = kernels::cpu::make_attention_bwd(p);
-      run<float>(*f, *bk, p, x);  // warm up
-      using clk = std::chrono::steady_clock;
-      double tf = 1e30, tb = 1e30;
-      std::vector<float> out(static_cast<size_t>(4 * 12 * T * 64)), lse(static_cast<size_t>(4 * 12 * T));
-      std::vector<float> dq(out.size()), dk(out.size()), dv(out.size());
-      std::vector<double> s1(f->scratch_bytes() / 8 + 8), s2(bk->scratch_bytes() / 8 + 8);
-      Inputs y = x;
-      f->bind({y.q.data(), y.k.data(), y.v.data()}, {out.data(), lse.data()}, s1.data());
-      bk->bind({y.q.data(), y.k.data(), y.v.data(), out.data(), lse.data(), y.dout.data()},
-               {dq.data(), dk.data(), dv.data()}, s2.data());
-      for (int it = 0; it < (T > 256 ? 2 : 5); ++it) {
-        auto t0 = clk::now();
-        f->run({});
-        auto t1 = clk::now();
-        bk->run({});
-        auto t2 = clk::now();
-        tf = std::min(tf, std::chrono::duration<double, std::milli>(t1 - t0).count());
-        tb = std::min(tb, std::chrono::duration<double, std::milli>(t2 - t1).count());
-      }
-      const double fl = 4.0 * 4 * 12 * T * T * 64 * (causal ? 0.5 : 1.0);
-      std::printf("attention B=4 H=12 T=%ld D=64 %s, %d threads: fwd %.2f ms (%.1f GFLOP/s), bwd %.2f ms (%.1f GFLOP/s)\n",
-                  static_cast<long>(T), causal ? "causal" : "full", omp_get_max_threads(), tf, fl / tf * 1e-6, tb,
-                  2.5 * fl / tb * 1e-6);
-    }
   }
 }

@@ -171,6 +171,7 @@ StepContext test_ctx() {
   ctx.seed = 1234;
   ctx.step = 3;
   ctx.micro = 1;
+  ctx.row0 = 1;
   return ctx;
 }
 

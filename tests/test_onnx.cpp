@@ -75,10 +75,10 @@ std::string model_error(const std::string& path) {
 // pad 1) -> Flatten -> `extra` nodes, written with the protobuf classes.
 // `conv` may change the convolution's node.
 std::string write_tiny(const std::string& name, const std::function<void(onnx::GraphProto&)>& extra,
-                       const std::function<void(onnx::NodeProto&)>& conv = {}) {
+                       const std::function<void(onnx::NodeProto&)>& conv = {}, int64_t opset = 14) {
   onnx::ModelProto m;
   m.set_ir_version(8);
-  m.add_opset_import()->set_version(14);
+  m.add_opset_import()->set_version(opset);
   onnx::GraphProto& g = *m.mutable_graph();
   g.set_name("tiny");
   onnx::ValueInfoProto& in = *g.add_input();
@@ -376,6 +376,31 @@ TEST(Onnx, UnsupportedOpIsRefused) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("bad model file: " + path + ": node '/head/act' (Sigmoid)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
+}
+
+// Op semantics change between opsets: a file of an opset outside memfit's
+// range is refused, naming both, and so is a node of a domain memfit does
+// not implement, whatever its op is called.
+TEST(Onnx, OpsetOutsideTheImportedRangeIsRefused) {
+  auto none = [](onnx::GraphProto&) {};
+  for (int64_t opset : {8, 23, 99}) {
+    const std::string path = write_tiny("opset" + std::to_string(opset), none, {}, opset);
+    const std::string e = model_error(path);
+    EXPECT_NE(e.find("declares ONNX opset " + std::to_string(opset) + ", outside the opsets memfit imports (9 to 22"),
+              std::string::npos)
+        << e;
+    auto r = run_memfit("plan --model " + path);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("bad model file: " + path), std::string::npos) << r.out;
+  }
+  for (int64_t opset : {9, 17, 22})
+    EXPECT_EQ(model_error(write_tiny("opset" + std::to_string(opset), none, {}, opset)), "(no ModelFileError)") << opset;
+  const std::string foreign = write_tiny("foreign", [](onnx::GraphProto& g) {
+    add_node(g, "Relu", "/head/act", "flat", "y").set_domain("com.example");
+  });
+  EXPECT_NE(model_error(foreign).find("node '/head/act' (Relu): is an op of domain 'com.example', which memfit does not import"),
+            std::string::npos)
+      << model_error(foreign);
 }
 
 TEST(Onnx, UnsupportedAttributesAreRefusedByName) {

@@ -423,6 +423,27 @@ TEST(RefDropout, KeepFractionScaleAndReproducibility) {
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(dx[i], m1[i] ? 2.0 * kScale : 0.0);
 }
 
+// A row's mask is keyed by its place in the global batch (StepContext::row0):
+// a [4, 50] batch's mask is the masks of its halves [2, 50] run with row0 0
+// and 2, however the batch is split between micro-batches and ranks.
+TEST(RefDropout, RowsDrawTheirPlaceInTheGlobalBatch) {
+  const int64_t per = 50;
+  k::DropoutParams whole{4 * per, 0.4, rng::name_hash("fc.dropout"), 4};
+  k::DropoutParams half{2 * per, 0.4, rng::name_hash("fc.dropout"), 2};
+  std::vector<float> x(4 * per, 1.0f), y(x.size()), hy(2 * per);
+  std::vector<uint8_t> m(x.size()), hm(2 * per);
+  k::StepContext ctx;
+  ctx.seed = 3;
+  ctx.step = 5;
+  ref::Dropout<float> kw(whole), kh(half);
+  run(kw, {x.data()}, {y.data(), m.data()}, ctx);
+  for (int64_t row0 : {0, 2}) {
+    ctx.row0 = row0;
+    run(kh, {x.data()}, {hy.data(), hm.data()}, ctx);
+    EXPECT_EQ(std::vector<uint8_t>(m.begin() + row0 * per, m.begin() + (row0 + 2) * per), hm) << "row0 " << row0;
+  }
+}
+
 TEST(RefDropout, LoweringUsesLayerHashAsStream) {
   // The stream attribute is the layer-name hash stored as int64 (negative for
   // half the names); the lowering must hand the same 64 bits to the kernel.

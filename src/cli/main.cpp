@@ -91,6 +91,9 @@ int cmd_train(const std::vector<std::string>& argv) {
   const dist::Comm& comm = dist::Comm::world();
   o.ranks = comm.size();
   o.rank = comm.rank();
+  // A test seam, not an option: the tests of the recovery from running out
+  // of memory ask for it through the environment.
+  if (const char* e = std::getenv("MEMFIT_TEST_OOM_AT_STEP")) o.inject_oom_at_step = std::strtoll(e, nullptr, 10);
   try {
     train::validate(o);  // what several ranks refuse
   } catch (const std::invalid_argument& e) {

@@ -264,8 +264,6 @@ RunArgs parse_train_args(const std::vector<std::string>& argv) {
   a.add("resume", &o.resume, "DIR", "continue the run saved in DIR exactly");
   a.add("eval-every", &o.eval_every, "STEPS", "evaluate every N steps and at the end; 0: never (default: every epoch)");
   a.add("checkpoint-every", &o.checkpoint_every, "STEPS", "checkpoint every N steps too (default: every epoch)");
-  a.add("inject-oom-at-step", &o.inject_oom_at_step, "STEP",
-        "testing: act as if memory ran out before STEP (0: at allocation)");
   a.add("test-subset", subset_flag("test-subset", &o.test_subset), "N|F", "evaluate on N samples or a fraction of the test split");
   a.add(
       "overlap-reduce", on_off("overlap-reduce", &o.overlap_reduce),

@@ -103,10 +103,6 @@ struct Normalize {
 
 // Fashion-MNIST training-set statistics.
 inline Normalize fashion_mnist_normalize() { return {{0.2860f}, {0.3530f}}; }
-// ImageNet RGB statistics (torchvision's constants).
-inline Normalize imagenet_normalize() {
-  return {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
-}
 
 // A dataset held entirely in memory as floats (already normalised). Used by
 // tests and by programs that build their data in code.

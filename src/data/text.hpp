@@ -124,7 +124,6 @@ class TokenWindows final : public Dataset {
   void get_tensors_at(size_t i, uint64_t epoch, void* const* out) const override;
   size_t resident_bytes() const override { return tokens_->capacity() * sizeof(int32_t); }
   int64_t block() const { return block_; }
-  size_t num_tokens() const { return tokens_->size(); }
   // The first token of sample i in epoch `epoch`.
   size_t start_of(size_t i, uint64_t epoch) const;
 

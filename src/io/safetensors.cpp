@@ -548,47 +548,170 @@ void SafetensorsFile::release() {
   map_size_ = 0;
 }
 
-SafetensorsFile SafetensorsFile::load(const std::string& path) {
-  SafetensorsFile f;
-  f.path_ = path;
-  auto bad = [&](const std::string& what) -> std::runtime_error {
-    return std::runtime_error(path + ": " + what);
-  };
+namespace {
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw bad(std::string("cannot open: ") + errno_text(errno));
+// The error of a file: its path, then what is wrong with it.
+struct Bad {
+  const std::string& path;
+  std::runtime_error operator()(const std::string& what) const { return std::runtime_error(path + ": " + what); }
+};
+
+// Closes a descriptor on every way out.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// The whole regular file at `path`, mapped read-only: {address, bytes}.
+std::pair<const uint8_t*, uint64_t> map_file(const std::string& path, const Bad& bad) {
+  const FdGuard g{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (g.fd < 0) throw bad(std::string("cannot open: ") + errno_text(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    throw bad(std::string("cannot stat: ") + errno_text(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw bad("not a regular file");
-  }
+  if (::fstat(g.fd, &st) != 0) throw bad(std::string("cannot stat: ") + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw bad("not a regular file");
   const uint64_t file_size = uint64_t(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
+  if (file_size < 8)
     throw bad("file is " + std::to_string(file_size) +
               " bytes, shorter than the 8-byte header length; not a safetensors file "
               "or truncated");
+  void* m = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, g.fd, 0);
+  if (m == MAP_FAILED) throw bad(std::string("cannot map: ") + errno_text(errno));
+  return {static_cast<const uint8_t*>(m), file_size};
+}
+
+// The "__metadata__" object (the reader is at its value): string values only.
+void parse_metadata(JsonText& j, std::map<std::string, std::string>& out, const Bad& bad) {
+  if (j.peek() != '{') throw bad(std::string("__metadata__ is ") + j.kind() + ", expected an object");
+  j.expect('{');
+  if (!j.accept('}')) do {
+    j.skip_ws();
+    std::string k = j.parse_string();
+    j.skip_ws();
+    j.expect(':');
+    j.skip_ws();
+    if (j.peek() != '"') throw bad("__metadata__ value of '" + k + "' is " + j.kind() + ", expected a string");
+    std::string v = j.parse_string();
+    if (!out.emplace(std::move(k), std::move(v)).second) j.fail("duplicate key in __metadata__");
+  } while (j.accept(','));
+  j.expect('}');
+}
+
+// One tensor's entry (the reader is at its value), checked against the
+// data section's size.
+TensorInfo parse_tensor(JsonText& j, const std::string& name, uint64_t data_size, const Bad& bad) {
+  const std::string where = "tensor '" + name + "'";
+  if (j.peek() != '{') throw bad(where + " is " + j.kind() + ", expected an object");
+  j.expect('{');
+  bool has_dtype = false, has_shape = false, has_offsets = false;
+  bool shape_array = false, offsets_array = false, shape_more = false, offsets_more = false;
+  const char* dtype_kind = nullptr;
+  std::string dtype_text;
+  std::vector<Item> shape_items, offset_items;
+  if (!j.accept('}')) do {
+    j.skip_ws();
+    const std::string k = j.parse_string();
+    j.skip_ws();
+    j.expect(':');
+    j.skip_ws();
+    bool* seen = k == "dtype" ? &has_dtype : k == "shape" ? &has_shape : k == "data_offsets" ? &has_offsets : nullptr;
+    if (!seen) throw bad(where + " has unknown field '" + k + "'");
+    if (*seen) j.fail("duplicate key '" + k + "'");
+    *seen = true;
+    if (k == "dtype") {
+      dtype_kind = j.kind();
+      if (j.peek() == '"') dtype_text = j.parse_string();
+      else j.skip_value();
+    } else {
+      const bool is_array = j.peek() == '[';
+      (k == "shape" ? shape_array : offsets_array) = is_array;
+      if (!is_array) j.skip_value();
+      else if (k == "shape") shape_items = read_items(j, kMaxRank, &shape_more);
+      else offset_items = read_items(j, 2, &offsets_more);
+    }
+  } while (j.accept(','));
+  j.expect('}');
+  if (!has_dtype || !has_shape || !has_offsets)
+    throw bad(where + " lacks '" + std::string(!has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets") + "'");
+
+  TensorInfo info;
+  info.name = name;
+  if (std::string_view(dtype_kind) != "a string") throw bad(where + " dtype is " + dtype_kind + ", expected a string");
+  auto dt = parse_dtype(dtype_text);
+  if (!dt) throw bad(where + " has unknown dtype '" + dtype_text + "'");
+  info.dtype = *dt;
+
+  if (!shape_array) throw bad(where + " shape is not an array");
+  if (shape_more) throw bad(where + " shape has more than " + std::to_string(kMaxRank) + " dimensions");
+  uint64_t bytes = dtype_size(info.dtype);
+  for (const Item& d : shape_items) {
+    auto x = to_index(d);
+    if (!x)
+      throw bad(where + " shape has " + (d.number ? "'" + std::string(d.text) + "'" : std::string(d.text)) +
+                ", expected a non-negative integer");
+    info.shape.push_back(int64_t(*x));
+    if (__builtin_mul_overflow(bytes, *x, &bytes))
+      throw bad(where + " shape " + shape_str(info.shape) + " overflows 64-bit size");
   }
-  void* m = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_err = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) throw bad(std::string("cannot map: ") + errno_text(map_err));
-  f.map_ = static_cast<const uint8_t*>(m);
-  f.map_size_ = file_size;
+
+  if (!offsets_array || offsets_more || offset_items.size() != 2)
+    throw bad(where + " data_offsets is not an array [begin, end]");
+  auto b = to_index(offset_items[0]);
+  auto e = to_index(offset_items[1]);
+  if (!b || !e) throw bad(where + " data_offsets are not non-negative integers");
+  info.begin = *b;
+  info.end = *e;
+  const std::string off = "[" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
+  if (info.end < info.begin) throw bad(where + " data_offsets " + off + " end before they begin");
+  if (info.end > data_size)
+    throw bad(where + " data_offsets " + off + " run past the end of the data (" + std::to_string(data_size) +
+              " bytes after the header); truncated file?");
+  if (info.end - info.begin != bytes)
+    throw bad(where + " data_offsets " + off + " do not match shape " + shape_str(info.shape) + " x " +
+              std::string(dtype_name(info.dtype)) + " = " + std::to_string(bytes) + " bytes");
+  return info;
+}
+
+// Tensors must tile the data section exactly: no overlap, no gap, nothing after.
+void check_tiling(const std::vector<TensorInfo>& tensors, uint64_t data_size, const Bad& bad) {
+  std::vector<const TensorInfo*> order;
+  for (const auto& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t covered = 0;
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo* t : order) {
+    if (t->begin < covered)
+      throw bad("tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " + std::to_string(prev->end) +
+                "] and '" + t->name + "' [" + std::to_string(t->begin) + ", " + std::to_string(t->end) + "] overlap");
+    if (t->begin > covered)
+      throw bad("data bytes [" + std::to_string(covered) + ", " + std::to_string(t->begin) + ") belong to no tensor");
+    covered = t->end;
+    prev = t;
+  }
+  if (covered != data_size)
+    throw bad("data section is " + std::to_string(data_size) + " bytes but tensors cover only " +
+              std::to_string(covered) + "; trailing bytes");
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::load(const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  const Bad bad{path};
+  std::tie(f.map_, f.map_size_) = map_file(path, bad);
+  const uint64_t file_size = f.map_size_;
 
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= uint64_t(f.map_[i]) << (8 * i);
   if (n > file_size - 8)
-    throw bad("header length " + std::to_string(n) + " is larger than the " +
-              std::to_string(file_size - 8) + " bytes after it; truncated or not safetensors");
+    throw bad("header length " + std::to_string(n) + " is larger than the " + std::to_string(file_size - 8) +
+              " bytes after it; truncated or not safetensors");
   if (n > kMaxHeaderBytes)
-    throw bad("header length " + std::to_string(n) + " exceeds the " +
-              std::to_string(kMaxHeaderBytes) + "-byte limit");
+    throw bad("header length " + std::to_string(n) + " exceeds the " + std::to_string(kMaxHeaderBytes) + "-byte limit");
   if (n == 0 || f.map_[8] != '{') throw bad("header does not start with '{'; not safetensors");
   f.data_start_ = size_t(8 + n);
   const uint64_t data_size = file_size - 8 - n;
@@ -605,121 +728,14 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
     j.expect(':');
     j.skip_ws();
     if (name == "__metadata__") {
-      if (j.peek() != '{') throw bad(std::string("__metadata__ is ") + j.kind() + ", expected an object");
-      j.expect('{');
-      if (!j.accept('}')) do {
-        j.skip_ws();
-        std::string k = j.parse_string();
-        j.skip_ws();
-        j.expect(':');
-        j.skip_ws();
-        if (j.peek() != '"')
-          throw bad("__metadata__ value of '" + k + "' is " + j.kind() + ", expected a string");
-        std::string v = j.parse_string();
-        if (!f.metadata_.emplace(std::move(k), std::move(v)).second)
-          j.fail("duplicate key in __metadata__");
-      } while (j.accept(','));
-      j.expect('}');
+      parse_metadata(j, f.metadata_, bad);
       continue;
     }
-    const std::string where = "tensor '" + name + "'";
-    if (j.peek() != '{') throw bad(where + " is " + j.kind() + ", expected an object");
-    j.expect('{');
-    bool has_dtype = false, has_shape = false, has_offsets = false;
-    bool shape_array = false, offsets_array = false, shape_more = false, offsets_more = false;
-    const char* dtype_kind = nullptr;
-    std::string dtype_text;
-    std::vector<Item> shape_items, offset_items;
-    if (!j.accept('}')) do {
-      j.skip_ws();
-      const std::string k = j.parse_string();
-      j.skip_ws();
-      j.expect(':');
-      j.skip_ws();
-      bool* seen = k == "dtype" ? &has_dtype : k == "shape" ? &has_shape : k == "data_offsets" ? &has_offsets : nullptr;
-      if (!seen) throw bad(where + " has unknown field '" + k + "'");
-      if (*seen) j.fail("duplicate key '" + k + "'");
-      *seen = true;
-      if (k == "dtype") {
-        dtype_kind = j.kind();
-        if (j.peek() == '"') dtype_text = j.parse_string();
-        else j.skip_value();
-      } else {
-        const bool is_array = j.peek() == '[';
-        (k == "shape" ? shape_array : offsets_array) = is_array;
-        if (!is_array) j.skip_value();
-        else if (k == "shape") shape_items = read_items(j, kMaxRank, &shape_more);
-        else offset_items = read_items(j, 2, &offsets_more);
-      }
-    } while (j.accept(','));
-    j.expect('}');
-    if (!has_dtype || !has_shape || !has_offsets)
-      throw bad(where + " lacks '" +
-                std::string(!has_dtype ? "dtype" : !has_shape ? "shape" : "data_offsets") + "'");
-
-    TensorInfo info;
-    info.name = name;
-    if (std::string_view(dtype_kind) != "a string")
-      throw bad(where + " dtype is " + dtype_kind + ", expected a string");
-    auto dt = parse_dtype(dtype_text);
-    if (!dt) throw bad(where + " has unknown dtype '" + dtype_text + "'");
-    info.dtype = *dt;
-
-    if (!shape_array) throw bad(where + " shape is not an array");
-    if (shape_more) throw bad(where + " shape has more than " + std::to_string(kMaxRank) + " dimensions");
-    uint64_t bytes = dtype_size(info.dtype);
-    for (const Item& d : shape_items) {
-      auto x = to_index(d);
-      if (!x)
-        throw bad(where + " shape has " + (d.number ? "'" + std::string(d.text) + "'" : std::string(d.text)) +
-                  ", expected a non-negative integer");
-      info.shape.push_back(int64_t(*x));
-      if (__builtin_mul_overflow(bytes, *x, &bytes))
-        throw bad(where + " shape " + shape_str(info.shape) + " overflows 64-bit size");
-    }
-
-    if (!offsets_array || offsets_more || offset_items.size() != 2)
-      throw bad(where + " data_offsets is not an array [begin, end]");
-    auto b = to_index(offset_items[0]);
-    auto e = to_index(offset_items[1]);
-    if (!b || !e) throw bad(where + " data_offsets are not non-negative integers");
-    info.begin = *b;
-    info.end = *e;
-    const std::string off = "[" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
-    if (info.end < info.begin) throw bad(where + " data_offsets " + off + " end before they begin");
-    if (info.end > data_size)
-      throw bad(where + " data_offsets " + off + " run past the end of the data (" +
-                std::to_string(data_size) + " bytes after the header); truncated file?");
-    if (info.end - info.begin != bytes)
-      throw bad(where + " data_offsets " + off + " do not match shape " + shape_str(info.shape) +
-                " x " + std::string(dtype_name(info.dtype)) + " = " + std::to_string(bytes) +
-                " bytes");
+    TensorInfo info = parse_tensor(j, name, data_size, bad);
     if (!f.index_.emplace(name, f.tensors_.size()).second) j.fail("duplicate key '" + name + "'");
     f.tensors_.push_back(std::move(info));
   } while (j.accept(','));
-
-  // Tensors must tile the data section exactly: no overlap, no gap, nothing after.
-  std::vector<const TensorInfo*> order;
-  for (const auto& t : f.tensors_) order.push_back(&t);
-  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  uint64_t covered = 0;
-  const TensorInfo* prev = nullptr;
-  for (const TensorInfo* t : order) {
-    if (t->begin < covered)
-      throw bad("tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " +
-                std::to_string(prev->end) + "] and '" + t->name + "' [" +
-                std::to_string(t->begin) + ", " + std::to_string(t->end) + "] overlap");
-    if (t->begin > covered)
-      throw bad("data bytes [" + std::to_string(covered) + ", " + std::to_string(t->begin) +
-                ") belong to no tensor");
-    covered = t->end;
-    prev = t;
-  }
-  if (covered != data_size)
-    throw bad("data section is " + std::to_string(data_size) + " bytes but tensors cover only " +
-              std::to_string(covered) + "; trailing bytes");
+  check_tiling(f.tensors_, data_size, bad);
   return f;
 }
 

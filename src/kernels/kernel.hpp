@@ -23,6 +23,11 @@ struct Collectives {
 struct StepContext {
   int64_t step = 0;        // optimizer step counter (dropout masks, Adam bias correction)
   int64_t micro = 0;       // micro-batch index within an accumulation group
+  // This micro-batch's first row in the step's samples, in the order the
+  // loader deals them (micro-batch m of rank r of R, micro-batches of b
+  // rows: (m R + r) b). Random masks are keyed by it, so a sample draws the
+  // same mask however the step is split into micro-batches and ranks.
+  int64_t row0 = 0;
   double lr = 0.0;         // learning rate for this step
   double grad_scale = 1.0; // multiplier applied to gradients by the update (accumulation, loss scaling)
   double loss_scale = 1.0; // fp16: gradients entering low precision are multiplied by this (a power of two)

@@ -30,7 +30,8 @@
 // Dropout (p > 0) is counter-based like the dropout op (kernels/params.hpp):
 // element (b, h, i, j) is kept iff rng::uniform01(key, base + ((b H + h) T +
 // i) S + j) >= float(p), key = stream_key(seed, stream, step) and base =
-// micro B H T S (micro-batch m draws the whole batch's rows m B..(m+1) B-1).
+// row0 H T S (a micro-batch whose first row in the global batch is row0,
+// StepContext::row0, draws the whole batch's rows row0..row0+B-1).
 // The backward draws the same bits; nothing is stored.
 #pragma once
 
@@ -92,9 +93,9 @@ struct AttentionParams {
 struct AttentionDraw {
   uint64_t key, base;
 };
-inline AttentionDraw attention_draw(const AttentionParams& p, uint64_t seed, int64_t step, int64_t micro) {
+inline AttentionDraw attention_draw(const AttentionParams& p, uint64_t seed, int64_t step, int64_t row0) {
   return {rng::stream_key(seed, p.stream, static_cast<uint64_t>(step)),
-          static_cast<uint64_t>(micro) * static_cast<uint64_t>(p.B * p.H * p.T * p.S)};
+          static_cast<uint64_t>(row0) * static_cast<uint64_t>(p.H * p.T * p.S)};
 }
 
 }  // namespace memfit::kernels

@@ -389,13 +389,11 @@ void Executor::poison(uint8_t byte) {
 }
 
 void Executor::fill_guards() {
-  const size_t gb = cfg_.plan.guard_bytes;
   std::byte* t = arenas_[0];
   if (!t) return;
   // Fill the whole transient arena; data regions are overwritten by kernels,
   // guard regions must keep the pattern.
   std::memset(t, kGuard, plan_.arena_bytes[0]);
-  (void)gb;
 }
 
 bool Executor::guard_intact(size_t offset) const {

@@ -50,7 +50,6 @@ class DataParallel : public kernels::Collectives {
   bool sharded() const { return sharded_; }
   // The step's graph reduces the gradients itself (grad_reduce nodes:
   // sharded gradients, ZeRO stage 2); reduce_gradients() has nothing to do.
-  bool graph_reduces() const { return graph_reduces_; }
   // For grad_reduce (StepContext::comm).
   void reduce_sum(float* p, size_t n, int root) override;
   // Seconds spent in collectives inside the step's nodes (grad_reduce, and

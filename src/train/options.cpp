@@ -75,7 +75,7 @@ void validate(const TrainOptions& o) {
     if (o.precision == DType::f16)
       fail("--precision fp16's loss scaling skips steps on one rank's overflow: use --precision bf16 on several "
            "ranks");
-    if (o.inject_oom_at_step >= 0) fail("--inject-oom-at-step re-plans one process: not on several ranks");
+    if (o.inject_oom_at_step >= 0) fail("MEMFIT_TEST_OOM_AT_STEP re-plans one process: not on several ranks");
     if (o.shard_gradients && !o.shard_optimizer)
       fail("--shard-gradients sends each gradient to the rank that owns its optimizer state: it needs "
            "--shard-optimizer on");

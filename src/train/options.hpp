@@ -89,7 +89,8 @@ struct TrainOptions {
   // keeps them, and a refusal names what would fit with them.
   bool allow_approx = false;
   bool optimizer_state_set = false;  // given by --optimizer-state: the fit keeps it
-  // Testing: behave as if memory ran out before this step (-1: never). The
+  // A test seam (MEMFIT_TEST_OOM_AT_STEP, read by the command only): behave
+  // as if memory ran out before this step (-1: never; 0: at allocation). The
   // run re-plans with half the micro-batch and continues from that step.
   int64_t inject_oom_at_step = -1;
   bool fitted = false;         // internal: this attempt runs the policy the fit chose

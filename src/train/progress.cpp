@@ -19,8 +19,8 @@ std::string clock_str(double s) {
 }
 }  // namespace
 
-Progress::Progress(std::ostream& out, int mode, int64_t total, size_t batch, size_t budget, std::string unit)
-    : out_(out), total_(total), batch_(batch), budget_(budget), unit_(std::move(unit)) {
+Progress::Progress(std::ostream& out, int mode, int64_t total, size_t budget, std::string unit)
+    : out_(out), total_(total), budget_(budget), unit_(std::move(unit)) {
   bar_ = mode == 1 || (mode < 0 && ::isatty(STDOUT_FILENO));
   start_ = last_ = std::chrono::steady_clock::now();
   line_.reserve(256);
@@ -58,7 +58,6 @@ void Progress::step(int64_t step, double loss, double ips, size_t rss) {
                   format_bytes(rss).c_str(), format_bytes(budget_).c_str());
     out_ << buf << std::flush;
   }
-  (void)batch_;
 }
 
 void Progress::message(const std::string& line) {

@@ -53,7 +53,7 @@ std::variant<RunPlan, Replan> plan_run(const TrainOptions& o, std::ostream& log)
 
 // Allocates the plan's arenas: the training executor's, then evaluation's
 // with the training parameters (and transient arena, when eval_shares)
-// borrowed. When memory runs out (or inject_oom_at_step is 0) it returns
+// borrowed. When memory runs out (or the test seam inject_oom_at_step is 0) it returns
 // the options with half the micro-batch, or throws std::runtime_error when
 // the micro-batch cannot be halved.
 std::optional<Replan> allocate_plan(RunPlan& p, std::ostream& log);
@@ -74,7 +74,6 @@ size_t fit_target(size_t budget);
 // baseline again (tenths of a MiB up or down between processes), so a
 // value exactly at the fit's edge would be refused half the time.
 constexpr size_t kReplanBytes = size_t(1) << 20;
-std::string smallest_memory_flag(size_t need);
 std::string smallest_memory_flag(size_t need);
 
 }  // namespace memfit::train

@@ -2,6 +2,7 @@
 
 #include "dist/comm.hpp"
 
+#include <cstdlib>
 #include <unistd.h>
 
 #include <algorithm>
@@ -122,7 +123,7 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   // Samples of token ids (a text classifier's) are sequences, not images.
   const bool sequences = !tokens_per_sample_ && !p.train_g->inputs.empty() &&
                          p.train_g->inputs.front().spec.dtype == DType::i32;
-  prog_.emplace(log_, o_.progress, total_steps_, static_cast<size_t>(o_.batch), p.budget.bytes,
+  prog_.emplace(log_, o_.progress, total_steps_, p.budget.bytes,
                 tokens_per_sample_ ? "tok" : sequences ? "seq" : "img");
   if (lead()) {
     metrics_.open(o_.out + "/metrics.jsonl", std::ios::app);
@@ -169,7 +170,22 @@ void TrainLoop::resume() {
                                ", this run's as " + st_.extra["master_weights"] + "; pass --master-weights " + weights);
   }
   TrainState r = load_checkpoint(o_.resume, ex_);
-  for (const char* k : {"batch", "optimizer", "dataset_size"})
+  // The global batch (each rank's times the ranks) decides the steps: a
+  // whole checkpoint resumes on any number of ranks that divides it.
+  auto count = [](const std::string& v) { return v.empty() ? int64_t(1) : std::strtoll(v.c_str(), nullptr, 10); };
+  const int64_t ck_global = count(r.extra["batch"]) * count(r.extra["ranks"]);
+  const int64_t global = o_.batch * dp_.ranks();
+  if (ck_global != global) {
+    const std::string per =
+        ck_global % dp_.ranks() == 0 ? "pass --batch " + std::to_string(ck_global / dp_.ranks())
+                                     : "run it on a number of ranks that divides " + std::to_string(ck_global);
+    throw std::runtime_error("cannot resume from " + o_.resume + ": it was trained with batch " + r.extra["batch"] +
+                             (count(r.extra["ranks"]) > 1 ? " per rank on " + r.extra["ranks"] + " ranks" : "") +
+                             ", this run has " + std::to_string(o_.batch) +
+                             (dp_.ranks() > 1 ? " per rank on " + std::to_string(dp_.ranks()) + " ranks" : "") + "; " +
+                             per);
+  }
+  for (const char* k : {"optimizer", "dataset_size"})
     if (r.extra[k] != st_.extra[k]) {
       const std::string flag = std::string(k) == "dataset_size" ? "subset" : k;
       throw std::runtime_error("cannot resume from " + o_.resume + ": it was trained with " + k + " " + r.extra[k] +
@@ -247,6 +263,7 @@ void TrainLoop::run_micro_batch(size_t n, Clock::time_point t0) {
   ctx_.step = st_.step;
   ctx_.lr = sched_.lr(st_.step);
   ctx_.micro = group_;
+  ctx_.row0 = (group_ * dp_.ranks() + dp_.rank()) * micro_batch(o_);
   ctx_.grad_scale = 1.0 / scaler_.scale();  // for an update that runs within this call (accumulate 1, no scaling)
   ctx_.loss_scale = scaler_.scale();
   if (o_.profile > 0 && group_ == 0 && st_.step == total_steps_ - o_.profile) ex_.set_profiling(true);

@@ -221,7 +221,7 @@ class Attention final : public Kernel {
   const char* name() const override { return "cpu.attention"; }
   size_t scratch_bytes() const override { return per_thread_ * static_cast<size_t>(threads_); }
   void run(const StepContext& ctx) override {
-    const AttentionDraw dr = attention_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    const AttentionDraw dr = attention_draw(p_, ctx.seed, ctx.step, ctx.row0);
     const int64_t nib = (p_.T + kBq - 1) / kBq, n = p_.B * p_.H * nib;
     run_tasks(n, p_.B * p_.H * p_.T * p_.S, threads_, [&](int64_t t, int th) {
       block(t / nib, (t % nib) * kBq, dr, reinterpret_cast<float*>(static_cast<char*>(scratch_) + per_thread_ * th));
@@ -315,7 +315,7 @@ class AttentionBwd final : public Kernel {
   const char* name() const override { return "cpu.attention_bwd"; }
   size_t scratch_bytes() const override { return per_thread_ * static_cast<size_t>(threads_); }
   void run(const StepContext& ctx) override {
-    const AttentionDraw dr = attention_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    const AttentionDraw dr = attention_draw(p_, ctx.seed, ctx.step, ctx.row0);
     run_tasks(p_.B * p_.H, p_.B * p_.H * p_.T * p_.S, threads_, [&](int64_t bh, int th) {
       head(bh, dr, reinterpret_cast<float*>(static_cast<char*>(scratch_) + per_thread_ * th));
     });

@@ -27,9 +27,9 @@ class Dropout final : public Kernel {
     const float* x = in<float>(0);
     float* y = out<float>(0);
     uint8_t* mask = out<uint8_t>(1);
-    // Micro-batch m of an accumulated step holds rows m*n..(m+1)*n-1 of the
-    // whole batch: offset the element index so the masks equal the big batch's.
-    const DropoutDraw draw = dropout_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    // A micro-batch holds rows row0.. of the global batch: offset the element
+    // index so the masks equal the whole batch's.
+    const DropoutDraw draw = dropout_draw(p_, ctx.seed, ctx.step, ctx.row0);
     const uint64_t key = draw.key, base = draw.base;  // not a structured binding: clang 14 cannot capture one in a lambda
     const float pf = static_cast<float>(p_.p);
     const float scale = 1.0f / (1.0f - pf);
@@ -78,7 +78,7 @@ class DropoutBf16 final : public Kernel {
     const bf16_t* x = in<bf16_t>(0);
     bf16_t* y = out<bf16_t>(0);
     uint8_t* mask = out<uint8_t>(1);
-    const DropoutDraw draw = dropout_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    const DropoutDraw draw = dropout_draw(p_, ctx.seed, ctx.step, ctx.row0);
     const uint64_t key = draw.key, base = draw.base;  // not a structured binding: clang 14 cannot capture one in a lambda
     const float pf = static_cast<float>(p_.p);
     const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - pf)), vp = _mm512_set1_ps(pf);

@@ -61,7 +61,7 @@ class Attention final : public Kernel {
     T* o = out<T>(0);
     T* lse = out<T>(1);
     double* s = static_cast<double*>(scratch_);
-    const auto dr = attention_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    const auto dr = attention_draw(p_, ctx.seed, ctx.step, ctx.row0);
     const int64_t S = p_.S, Dv = p_.Dv, T_ = p_.T;
     const RowMap vm = p_.v_map(), om = p_.o_map();
     for (int64_t bh = 0; bh < p_.B * p_.H; ++bh) {
@@ -108,7 +108,7 @@ class AttentionBwd final : public Kernel {
     const int32_t* mask = p_.mask ? in<int32_t>(n + 3) : nullptr;
     T *dq = out<T>(0), *dk = out<T>(p_.k_input()), *dv = out<T>(p_.v_input());
     double* s = static_cast<double*>(scratch_);
-    const auto dr = attention_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    const auto dr = attention_draw(p_, ctx.seed, ctx.step, ctx.row0);
     const int64_t S = p_.S, D = p_.D, Dv = p_.Dv, T_ = p_.T, BH = p_.B * p_.H;
     const RowMap qm = p_.q_map(), km = p_.k_map(), vm = p_.v_map(), om = p_.o_map();
     // Every layout is dense: the buffers hold exactly these elements.

@@ -27,9 +27,9 @@ class Dropout final : public Kernel {
     const T* x = in<T>(0);
     T* y = out<T>(0);
     uint8_t* mask = out<uint8_t>(1);
-    // Micro-batch m of an accumulated step holds rows m*n..(m+1)*n-1 of the
-    // whole batch: offset the element index so the masks equal the big batch's.
-    const DropoutDraw draw = dropout_draw(p_, ctx.seed, ctx.step, ctx.micro);
+    // A micro-batch holds rows row0.. of the global batch: offset the element
+    // index so the masks equal the whole batch's.
+    const DropoutDraw draw = dropout_draw(p_, ctx.seed, ctx.step, ctx.row0);
     const uint64_t key = draw.key, base = draw.base;  // not a structured binding: clang 14 cannot capture one in a lambda
     const float pf = static_cast<float>(p_.p);
     const T scale = T(1) / (T(1) - static_cast<T>(p_.p));

@@ -1,16 +1,8 @@
 #include "kernels/ref/dropout.hpp"
 #include "runtime/lower/lower_util.hpp"
+#include "runtime/lower/params_of_dropout.hpp"
 
 namespace memfit {
-namespace {
-
-// The stream attribute holds the layer-name hash bit-cast to int64.
-kernels::DropoutParams dropout_params(const Graph& g, const Node& n) {
-  return {numel(shape_of(g, n.outputs[0])), n.attrs.f("p"), static_cast<uint64_t>(n.attrs.i("stream"))};
-}
-
-}  // namespace
-
 void register_dropout_kernels() {
   register_kernel("dropout", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
