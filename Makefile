@@ -12,9 +12,11 @@ JOBS ?= $(shell nproc)
 # python3-dev (the Python extension; position-independent engine), and
 # GoogleTest (tests/CMakeLists.txt needs it to configure). libonnx-dev and
 # libprotobuf-dev: the ONNX importer (models/onnx_model.cpp); libpcre2-dev
-# and libutf8proc-dev: the tokenizers. Installed without Recommends (they
-# would add Mesa, LLVM, gfortran's coarrays and X11 headers, none used).
-RUN_PKGS := cmake g++ make pkg-config libdnnl-dev dataset-fashion-mnist zlib1g-dev libpng-dev libjpeg-dev \
+# and libutf8proc-dev: the tokenizers; ocl-icd-opencl-dev: Debian's oneDNN
+# CMake package looks for OpenCL (a Recommends of libdnnl-dev). Installed
+# without Recommends otherwise (they would add Mesa, LLVM, gfortran's
+# coarrays and X11 headers, none used).
+RUN_PKGS := cmake g++ make pkg-config libdnnl-dev ocl-icd-opencl-dev dataset-fashion-mnist zlib1g-dev libpng-dev libjpeg-dev \
             nlohmann-json3-dev libpcre2-dev libutf8proc-dev libonnx-dev libprotobuf-dev \
             libopenmpi-dev openmpi-bin libgtest-dev googletest pybind11-dev python3-dev
 # TEXT_PKGS (`make deps-text`): the fortune packages (English and seven other
