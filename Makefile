@@ -1,7 +1,7 @@
 # memfit: the two commands a user needs are `make run` and `make test`.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# Debian packages, in three sets, each installed when first needed (missing
+# Debian packages, in four sets, each installed when first needed (missing
 # ones only, so nothing is installed twice).
 #
 # RUN_PKGS (`make run`, `make memfit`): what the memfit command needs to build
