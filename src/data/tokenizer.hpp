@@ -52,7 +52,7 @@ class Tokenizer {
 
 // The GPT-2 ranks file `gpt2` (without a path) reads: $MEMFIT_GPT2_RANKS if
 // set and not empty, else the build's default, the project's
-// deps/gpt2/gpt2.tiktoken (CMake's MEMFIT_GPT2_RANKS; `make deps` installs
+// deps/gpt2/gpt2.tiktoken (CMake's MEMFIT_GPT2_RANKS; `make deps-text` installs
 // it there).
 std::string default_gpt2_ranks();
 

@@ -79,7 +79,7 @@ Comm::Comm() {
   const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
   if (n && std::atoi(n) > 1)
     throw std::runtime_error("this memfit was built without MPI (libopenmpi-dev was missing at build time): "
-                             "install it (make deps) and rebuild to train on several ranks");
+                             "install it (make deps-run) and rebuild to train on several ranks");
 #endif
 }
 

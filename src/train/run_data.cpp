@@ -81,7 +81,7 @@ std::optional<data::TokenCacheData> cached_tokens(const std::string& path, const
 void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, std::ostream* log) {
   if (!fs::exists(o.data))
     throw std::runtime_error("no text at " + o.data +
-                             (o.data == default_lm_data() ? ": make deps makes it (from the Debian packages fortunes and fortunes-min), or pass --data FILE.txt|DIR"
+                             (o.data == default_lm_data() ? ": make deps-text makes it (from the Debian packages fortunes and fortunes-min), or pass --data FILE.txt|DIR"
                                                           : ": pass --data with a text file or a directory of text files"));
   const int64_t block = o.block_size > 0 ? o.block_size : model.max_sequence;
   if (block <= 0)
@@ -181,7 +181,7 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, s
 void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& d) {
   if (!fs::exists(o.data))
     throw std::runtime_error("no labelled text at " + o.data +
-                             (o.data == default_classifier_data() ? ": make deps makes it (from the Debian fortune packages), or pass --data"
+                             (o.data == default_classifier_data() ? ": make deps-text makes it (from the Debian fortune packages), or pass --data"
                                                                   : ": pass --data with a .jsonl or .csv file, or a folder with a folder per class"));
   data::LabelledTexts train, test;
   bool split = false;
@@ -263,7 +263,7 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
 void open_images(const TrainOptions& o, bool stream, Datasets& d) {
   if (!fs::exists(o.data))
     throw std::runtime_error("dataset not found at " + o.data +
-                             (o.data == data::kFashionMnistDir ? ": install the Debian package dataset-fashion-mnist (make deps does) or pass --data DIR"
+                             (o.data == data::kFashionMnistDir ? ": install the Debian package dataset-fashion-mnist (make run and make deps-run do) or pass --data DIR"
                                                                 : ": pass --data with an IDX directory or an image folder"));
   if (has_idx(o.data)) {
     d.idx = true;

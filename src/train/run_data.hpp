@@ -34,7 +34,7 @@ struct Datasets {
   std::string token_cache;  // the token cache file read or written ("" when none could be written)
 };
 
-// The text models' default data, made by make deps from Debian's fortune
+// The text models' default data, made by make deps-text from Debian's fortune
 // packages (scripts/make_fortune_sets.py): a language model's is the
 // English fortunes (deps/fortunes/en.txt), a text classifier's the topic
 // classification set (deps/fortunes/topics/).
