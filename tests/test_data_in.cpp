@@ -20,10 +20,12 @@ namespace {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// The dataset cache files in dir (its regular files; the machine profile
+// the planner keeps lives in a folder of its own, machine/).
 size_t count_files(const std::string& dir) {
   size_t n = 0;
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) n += it->is_regular_file(ec);
   return n;
 }
 

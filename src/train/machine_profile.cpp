@@ -39,11 +39,12 @@ MachineProfile machine_profile(const Device& dev, int threads, const std::string
   const std::string key = profile_key(dev, threads);
   std::string dir;
   try {
-    dir = data::ensure_cache_dir(cache_dir, "machine profile", "");
+    const std::string top = data::ensure_cache_dir(cache_dir, "machine profile", "");
+    dir = data::ensure_cache_dir(top + "/machine", "machine profile", "");
   } catch (const std::exception&) {
     dir.clear();  // no cache: measure every time
   }
-  const std::string path = dir.empty() ? "" : dir + "/machine-" + data::hex16(rng::name_hash(key)) + ".json";
+  const std::string path = dir.empty() ? "" : dir + "/" + data::hex16(rng::name_hash(key)) + ".json";
   if (!path.empty())
     if (const double r = read_profile(path, key); r > 0) return {r, "cached", path};
   p.flops_per_second = dev.measure_product_flops_per_second();

@@ -1,7 +1,8 @@
 // The machine's measured speed, which the fit's step-time estimate scales
 // from: the device's sustained product rate with the run's threads.
 //
-// Measured once per machine and kept in the cache directory (--cache-dir),
+// Measured once per machine and kept in the cache directory (--cache-dir), in
+// its folder machine/,
 // keyed by the device, the processor, the kernel library's version and
 // instruction set, memfit's own loops' target and the thread count: a change
 // of any of them measures again. So the estimate a user reads, and the

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <omp.h>
 #include <cstdlib>
 #include <string>
@@ -186,24 +187,34 @@ std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x, La
 
 namespace {
 
+// Which clock a timing reads: the wall clock, or this thread's CPU time
+// (for one thread: the time it computed, not the time other processes held
+// its core, so a loaded machine does not change it).
+enum class Clock { Wall, ThreadCpu };
+
+double now(Clock c) {
+  if (c == Clock::Wall)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 // The fastest run of the kernel after one warm-up, over at least `runs` runs
-// and `window` seconds (at most 200 runs): the minimum, because other
-// processes on the cores only ever add time, and a window long enough that
-// some runs fall inside the scheduler's slices of this thread even on a
-// loaded machine.
+// and `window` seconds of wall clock (at most 200 runs): the minimum,
+// because other processes on the cores only ever add time.
 double time_kernel(Kernel& k, std::vector<void*> in, std::vector<void*> out, void* scratch, int runs = 7,
-                   double window = 0.0) {
+                   double window = 0.0, Clock clock = Clock::Wall) {
   k.bind(std::move(in), std::move(out), scratch);
   StepContext ctx;
   k.run(ctx);
   double best = 1e30;
-  const auto start = std::chrono::steady_clock::now();
+  const double start = now(Clock::Wall);
   for (int r = 0; r < 200; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now(clock);
     k.run(ctx);
-    const auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
-    if (r + 1 >= runs && std::chrono::duration<double>(t1 - start).count() >= window) break;
+    best = std::min(best, now(clock) - t0);
+    if (r + 1 >= runs && now(Clock::Wall) - start >= window) break;
   }
   return best;
 }
@@ -233,7 +244,7 @@ auto with_threads(int threads, F f) {
 
 // Seconds for one of each probe kernel on activations of type act (0 when
 // this CPU has no such kernels), each the fastest of its runs.
-double time_probe_conv(ElemType act, int runs = 7, double window = 0.0) {
+double time_probe_conv(ElemType act, int runs = 7, double window = 0.0, Clock clock = Clock::Wall) {
   const ConvParams p = probe_conv();
   auto fwd = make_conv2d(p, Layout::Blocked16, Layout::Blocked16, act);
   auto bww = make_conv2d_bwd_weight(p, Layout::Blocked16, Layout::Blocked16, act);
@@ -245,21 +256,20 @@ double time_probe_conv(ElemType act, int runs = 7, double window = 0.0) {
   std::vector<std::byte> x(nx * es), y(nx * es);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 2) ? std::byte{0x3f} : std::byte{0x00};
   std::vector<std::byte> scratch(std::max(fwd->scratch_bytes(), bww->scratch_bytes()) + 64);
-  return time_kernel(*fwd, {x.data(), w.data()}, {y.data()}, scratch.data(), runs, window) +
-         time_kernel(*bww, {x.data(), x.data()}, {dw.data()}, scratch.data(), runs, window);
+  return time_kernel(*fwd, {x.data(), w.data()}, {y.data()}, scratch.data(), runs, window, clock) +
+         time_kernel(*bww, {x.data(), x.data()}, {dw.data()}, scratch.data(), runs, window, clock);
 }
 
 // bf16 must win clearly: the two kinds of CPU differ by ~2x either way, so a
 // 0.8 threshold on the fastest runs is not at the mercy of noise. Timed on
-// one thread: a ratio of per-core speeds, which a loaded machine leaves
-// alone (a lone thread finds whole time slices where several threads of one
-// parallel region rarely run together).
+// one thread in its CPU time: a ratio of per-core speeds, which a loaded
+// machine leaves alone.
 bool measure_bf16_native() {
   return with_threads(1, [] {
     double secs[2] = {1e30, 1e30};
     for (int round = 0; round < 2; ++round)
       for (int bf = 0; bf < 2; ++bf) {
-        const double t = time_probe_conv(bf ? ElemType::BF16 : ElemType::F32, 7, 0.02);
+        const double t = time_probe_conv(bf ? ElemType::BF16 : ElemType::F32, 7, 0.02, Clock::ThreadCpu);
         if (t <= 0) return false;
         secs[bf] = std::min(secs[bf], t);
       }
@@ -273,13 +283,14 @@ double conv_flops_per_second() {
   const ConvParams p = probe_conv();
   const double flops = 2.0 * 2.0 * double(p.N * p.K * p.OH * p.OW) * double(p.C * p.R * p.S);
   const int threads = std::max(1, omp_get_max_threads());
-  // Each timing's runs span 60 ms: on a loaded machine some of them fall
-  // inside whole time slices.
+  // All threads: the wall clock, the fastest of runs over 60 ms (on a loaded
+  // machine some fall where the team runs together). One thread: its CPU
+  // time, which the load does not change.
   const double all = time_probe_conv(ElemType::F32, 7, 0.06);
   if (!(all > 0)) return 0.0;
   double rate = flops / all;
   if (threads > 1) {
-    const double one = with_threads(1, [] { return time_probe_conv(ElemType::F32, 7, 0.06); });
+    const double one = with_threads(1, [] { return time_probe_conv(ElemType::F32, 7, 0.02, Clock::ThreadCpu); });
     if (one > 0) rate = std::max(rate, kConvThreadScaling * threads * flops / one);
   }
   return rate;

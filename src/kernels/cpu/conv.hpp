@@ -49,11 +49,12 @@ const char* bf16_product_path();
 // 64 channels, 14x14, 3x3) with the OpenMP threads the process has now,
 // measured on each call (~0.25 s; 0 if the primitives cannot be made). The
 // fit's step-time estimate scales from it, so it must not follow the
-// machine's load: each timing is the fastest of runs spread over 60 ms, and
-// the rate is at least kConvThreadScaling x threads x the one-thread rate,
-// because the threads of one parallel region rarely run together on a
-// loaded machine (on 2 cores beside 2 busy processes the 2-thread timing
-// came out 8x slow while the one-thread timing held). Callers keep the
+// machine's load: the all-threads timing is the fastest of runs spread over
+// 60 ms, and the rate is at least kConvThreadScaling x threads x the
+// one-thread rate, timed in that thread's CPU time, because the threads of
+// one parallel region rarely run together on a loaded machine (on 2 cores
+// beside 2 busy processes the 2-thread timing came out 8x slow while the
+// one-thread timing held). Callers keep the
 // result (train/machine_profile.hpp caches it per machine).
 inline constexpr double kConvThreadScaling = 0.8;
 double conv_flops_per_second();
