@@ -454,6 +454,24 @@ void op_softmax(Env& e, const onnx::NodeProto& n) {
   bind(e, n, softmax(e.b, x));
 }
 
+// LogSoftmax as the model's last node, over the classes (the last axis): a
+// model trained with NLLLoss on its log-probabilities, as courses write
+// them. memfit's loss is softmax cross-entropy on the output, and
+// softmax_xent(log_softmax(x)) = -log_softmax(x)[label] = NLLLoss of the
+// model's own log-probabilities, which equals softmax_xent(x): the node is
+// the loss's own first half, so it is taken into the loss (no second
+// softmax, the same gradient) and the logits it reads are the output.
+// Anywhere else it is refused.
+void op_log_softmax(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const size_t r = shape_of(e, x).size();
+  if (axis_in(e, n, attr_i(n, "axis", e.f.opset >= 13 ? -1 : 1), r) != static_cast<int64_t>(r) - 1)
+    refuse(e.f, n, "log-softmax over axis " + std::to_string(attr_i(n, "axis", -1)) + ": memfit takes the last axis only");
+  if (n.output(0) != e.f.output)
+    refuse(e.f, n, "memfit takes LogSoftmax as the model's last node only (the log-probabilities its loss reads)");
+  bind(e, n, x);
+}
+
 void op_dropout(Env& e, const onnx::NodeProto& n) {
   const double p = has_input(n, 1) ? const_scalar(e, n, 1) : attr_f(n, "ratio", 0.5);
   const bool train = has_input(n, 2) ? const_scalar(e, n, 2) != 0 : false;
@@ -808,6 +826,7 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Split", {op_split, {"axis", "split", "num_outputs"}}},
       {"Slice", {op_slice, {"starts", "ends", "axes"}}},
       {"Softmax", {op_softmax, {"axis"}}},
+      {"LogSoftmax", {op_log_softmax, {"axis"}}},  // as the last node: the loss's input
       {"Dropout", {op_dropout, {"ratio", "seed"}}},  // seed: memfit's masks come from its own counter-based generator
       {"Gather", {op_gather, {"axis"}}},
       {"Identity", {op_identity, {}}},

@@ -403,6 +403,48 @@ TEST(Onnx, OpsetOutsideTheImportedRangeIsRefused) {
       << model_error(foreign);
 }
 
+// A model that ends in log_softmax (trained with NLLLoss on its
+// log-probabilities, as courses write them) imports with the LogSoftmax taken
+// into memfit's loss: softmax cross-entropy of the logits is NLLLoss of
+// their log-softmax, so the graph is the plain model's, node for node (no
+// second softmax). Anywhere but the last node it is refused, naming it.
+TEST(Onnx, LogSoftmaxAsTheLastNodeIsTheLossInput) {
+  auto build = [](const std::string& path) {
+    auto g = std::make_unique<Graph>();
+    Builder b(*g);
+    models::Inputs in;
+    in.values["image"] = g->input("image", {3, 1, 4, 4});
+    const ValueId y = models::resolve(path).build(b, in, 32);
+    EXPECT_EQ(g->value(y).shape, (Shape{3, 32}));
+    return g;
+  };
+  const auto plain = build(write_tiny("plain", [](onnx::GraphProto&) {}));
+  for (int64_t opset : {11, 17}) {
+    const std::string path = write_tiny("logsoftmax" + std::to_string(opset), [](onnx::GraphProto& g) {
+      add_node(g, "LogSoftmax", "/log_softmax", "flat", "logp");
+    }, {}, opset);
+    const auto lg = build(path);
+    ASSERT_EQ(lg->num_nodes(), plain->num_nodes()) << "opset " << opset;
+    for (size_t k = 0; k < lg->num_nodes(); ++k)
+      EXPECT_EQ(lg->node(static_cast<NodeId>(k)).op, plain->node(static_cast<NodeId>(k)).op) << k;
+  }
+  const std::string inside = write_tiny("logsoftmax-inside", [](onnx::GraphProto& g) {
+    add_node(g, "LogSoftmax", "/log_softmax", "flat", "logp");
+    add_node(g, "Relu", "/after", "logp", "y");
+  });
+  EXPECT_NE(model_error(inside).find("node '/log_softmax' (LogSoftmax): memfit takes LogSoftmax as the model's last node only"),
+            std::string::npos)
+      << model_error(inside);
+  const std::string axis0 = write_tiny("logsoftmax-axis0", [](onnx::GraphProto& g) {
+    auto& n = add_node(g, "LogSoftmax", "/log_softmax", "flat", "logp");
+    auto& a = *n.add_attribute();
+    a.set_name("axis");
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(0);
+  });
+  EXPECT_NE(model_error(axis0).find("log-softmax over axis 0"), std::string::npos) << model_error(axis0);
+}
+
 TEST(Onnx, UnsupportedAttributesAreRefusedByName) {
   auto set_s = [](onnx::NodeProto& n, const std::string& k, const std::string& v) {
     onnx::AttributeProto& a = *n.add_attribute();
