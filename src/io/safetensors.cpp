@@ -550,6 +550,17 @@ void SafetensorsFile::release() {
 
 namespace {
 
+// An object's next key and its colon (the reader is before the key; it is
+// left at the value).
+std::string read_key(JsonText& j) {
+  j.skip_ws();
+  std::string k = j.parse_string();
+  j.skip_ws();
+  j.expect(':');
+  j.skip_ws();
+  return k;
+}
+
 // The error of a file: its path, then what is wrong with it.
 struct Bad {
   const std::string& path;
@@ -586,11 +597,7 @@ void parse_metadata(JsonText& j, std::map<std::string, std::string>& out, const 
   if (j.peek() != '{') throw bad(std::string("__metadata__ is ") + j.kind() + ", expected an object");
   j.expect('{');
   if (!j.accept('}')) do {
-    j.skip_ws();
-    std::string k = j.parse_string();
-    j.skip_ws();
-    j.expect(':');
-    j.skip_ws();
+    std::string k = read_key(j);
     if (j.peek() != '"') throw bad("__metadata__ value of '" + k + "' is " + j.kind() + ", expected a string");
     std::string v = j.parse_string();
     if (!out.emplace(std::move(k), std::move(v)).second) j.fail("duplicate key in __metadata__");
@@ -610,11 +617,7 @@ TensorInfo parse_tensor(JsonText& j, const std::string& name, uint64_t data_size
   std::string dtype_text;
   std::vector<Item> shape_items, offset_items;
   if (!j.accept('}')) do {
-    j.skip_ws();
-    const std::string k = j.parse_string();
-    j.skip_ws();
-    j.expect(':');
-    j.skip_ws();
+    const std::string k = read_key(j);
     bool* seen = k == "dtype" ? &has_dtype : k == "shape" ? &has_shape : k == "data_offsets" ? &has_offsets : nullptr;
     if (!seen) throw bad(where + " has unknown field '" + k + "'");
     if (*seen) j.fail("duplicate key '" + k + "'");
@@ -722,11 +725,7 @@ SafetensorsFile SafetensorsFile::load(const std::string& path) {
   j.skip_ws();
   j.expect('{');
   if (!j.accept('}')) do {
-    j.skip_ws();
-    const std::string name = j.parse_string();
-    j.skip_ws();
-    j.expect(':');
-    j.skip_ws();
+    const std::string name = read_key(j);
     if (name == "__metadata__") {
       parse_metadata(j, f.metadata_, bad);
       continue;
