@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/attention.hpp"
+#include "ops/attention/cpu.hpp"
 
 using namespace memfit;
 using kernels::AttentionParams;

@@ -52,12 +52,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/conv.hpp"
 #include "kernels/cpu/engine.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
 #include "models/model.hpp"
+#include "ops/conv/cpu.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/step_graph.hpp"

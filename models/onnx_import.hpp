@@ -33,6 +33,11 @@ struct GeluMatch {
   bool tanh = false;
 };
 
+// SiLU as torch writes nn.SiLU / F.silu: x * Sigmoid(x) (either order).
+struct SiluMatch {
+  std::string x;
+};
+
 // A MatMul whose operands come through Transposes of their last two axes
 // (trans flags instead of copies) and that a bias Add may follow: nn.Linear
 // on a 3-d input exports as MatMul(x, Transpose(W)) + b, memfit's linear.
@@ -76,6 +81,7 @@ struct OnnxFile {
   // each by the index of the node that produces its result; the other nodes
   // of a pattern are in `fused` and are skipped.
   std::map<size_t, GeluMatch> gelu_at;
+  std::map<size_t, SiluMatch> silu_at;
   std::map<size_t, MatMulMatch> matmul_at;
   std::map<size_t, AttentionMatch> attention_at;
   std::set<size_t> fused;
@@ -103,6 +109,7 @@ using Handler = void (*)(Env&, const onnx::NodeProto&);
 struct OpRule {
   Handler fn;
   std::set<std::string> attrs;
+  int min_inputs = 1;  // the inputs its handler reads whatever the opset (a node with fewer is refused)
 };
 // By ONNX op type.
 const std::map<std::string, OpRule>& op_rules();

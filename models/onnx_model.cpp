@@ -27,11 +27,12 @@ using namespace onnx_import;
 
 Const onnx_import::read_tensor(const OnnxFile& f, const onnx::TensorProto& t, const std::string& what) {
   Const c;
+  int64_t n = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) file_error(f, what + " has a negative dimension");
+    if (__builtin_mul_overflow(n, d, &n)) file_error(f, what + " has more elements than 64-bit integers count");
     c.dims.push_back(d);
   }
-  const int64_t n = numel(c.dims);
   if (t.data_location() == onnx::TensorProto::EXTERNAL)
     file_error(f, what + " is stored outside the file (external data): export a model under 2 GiB, whose weights "
                          "the .onnx file holds");
@@ -142,6 +143,10 @@ void check_file(OnnxFile& f, const onnx::ModelProto& m) {
     for (const auto& a : n.attribute())
       if (!rule->second.attrs.count(a.name()))
         refuse(f, n, "attribute '" + a.name() + "' of " + n.op_type() + " is not supported");
+    if (n.output_size() < 1 || n.output(0).empty()) refuse(f, n, "has no output");
+    if (n.input_size() < rule->second.min_inputs)
+      refuse(f, n, "has " + std::to_string(n.input_size()) + " inputs; " + n.op_type() + " takes at least " +
+                       std::to_string(rule->second.min_inputs));
   }
   std::vector<const onnx::ValueInfoProto*> inputs;
   for (const auto& i : f.graph.input())
@@ -245,8 +250,8 @@ bool is_onnx_path(const std::string& path) {
 std::string onnx_supported_ops() {
   std::string s;
   for (const auto& [op, rule] : op_rules())
-    if (op != "Erf" && op != "Tanh" && op != "Pow" && op != "Where") s += (s.empty() ? "" : ", ") + op;
-  return s + "; Erf, Tanh and Pow inside GELU; Where as attention's mask";
+    if (op != "Erf" && op != "Pow" && op != "Where") s += (s.empty() ? "" : ", ") + op;
+  return s + "; Erf and Pow inside GELU; Where as attention's mask";
 }
 
 Model load_onnx_model(const std::string& path) {

@@ -9,6 +9,7 @@
 // op that reads a constant tensor.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "models/onnx_import.hpp"
 
@@ -197,6 +198,53 @@ void op_matmul(Env& e, const onnx::NodeProto& n) {
 
 void op_relu(Env& e, const onnx::NodeProto& n) { bind(e, n, relu(e.b, value(e, n, 0))); }
 
+// The pointwise activations (memfit's op "activation"), with ONNX's defaults
+// for their attributes (HardSigmoid's alpha is 0.2 in ONNX; torch writes
+// 1/6 explicitly for nn.Hardsigmoid).
+void op_activation(Env& e, const onnx::NodeProto& n) {
+  const std::string& op = n.op_type();
+  Attrs a;
+  std::string kind;
+  if (op == "Sigmoid") kind = "sigmoid";
+  else if (op == "Tanh") kind = "tanh";
+  else if (op == "HardSwish") kind = "hardswish";
+  else if (op == "HardSigmoid") {
+    kind = "hardsigmoid";
+    a.set("alpha", attr_f(n, "alpha", 0.2));
+    a.set("beta", attr_f(n, "beta", 0.5));
+  } else if (op == "LeakyRelu") {
+    kind = "leaky_relu";
+    a.set("alpha", attr_f(n, "alpha", 0.01));
+  } else if (op == "Elu") {
+    kind = "elu";
+    a.set("alpha", attr_f(n, "alpha", 1.0));
+  } else {
+    refuse(e.f, n, "is not a pointwise activation memfit knows");
+  }
+  bind(e, n, activation(e.b, value(e, n, 0), kind, std::move(a)));
+}
+
+// Clip(x, min, max): the bounds are inputs 1 and 2 from opset 11 (either may
+// be absent), attributes before; constants either way. ReLU6 is Clip(x, 0, 6);
+// Clip(x, 0) is a ReLU; no bounds at all is the identity.
+void op_clip(Env& e, const onnx::NodeProto& n) {
+  constexpr double kNoBound = 3.4028234663852886e38;  // FLT_MAX: a bound that never binds
+  double lo = -kNoBound, hi = kNoBound;
+  if (e.f.opset < 11) {
+    lo = attr_f(n, "min", lo);
+    hi = attr_f(n, "max", hi);
+  } else {
+    if (attr(n, "min") || attr(n, "max")) refuse(e.f, n, "attributes min and max are inputs from opset 11");
+    if (has_input(n, 1)) lo = const_scalar(e, n, 1);
+    if (has_input(n, 2)) hi = const_scalar(e, n, 2);
+  }
+  if (!(lo <= hi)) refuse(e.f, n, "its min " + std::to_string(lo) + " is above its max " + std::to_string(hi));
+  const ValueId x = value(e, n, 0);
+  if (lo == 0.0 && hi == kNoBound) return bind(e, n, relu(e.b, x));
+  if (lo == -kNoBound && hi == kNoBound) return bind(e, n, x);
+  bind(e, n, activation(e.b, x, "clip", {{"min", lo}, {"max", hi}}));
+}
+
 void op_gelu(Env& e, const onnx::NodeProto& n) {
   const std::string a = attr_s(n, "approximate", "none");
   if (a != "none" && a != "tanh") refuse(e.f, n, "attribute approximate=" + a + " (none or tanh)");
@@ -205,7 +253,6 @@ void op_gelu(Env& e, const onnx::NodeProto& n) {
 
 void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
   no_auto_pad(e, n);
-  if (attr_i(n, "ceil_mode", 0) != 0) refuse(e.f, n, "attribute ceil_mode=1 is not supported (floor only)");
   if (attr(n, "dilations") && pair(e, n, "dilations", 1) != Shape{1, 1})
     refuse(e.f, n, "attribute dilations " + shape_str(attr_ints(n, "dilations", {})) + " is not supported (1 only)");
   if (attr_i(n, "storage_order", 0) != 0) refuse(e.f, n, "attribute storage_order=1 is not supported");
@@ -214,10 +261,68 @@ void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
   if (!attr(n, "kernel_shape")) refuse(e.f, n, "has no kernel_shape");
   Attrs a{{"kernel", pair(e, n, "kernel_shape", 1)}, {"stride", pair(e, n, "strides", 1)}, {"pad", symmetric_pads(e, n)}};
   if (!max) a.set("count_include_pad", attr_i(n, "count_include_pad", 0));
+  // ceil_mode: the output size rounded up. Where that equals the size
+  // rounded down (the windows tile the padded input exactly, as in
+  // SqueezeNet's pools at its input sizes), both are one pooling.
+  if (attr_i(n, "ceil_mode", 0) != 0) {
+    const Shape& xs = shape_of(e, x);
+    const Shape k = a.ints("kernel"), st = a.ints("stride"), p = a.ints("pad");
+    for (size_t d = 0; d < 2; ++d) {
+      const int64_t span = xs[2 + d] + 2 * p[d] - k[d];
+      if (span >= 0 && span % st[d] != 0)
+        refuse(e.f, n, "ceil_mode=1 over " + std::to_string(xs[2 + d]) + " pixels (kernel " + std::to_string(k[d]) +
+                       ", stride " + std::to_string(st[d]) + ", pad " + std::to_string(p[d]) + ") gives " +
+                       std::to_string(span / st[d] + 2) + " outputs where floor gives " + std::to_string(span / st[d] + 1) +
+                       ": memfit pools with floor only; an input size where they agree imports");
+    }
+  }
   bind(e, n, e.b.g.add_node(max ? "max_pool2d" : "avg_pool2d", {x}, std::move(a), layer_of(e, n))[0]);
 }
 void op_maxpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, true); }
 void op_avgpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, false); }
+
+// ReduceMean / ReduceSum over some axes (x.mean([2, 3]) in ShuffleNet, a
+// mean of embeddings over the sequence): the kept axes moved first (a
+// permute, where the reduced ones are not already last), the tensor seen as
+// [1, kept, reduced, 1] and averaged by a global pool, then shaped back
+// (with 1s for keepdims); ReduceSum scales the mean back to the sum. Axes
+// are an attribute before opset 18 (ReduceSum: 13), an input from then on.
+void op_reduce(Env& e, const onnx::NodeProto& n) {
+  const bool sum = n.op_type() == "ReduceSum";
+  const ValueId x = value(e, n, 0);
+  const Shape s = shape_of(e, x);
+  const bool axes_input = e.f.opset >= (sum ? 13 : 18);
+  if (axes_input && attr(n, "axes")) refuse(e.f, n, "attribute axes is an input from this opset on");
+  std::vector<int64_t> axes = axes_input ? (has_input(n, 1) ? const_ints(e, n, 1) : std::vector<int64_t>{})
+                                         : attr_ints(n, "axes", {});
+  if (axes.empty()) {
+    if (attr_i(n, "noop_with_empty_axes", 0) != 0) return bind(e, n, x);
+    for (size_t k = 0; k < s.size(); ++k) axes.push_back(static_cast<int64_t>(k));
+  }
+  std::vector<bool> reduced(s.size(), false);
+  for (int64_t a : axes) {
+    const auto k = static_cast<size_t>(axis_in(e, n, a, s.size()));
+    if (reduced[k]) refuse(e.f, n, "axis " + std::to_string(a) + " is listed twice");
+    reduced[k] = true;
+  }
+  std::vector<int64_t> perm;
+  Shape kept_dims, out;
+  int64_t kept = 1, count = 1;
+  const bool keepdims = attr_i(n, "keepdims", 1) != 0;
+  for (size_t k = 0; k < s.size(); ++k)
+    if (!reduced[k]) perm.push_back(static_cast<int64_t>(k)), kept *= s[k], kept_dims.push_back(s[k]);
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (reduced[k]) perm.push_back(static_cast<int64_t>(k)), count *= s[k];
+    if (keepdims) out.push_back(reduced[k] ? 1 : s[k]);
+  }
+  if (!keepdims) out = kept_dims;
+  bool identity = true;
+  for (size_t k = 0; k < perm.size(); ++k) identity = identity && perm[k] == static_cast<int64_t>(k);
+  ValueId v = identity ? x : permute(e.b, x, perm);
+  v = global_avg_pool(e.b, reshape(e.b, v, {1, kept, count, 1}));
+  if (sum) v = e.b.g.add1("scale", {v}, {{"alpha", static_cast<double>(count)}}, layer_of(e, n));
+  bind(e, n, reshape(e.b, v, out));
+}
 
 void op_global_avg_pool(Env& e, const onnx::NodeProto& n) {
   const ValueId x = value(e, n, 0);
@@ -269,10 +374,28 @@ bool fold_int(Env& e, const onnx::NodeProto& n) {
     const int64_t y = c.i[c.size() == 1 ? 0 : k];
     const std::string& op = n.op_type();
     if (op == "Div" && y == 0) refuse(e.f, n, "divides by zero");
-    r.i[k] = op == "Add" ? r.i[k] + y : op == "Mul" ? r.i[k] * y : r.i[k] / y;
+    int64_t v = 0;
+    bool over = false;
+    if (op == "Add") over = __builtin_add_overflow(r.i[k], y, &v);
+    else if (op == "Sub") over = __builtin_sub_overflow(r.i[k], y, &v);
+    else if (op == "Mul") over = __builtin_mul_overflow(r.i[k], y, &v);
+    else if (r.i[k] == std::numeric_limits<int64_t>::min() && y == -1) over = true;
+    else v = r.i[k] / y;
+    if (over) refuse(e.f, n, "overflows 64-bit integers on its constant inputs");
+    r.i[k] = v;
   }
   bind_const(e, n, std::move(r));
   return true;
+}
+
+// Add, Sub, Mul or Div of two tensors with numpy broadcasting: memfit's
+// binary op (squeeze-and-excitation's x * s, a computed scale or shift).
+void op_binary(Env& e, const onnx::NodeProto& n) {
+  if (fold_int(e, n)) return;
+  const std::string& op = n.op_type();
+  const std::string kind = op == "Add" ? "add" : op == "Sub" ? "sub" : op == "Mul" ? "mul" : "div";
+  const ValueId a = value(e, n, 0), c = value(e, n, 1);
+  bind(e, n, e.b.g.add1("binary", {a, c}, {{"kind", kind}}, layer_of(e, n)));
 }
 
 void op_add(Env& e, const onnx::NodeProto& n) {
@@ -284,22 +407,19 @@ void op_add(Env& e, const onnx::NodeProto& n) {
   const bool c_small = numel(cs) <= numel(as);
   const ValueId big = c_small ? a : c, small = c_small ? c : a;
   const Shape t = trailing_of(shape_of(e, big), shape_of(e, small));
-  if (t.empty())
-    refuse(e.f, n, "adds " + shape_str(as) + " and " + shape_str(cs) + ": memfit adds equal shapes, or one "
-                   "broadcast over the other's leading axes");
+  if (t.empty()) return op_binary(e, n);  // any other broadcast
   const ValueId s = t == shape_of(e, small) ? small : reshape(e.b, small, t);
   bind(e, n, add_broadcast(e.b, big, s));
 }
 
-// Mul and Div by a scalar constant: memfit's scale. A product of two
-// tensors has no memfit op.
+// Mul and Div by a scalar constant: memfit's scale; of two tensors, its
+// binary op.
 void op_scale(Env& e, const onnx::NodeProto& n) {
   if (fold_int(e, n)) return;
   const bool div = n.op_type() == "Div";
   int k = is_const(e, n.input(1)) ? 1 : !div && is_const(e, n.input(0)) ? 0 : -1;
-  if (k < 0)
-    refuse(e.f, n, "multiplies two tensors: memfit has no element-wise product; only a product with a scalar "
-                   "constant (or the exact GELU pattern) is imported");
+  if (k >= 0 && constant(e, n, k).size() != 1) k = -1;  // a constant tensor: a broadcast operand
+  if (k < 0) return op_binary(e, n);
   double s = const_scalar(e, n, k);
   if (div) {
     if (s == 0) refuse(e.f, n, "divides by zero");
@@ -341,8 +461,8 @@ void op_reshape(Env& e, const onnx::NodeProto& n) {
       infer = static_cast<int64_t>(k);
     } else if (to[k] < 1) {
       refuse(e.f, n, "shape entry " + std::to_string(to[k]) + " is not a size");
-    } else {
-      known *= to[k];
+    } else if (__builtin_mul_overflow(known, to[k], &known)) {
+      refuse(e.f, n, "shape " + shape_str(to) + " has more elements than 64-bit integers count");
     }
   }
   if (infer >= 0) to[static_cast<size_t>(infer)] = known > 0 ? numel(xs) / known : 0;
@@ -575,6 +695,7 @@ void op_squeeze(Env& e, const onnx::NodeProto& n) {
   const size_t rank = unsq ? s.size() + axes.size() : s.size();
   for (int64_t& a : axes) a = axis_in(e, n, a, rank);
   std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) refuse(e.f, n, "lists an axis twice");
   if (unsq) {
     for (int64_t a : axes) s.insert(s.begin() + a, 1);
   } else if (axes.empty()) {
@@ -614,8 +735,9 @@ void op_cast(Env& e, const onnx::NodeProto& n) {
 void op_range(Env& e, const onnx::NodeProto& n) {
   const double start = const_scalar(e, n, 0), limit = const_scalar(e, n, 1), delta = const_scalar(e, n, 2);
   if (delta == 0) refuse(e.f, n, "has delta 0");
-  const auto count = static_cast<int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
-  if (count > (int64_t(1) << 24)) refuse(e.f, n, "makes " + std::to_string(count) + " numbers");
+  const double steps = std::max(0.0, std::ceil((limit - start) / delta));
+  if (!(steps <= double(int64_t(1) << 24))) refuse(e.f, n, "makes " + std::to_string(steps) + " numbers");
+  const auto count = static_cast<int64_t>(steps);
   Const c;
   c.is_float = constant(e, n, 0).is_float;
   if (c.is_float) c.f = std::make_shared<std::vector<float>>();
@@ -659,6 +781,12 @@ void emit_gelu(Env& e, const onnx::NodeProto& n, const GeluMatch& m) {
   auto it = e.values.find(m.x);
   if (it == e.values.end()) refuse(e.f, n, "the GELU's input '" + m.x + "' is not a tensor of the graph");
   bind(e, n, gelu(e.b, it->second, m.tanh));
+}
+
+void emit_silu(Env& e, const onnx::NodeProto& n, const SiluMatch& m) {
+  auto it = e.values.find(m.x);
+  if (it == e.values.end()) refuse(e.f, n, "the SiLU's input '" + m.x + "' is not a tensor of the graph");
+  bind(e, n, activation(e.b, it->second, "silu"));
 }
 
 void emit_matmul(Env& e, const onnx::NodeProto& n, const MatMulMatch& m) {
@@ -806,21 +934,31 @@ AttentionOpts attention_opts(Env& e, const AttentionMatch& m, int64_t T, int64_t
 // attribute is refused by name, so a setting memfit would ignore cannot pass).
 const std::map<std::string, OpRule>& op_rules() {
   static const std::map<std::string, OpRule> r{
-      {"Conv", {op_conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}}},
-      {"Gemm", {op_gemm, {"alpha", "beta", "transA", "transB"}}},
-      {"MatMul", {op_matmul, {}}},
+      {"Conv", {op_conv, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}, 2}},
+      {"Gemm", {op_gemm, {"alpha", "beta", "transA", "transB"}, 2}},
+      {"MatMul", {op_matmul, {}, 2}},
       {"Relu", {op_relu, {}}},
       {"Gelu", {op_gelu, {"approximate"}}},
+      {"Sigmoid", {op_activation, {}}},
+      {"Tanh", {op_activation, {}}},  // also inside GELU's tanh form (onnx_patterns.cpp)
+      {"HardSwish", {op_activation, {}}},
+      {"HardSigmoid", {op_activation, {"alpha", "beta"}}},
+      {"LeakyRelu", {op_activation, {"alpha"}}},
+      {"Elu", {op_activation, {"alpha"}}},
+      {"Clip", {op_clip, {"min", "max"}}},
       {"MaxPool", {op_maxpool, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"}}},
       {"AveragePool", {op_avgpool, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"}}},
       {"GlobalAveragePool", {op_global_avg_pool, {}}},
-      {"BatchNormalization", {op_batchnorm, {"epsilon", "momentum", "training_mode"}}},
+      {"ReduceMean", {op_reduce, {"axes", "keepdims", "noop_with_empty_axes"}}},
+      {"ReduceSum", {op_reduce, {"axes", "keepdims", "noop_with_empty_axes"}}},
+      {"BatchNormalization", {op_batchnorm, {"epsilon", "momentum", "training_mode"}, 5}},
       {"LayerNormalization", {op_layernorm, {"axis", "epsilon", "stash_type"}}},
-      {"Add", {op_add, {}}},
-      {"Mul", {op_scale, {}}},
-      {"Div", {op_scale, {}}},
+      {"Add", {op_add, {}, 2}},
+      {"Mul", {op_scale, {}, 2}},
+      {"Div", {op_scale, {}, 2}},
+      {"Sub", {op_binary, {}, 2}},
       {"Flatten", {op_flatten, {"axis"}}},
-      {"Reshape", {op_reshape, {"allowzero"}}},
+      {"Reshape", {op_reshape, {"allowzero"}, 2}},
       {"Transpose", {op_transpose, {"perm"}}},
       {"Concat", {op_concat, {"axis"}}},
       {"Split", {op_split, {"axis", "split", "num_outputs"}}},
@@ -828,20 +966,19 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Softmax", {op_softmax, {"axis"}}},
       {"LogSoftmax", {op_log_softmax, {"axis"}}},  // as the last node: the loss's input
       {"Dropout", {op_dropout, {"ratio", "seed"}}},  // seed: memfit's masks come from its own counter-based generator
-      {"Gather", {op_gather, {"axis"}}},
+      {"Gather", {op_gather, {"axis"}, 2}},
       {"Identity", {op_identity, {}}},
-      {"Constant", {op_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}}},
+      {"Constant", {op_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}, 0}},
       {"Pad", {op_pad, {"mode", "pads"}}},
       {"Shape", {op_shape, {"start", "end"}}},
       {"Unsqueeze", {op_squeeze, {"axes"}}},
       {"Squeeze", {op_squeeze, {"axes"}}},
       {"Cast", {op_cast, {"to"}}},
-      {"Range", {op_range, {}}},
-      {"Equal", {op_equal, {}}},
+      {"Range", {op_range, {}, 3}},
+      {"Equal", {op_equal, {}, 2}},
       {"Erf", {op_pattern_only, {}}},  // inside GELU only (onnx_patterns.cpp)
-      {"Tanh", {op_pattern_only, {}}},
-      {"Pow", {op_pattern_only, {}}},
-      {"Where", {op_pattern_only, {}}},  // attention's mask only
+      {"Pow", {op_pattern_only, {}, 2}},
+      {"Where", {op_pattern_only, {}, 3}},  // attention's mask only
   };
   return r;
 }
@@ -863,6 +1000,10 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
       const auto at = static_cast<size_t>(k);
       if (auto g = f.gelu_at.find(at); g != f.gelu_at.end()) {
         emit_gelu(e, n, g->second);
+        continue;
+      }
+      if (auto s = f.silu_at.find(at); s != f.silu_at.end()) {
+        emit_silu(e, n, s->second);
         continue;
       }
       if (auto m = f.matmul_at.find(at); m != f.matmul_at.end()) {

@@ -1,5 +1,5 @@
 // Patterns of several ONNX nodes that become one memfit op (onnx_import.hpp):
-// the GELU torch writes out with Erf or Tanh, MatMuls whose operands come
+// the GELU torch writes out with Erf or Tanh, SiLU as x * Sigmoid(x), MatMuls whose operands come
 // through Transposes (and nn.Linear's MatMul + bias Add), and attention as
 // torch exports it from q @ k.transpose(-2, -1). Found once, when the file is
 // read: each match records its inputs by ONNX name, and its nodes are
@@ -177,6 +177,21 @@ void find_gelu(OnnxFile& f, Index& ix) {
   }
 }
 
+// ------------------------------------------------------------------ silu ----
+
+// Sigmoid(x) read only by a Mul whose other input is x.
+void find_silu(OnnxFile& f, Index& ix) {
+  for (int k = 0; k < ix.nodes.size(); ++k) {
+    if (ix.at(k).op_type() != "Sigmoid" || !ix.free(k) || ix.at(k).input_size() != 1) continue;
+    const std::string& x = ix.at(k).input(0);
+    const std::string& s = ix.at(k).output(0);
+    const int mul = ix.only_reader(s, "Mul");
+    if (!ix.binary(mul) || ix.other(mul, s) != x) continue;
+    f.silu_at[static_cast<size_t>(mul)] = {x};
+    ix.take({k});
+  }
+}
+
 // ------------------------------------------------------------- attention ----
 
 void find_attention(OnnxFile& f, Index& ix) {
@@ -306,6 +321,7 @@ void find_matmuls(OnnxFile& f, Index& ix) {
 void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars) {
   Index ix(f, scalars, f.fused);
   find_gelu(f, ix);
+  find_silu(f, ix);
   find_attention(f, ix);
   find_matmuls(f, ix);
 }

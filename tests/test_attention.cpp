@@ -1,4 +1,4 @@
-// The fused attention op (graph/ops/attention.cpp, kernels/params_attention.hpp):
+// The fused attention op (ops/attention/op.cpp, ops/attention/params.hpp):
 //  - shapes, traits, flops, bad inputs, the builder (evaluation drops nothing);
 //  - gradient checks in double (tests/gradcheck.hpp) with causal, a key mask
 //    with a fully padded batch row, dropout (fixed counters: seed 42, step 0),
@@ -25,12 +25,12 @@
 #include "gradcheck.hpp"
 #include "graph_run.hpp"
 #include "io/safetensors.hpp"
-#include "kernels/cpu/attention.hpp"
-#include "kernels/ref/attention.hpp"
 #include "memfit/autodiff.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
+#include "ops/attention/cpu.hpp"
+#include "ops/attention/ref.hpp"
 
 using namespace memfit;
 using memfit::testing::grad_check;

@@ -1,5 +1,5 @@
 // The fast CPU kernels with bf16 activation storage (act = ElemType::BF16),
-// kernel by kernel, against the reference kernels (kernels/ref) as oracle.
+// kernel by kernel, against the reference kernels (ops/<family>/ref.hpp) as oracle.
 //
 // Each case draws random inputs and rounds the activations (and the conv /
 // linear weights) to bf16, so that both sides see the same exact values. The
@@ -46,26 +46,25 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16.hpp"
-#include "kernels/cpu/batchnorm.hpp"
-#include "kernels/cpu/conv.hpp"
-#include "kernels/cpu/engine.hpp"
-#include "kernels/cpu/dropout.hpp"
-#include "kernels/cpu/eltwise.hpp"
-#include "kernels/cpu/layout.hpp"
-#include "kernels/cpu/linear.hpp"
-#include "kernels/cpu/loss.hpp"
-#include "kernels/cpu/pool.hpp"
-#include "kernels/kernel.hpp"
-#include "kernels/params.hpp"
-#include "kernels/ref/batchnorm.hpp"
-#include "kernels/ref/conv.hpp"
-#include "kernels/ref/dropout.hpp"
-#include "kernels/ref/eltwise.hpp"
-#include "kernels/ref/linear.hpp"
-#include "kernels/ref/loss.hpp"
-#include "kernels/ref/pool.hpp"
 #include "kernel_cases.hpp"
+#include "kernels/bf16.hpp"
+#include "kernels/cpu/engine.hpp"
+#include "kernels/cpu/layout.hpp"
+#include "kernels/kernel.hpp"
+#include "ops/batchnorm/cpu.hpp"
+#include "ops/batchnorm/ref.hpp"
+#include "ops/conv/cpu.hpp"
+#include "ops/conv/ref.hpp"
+#include "ops/dropout/cpu.hpp"
+#include "ops/dropout/ref.hpp"
+#include "ops/eltwise/cpu.hpp"
+#include "ops/eltwise/ref.hpp"
+#include "ops/linear/cpu.hpp"
+#include "ops/linear/ref.hpp"
+#include "ops/loss/cpu.hpp"
+#include "ops/loss/ref.hpp"
+#include "ops/pool/cpu.hpp"
+#include "ops/pool/ref.hpp"
 
 using namespace memfit;
 using namespace memfit::kernels;

@@ -29,21 +29,21 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/batchnorm.hpp"
-#include "kernels/cpu/conv.hpp"
+#include "kernel_cases.hpp"
 #include "kernels/cpu/layout.hpp"
-#include "kernels/cpu/pool.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/autodiff.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
-#include "runtime/kernel_table.hpp"
+#include "ops/batchnorm/cpu.hpp"
+#include "ops/conv/cpu.hpp"
+#include "ops/pool/cpu.hpp"
 #include "runtime/device.hpp"
+#include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "runtime/lowered.hpp"
 #include "train/step_graph.hpp"
-#include "kernel_cases.hpp"
 
 using namespace memfit;
 using memfit::testing::ConvCase;

@@ -1,4 +1,4 @@
-// LSTM (src/graph/ops/lstm.cpp): gradient checks in double, the fast CPU
+// LSTM (src/ops/lstm/op.cpp): gradient checks in double, the fast CPU
 // kernels against the reference, PyTorch goldens (tests/golden/
 // make_lstm_golden.py: nn.LSTM over a packed sequence and the
 // lstm-classifier's training step), and a timing print.

@@ -39,9 +39,9 @@
 #include <new>
 #include <string>
 
-#include "kernels/cpu/linear.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
+#include "ops/linear/cpu.hpp"
 #include "train/step_graph.hpp"
 
 // Under AddressSanitizer the allocator belongs to the sanitizer: the hooks

@@ -149,17 +149,20 @@ TEST(OnnxGolden, ResNet18) {
 // of the largest, loss 1e-5, each gradient 1e-3 in relative L2: f32 sums
 // over at most 256 terms here, where an op's formula or indexing error is
 // O(1)).
-TEST(Onnx, OtherOpsMatchPyTorch) {
-  NEED_EXPORT();
-  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/opsnet.safetensors");
+namespace {
+// A model of export_onnx.py's export_checked against PyTorch's logits (1e-4
+// of the largest), loss (1e-5) and parameter gradients (1e-3 in relative
+// L2) for one batch, its graph holding each of `ops`.
+void check_against_pytorch(const std::string& name, std::initializer_list<const char*> ops, int params) {
+  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/" + name + ".safetensors");
   train::StepSpec spec;
-  spec.model = exported().dir + "/opsnet.onnx";
+  spec.model = exported().dir + "/" + name + ".onnx";
   spec.batch = 4;
   spec.height = spec.width = 8;
   spec.optimizer.kind = "sgd";
   auto sg = train::build_step_graph(spec);
   const Graph& g = sg->g;
-  for (const char* op : {"gelu", "layer_norm", "softmax", "batch_norm", "avg_pool2d", "concat", "slice", "permute", "linear"}) {
+  for (const char* op : ops) {
     bool found = false;
     for (const Node& n : g.nodes()) found = found || n.op == op;
     EXPECT_TRUE(found) << "no " << op << " node: the import took another path";
@@ -194,7 +197,109 @@ TEST(Onnx, OtherOpsMatchPyTorch) {
     EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
     ++checked;
   }
-  EXPECT_EQ(checked, 9);  // conv's weight; bn, proj, ln, head: weight and bias each
+  EXPECT_EQ(checked, params);
+}
+}  // namespace
+
+TEST(Onnx, OtherOpsMatchPyTorch) {
+  NEED_EXPORT();
+  // conv's weight; bn, proj, ln, head: weight and bias each
+  check_against_pytorch("opsnet",
+                        {"gelu", "layer_norm", "softmax", "batch_norm", "avg_pool2d", "concat", "slice", "permute", "linear"}, 9);
+}
+
+// ReLU6 (Clip), a depthwise convolution, Hardswish, SiLU, a
+// squeeze-and-excitation (x * s broadcast), LeakyReLU, ELU, Tanh,
+// Hardsigmoid and Sigmoid as torch exports them.
+TEST(Onnx, ActivationsMatchPyTorch) {
+  NEED_EXPORT();
+  check_against_pytorch("actnet", {"activation", "binary", "conv2d", "avg_pool2d", "linear"}, 16);
+  train::StepSpec spec;
+  spec.model = exported().dir + "/actnet.onnx";
+  spec.batch = 4;
+  spec.height = spec.width = 8;
+  spec.optimizer.kind = "sgd";
+  auto sg = train::build_step_graph(spec);
+  std::multiset<std::string> kinds;
+  for (const Node& n : sg->g.nodes())
+    if (n.op == "activation" && n.phase == Phase::Forward) kinds.insert(n.attrs.s("kind"));
+  EXPECT_EQ(kinds, (std::multiset<std::string>{"clip", "hardswish", "silu", "hardsigmoid", "leaky_relu", "elu", "tanh",
+                                               "hardsigmoid", "sigmoid"}));
+  for (const Node& n : sg->g.nodes())
+    if (n.op == "conv2d" && n.layer == "dw") EXPECT_EQ(n.attrs.i("groups"), 4);
+}
+
+// Each activation node imports with its attributes; Clip's bounds come from
+// inputs (opset 11 and later) or attributes (before), Clip(x, 0) is a ReLU.
+TEST(Onnx, ActivationNodesImportWithTheirParameters) {
+  auto kinds_of = [](const std::string& path) {
+    Graph g;
+    Builder b(g);
+    models::Inputs in;
+    in.values["image"] = g.input("image", {3, 1, 4, 4});
+    models::resolve(path).build(b, in, 32);
+    std::vector<std::string> r;
+    for (const Node& n : g.nodes()) {
+      if (n.op == "relu") r.push_back("relu");
+      if (n.op != "activation") continue;
+      std::string s = n.attrs.s("kind");
+      for (const char* a : {"min", "max", "alpha", "beta"})
+        if (n.attrs.has(a)) s += std::string(" ") + a + "=" + std::to_string(n.attrs.f(a));
+      r.push_back(s);
+    }
+    return r;
+  };
+  auto float_attr = [](onnx::NodeProto& n, const char* name, float v) {
+    auto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::FLOAT);
+    a.set_f(v);
+  };
+  auto scalar = [](onnx::GraphProto& g, const std::string& name, float v) {
+    onnx::TensorProto& t = *g.add_initializer();
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_float_data(v);
+  };
+  const std::string all = write_tiny("activations", [&](onnx::GraphProto& g) {
+    add_node(g, "Sigmoid", "/a", "flat", "a");
+    add_node(g, "Tanh", "/b", "a", "b");
+    add_node(g, "HardSwish", "/c", "b", "c");
+    float_attr(add_node(g, "HardSigmoid", "/d", "c", "d"), "alpha", 0.25f);
+    add_node(g, "LeakyRelu", "/e", "d", "e");
+    float_attr(add_node(g, "Elu", "/f", "e", "f"), "alpha", 0.5f);
+    scalar(g, "six", 6.0f);
+    scalar(g, "zero", 0.0f);
+    auto& relu6 = add_node(g, "Clip", "/g", "f", "g");
+    relu6.add_input("zero");
+    relu6.add_input("six");
+    auto& upper = add_node(g, "Clip", "/h", "g", "h");
+    upper.add_input("");
+    upper.add_input("six");
+    add_node(g, "Clip", "/i", "h", "i").add_input("zero");
+    add_node(g, "Sigmoid", "/j", "i", "j");  // x * Sigmoid(x): SiLU
+    auto& mul = add_node(g, "Mul", "/k", "j", "k");
+    mul.add_input("i");
+  });
+  EXPECT_EQ(kinds_of(all), (std::vector<std::string>{"sigmoid", "tanh", "hardswish", "hardsigmoid alpha=0.250000 beta=0.500000",
+                                                     "leaky_relu alpha=0.010000", "elu alpha=0.500000",
+                                                     "clip min=0.000000 max=6.000000",
+                                                     "clip min=-340282346638528859811704183484516925440.000000 max=6.000000",
+                                                     "relu", "silu"}));
+  const std::string old = write_tiny("clip-opset9", [&](onnx::GraphProto& g) {
+    auto& c = add_node(g, "Clip", "/clip", "flat", "y");
+    float_attr(c, "min", -1.0f);
+    float_attr(c, "max", 1.0f);
+  }, {}, 9);
+  EXPECT_EQ(kinds_of(old), (std::vector<std::string>{"clip min=-1.000000 max=1.000000"}));
+  const std::string crossed = write_tiny("clip-crossed", [&](onnx::GraphProto& g) {
+    scalar(g, "one", 1.0f);
+    scalar(g, "zero", 0.0f);
+    add_node(g, "Clip", "/clip", "flat", "y").add_input("one");
+    g.mutable_node(g.node_size() - 1)->add_input("zero");
+  });
+  EXPECT_NE(model_error(crossed).find("node '/clip' (Clip): its min 1.000000 is above its max 0.000000"), std::string::npos)
+      << model_error(crossed);
 }
 
 // A GPT written the way nanoGPT writes one (tests/golden/export_onnx.py's
@@ -367,14 +472,14 @@ TEST(Onnx, AttentionMaskIsReadFromTheBuffer) {
 }
 
 TEST(Onnx, UnsupportedOpIsRefused) {
-  const std::string path = write_tiny("sigmoid", [](onnx::GraphProto& g) { add_node(g, "Sigmoid", "/head/act", "flat", "y"); });
+  const std::string path = write_tiny("softplus", [](onnx::GraphProto& g) { add_node(g, "Softplus", "/head/act", "flat", "y"); });
   const std::string e = model_error(path);
-  EXPECT_EQ(e.rfind(path + ": node '/head/act' (Sigmoid): memfit cannot train op Sigmoid (supported: ", 0), 0u) << e;
+  EXPECT_EQ(e.rfind(path + ": node '/head/act' (Softplus): memfit cannot train op Softplus (supported: ", 0), 0u) << e;
   EXPECT_NE(e.find(models::onnx_supported_ops()), std::string::npos) << e;
   // The command refuses it before training, as a bad model file.
   auto r = run_memfit("train --model " + path + " --steps 1 --out " + memfit::testing::temp_dir("onnx-refused"));
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("bad model file: " + path + ": node '/head/act' (Sigmoid)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bad model file: " + path + ": node '/head/act' (Softplus)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1"), std::string::npos) << r.out;
 }
 
@@ -521,4 +626,130 @@ TEST(Onnx, TruncatedOrMissingFileIsRefused) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("bad model file: " + cut), std::string::npos) << r.out;
   EXPECT_EQ(model_error("/nonexistent/model.onnx"), "cannot read ONNX model /nonexistent/model.onnx: not found");
+}
+
+// ReduceMean and ReduceSum over any axes (attribute or, from opset 18, input),
+// with and without keepdims, a Sub and a Div of two tensors with
+// broadcasting, and a MaxPool with ceil_mode where its size is the floor's:
+// the imported graph computes what the ops define (the reference backend in
+// double against the formula, from the convolution's output).
+TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
+  struct Case {
+    std::string name;
+    std::function<void(onnx::GraphProto&)> extra;
+    int64_t opset, width;  // the output's [N, width]
+    std::function<double(const std::vector<double>&, int64_t, int64_t)> want;  // c [N, 2, 4, 4], sample, output index
+  };
+  auto ints_attr = [](onnx::NodeProto& n, const char* name, std::vector<int64_t> v) {
+    auto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a.add_ints(x);
+  };
+  auto int_attr = [](onnx::NodeProto& n, const char* name, int64_t v) {
+    auto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::INT);
+    a.set_i(v);
+  };
+  auto c_at = [](const std::vector<double>& c, int64_t s, int64_t ch, int64_t h, int64_t w) {
+    return c[static_cast<size_t>(((s * 2 + ch) * 4 + h) * 4 + w)];
+  };
+  const std::vector<Case> cases = {
+      {"mean-hw", [&](onnx::GraphProto& g) { ints_attr(add_node(g, "ReduceMean", "/mean", "c", "m"), "axes", {2, 3});
+                                             int_attr(*g.mutable_node(g.node_size() - 1), "keepdims", 0); }, 14, 2,
+       [&](const std::vector<double>& c, int64_t s, int64_t i) {
+         double t = 0;
+         for (int64_t h = 0; h < 4; ++h)
+           for (int64_t w = 0; w < 4; ++w) t += c_at(c, s, i, h, w);
+         return t / 16;
+       }},
+      {"sum-c-keep", [&](onnx::GraphProto& g) {
+         ints_attr(add_node(g, "ReduceSum", "/sum", "c", "r"), "axes", {1});
+         add_node(g, "Flatten", "/flat2", "r", "m");
+       }, 11, 16,
+       [&](const std::vector<double>& c, int64_t s, int64_t i) { return c_at(c, s, 0, i / 4, i % 4) + c_at(c, s, 1, i / 4, i % 4); }},
+      {"mean-h-input", [&](onnx::GraphProto& g) {
+         onnx::TensorProto& t = *g.add_initializer();
+         t.set_name("axes");
+         t.set_data_type(onnx::TensorProto::INT64);
+         t.add_dims(1);
+         t.add_int64_data(-2);
+         add_node(g, "ReduceMean", "/mean", "c", "r").add_input("axes");
+         add_node(g, "Flatten", "/flat2", "r", "m");
+       }, 18, 8,
+       [&](const std::vector<double>& c, int64_t s, int64_t i) {  // r [N, 2, 1, 4]
+         double t = 0;
+         for (int64_t h = 0; h < 4; ++h) t += c_at(c, s, i / 4, h, i % 4);
+         return t / 4;
+       }},
+      {"sub-div-broadcast", [&](onnx::GraphProto& g) {
+         ints_attr(add_node(g, "ReduceMean", "/mean", "c", "mu"), "axes", {2, 3});  // [N, 2, 1, 1]
+         add_node(g, "Sub", "/sub", "c", "d").add_input("mu");
+         add_node(g, "Div", "/div", "d", "q").add_input("c");
+         add_node(g, "Flatten", "/flat2", "q", "m");
+       }, 14, 32,
+       [&](const std::vector<double>& c, int64_t s, int64_t i) {
+         const int64_t ch = i / 16, h = i / 4 % 4, w = i % 4;
+         double mu = 0;
+         for (int64_t y = 0; y < 4; ++y)
+           for (int64_t x = 0; x < 4; ++x) mu += c_at(c, s, ch, y, x) / 16;
+         return (c_at(c, s, ch, h, w) - mu) / c_at(c, s, ch, h, w);
+       }},
+      {"maxpool-ceil", [&](onnx::GraphProto& g) {
+         auto& p = add_node(g, "MaxPool", "/pool", "c", "p");  // 4 pixels, kernel 2, stride 2: 2 outputs either way
+         ints_attr(p, "kernel_shape", {2, 2});
+         ints_attr(p, "strides", {2, 2});
+         int_attr(p, "ceil_mode", 1);
+         add_node(g, "Flatten", "/flat2", "p", "m");
+       }, 14, 8,
+       [&](const std::vector<double>& c, int64_t s, int64_t i) {
+         const int64_t ch = i / 4, oy = i / 2 % 2, ox = i % 2;
+         double m = -1e300;
+         for (int64_t y = 0; y < 2; ++y)
+           for (int64_t x = 0; x < 2; ++x) m = std::max(m, c_at(c, s, ch, 2 * oy + y, 2 * ox + x));
+         return m;
+       }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const std::string path = write_tiny(k.name, k.extra, {}, k.opset);
+    Graph g;
+    Builder b(g);
+    models::Inputs in;
+    in.values["image"] = g.input("image", {3, 1, 4, 4});
+    const models::Model mod = models::resolve(path);
+    const ValueId y = mod.build(b, in, k.width);
+    ValueId c = kNone;
+    for (const Node& n : g.nodes())
+      if (n.op == "conv2d") c = n.outputs[0];
+    ASSERT_NE(c, kNone);
+    g.value(c).is_output = g.value(y).is_output = true;
+    ExecConfig cfg;
+    cfg.backend = Backend::Reference64;
+    Executor ex(g, cfg);
+    ex.init_params(3);
+    const std::vector<float> image = memfit::testing::random_floats(48, 9, -1.0f, 1.0f);
+    ex.write_f32(in.values["image"], image.data());
+    ex.run(kernels::StepContext{});
+    std::vector<float> cf(static_cast<size_t>(numel(g.value(c).shape))), yf(static_cast<size_t>(numel(g.value(y).shape)));
+    ex.read_f32(c, cf.data());
+    ex.read_f32(y, yf.data());
+    const std::vector<double> cd(cf.begin(), cf.end());
+    const int64_t per = numel(g.value(y).shape) / 3;
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t i = 0; i < per; ++i)
+        EXPECT_NEAR(yf[static_cast<size_t>(s * per + i)], k.want(cd, s, i), 1e-5 * (1 + std::abs(k.want(cd, s, i))))
+            << "sample " << s << " output " << i;
+  }
+  // A ceil_mode that adds an output is refused, naming the sizes.
+  const std::string ceil = write_tiny("maxpool-ceil-bad", [&](onnx::GraphProto& g) {
+    auto& p = add_node(g, "MaxPool", "/pool", "c", "p");
+    ints_attr(p, "kernel_shape", {3, 3});
+    ints_attr(p, "strides", {2, 2});
+    int_attr(p, "ceil_mode", 1);
+  });
+  EXPECT_NE(model_error(ceil).find("ceil_mode=1 over 4 pixels (kernel 3, stride 2, pad 0) gives 2 outputs where floor gives 1"),
+            std::string::npos)
+      << model_error(ceil);
 }

@@ -63,3 +63,23 @@ TEST(OpRegistry, AutodiffRefusesAPathWithoutAGradientRule) {
     EXPECT_NE(m.find("no gradient rule"), std::string::npos) << m;
   }
 }
+
+// The passes that once matched op names read these traits instead; the ops
+// the passes are written for must declare them (a family that moved or
+// renamed one would otherwise silently lose the fold, the report row or the
+// sharded reduction).
+TEST(OpRegistry, ThePassesFindTheirOpsByTrait) {
+  for (const char* op : {"reshape", "slice", "permute"}) EXPECT_TRUE(op_def(op).traits.rearranges_input) << op;
+  EXPECT_FALSE(op_def("concat").traits.rearranges_input) << "concat mixes several inputs";
+  EXPECT_EQ(op_def("embedding_bwd").traits.accumulator_input, 2);
+  for (const char* op : {"sgd_update", "adam_update", "adafactor_update"}) EXPECT_TRUE(op_def(op).traits.updates_parameters) << op;
+  EXPECT_TRUE(op_def("grad_accumulate").traits.accumulates_gradients);
+  EXPECT_TRUE(op_def("grad_reduce").traits.reduces_across_ranks);
+  // Each trait marks only ops without a gradient of their own where it
+  // describes a backward or update step.
+  for (const std::string& op : registered_ops()) {
+    const OpTraits& t = op_def(op).traits;
+    if (t.updates_parameters || t.accumulates_gradients || t.reduces_across_ranks || t.accumulator_input >= 0)
+      EXPECT_TRUE(t.no_gradient) << op;
+  }
+}

@@ -10,17 +10,17 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/ref/batchnorm.hpp"
-#include "kernels/ref/conv.hpp"
-#include "kernels/ref/dropout.hpp"
-#include "kernels/ref/linear.hpp"
-#include "kernels/ref/loss.hpp"
-#include "kernels/ref/pool.hpp"
-#include "kernels/ref/shape.hpp"
 #include "memfit/autodiff.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
+#include "ops/batchnorm/ref.hpp"
+#include "ops/conv/ref.hpp"
+#include "ops/dropout/ref.hpp"
+#include "ops/linear/ref.hpp"
+#include "ops/loss/ref.hpp"
+#include "ops/pool/ref.hpp"
+#include "ops/shape/ref.hpp"
 
 using namespace memfit;
 namespace k = memfit::kernels;

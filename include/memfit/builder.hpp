@@ -104,8 +104,8 @@ XentMetrics xent_metrics(Builder& b, ValueId logits, ValueId labels);
 // Mean cross-entropy over rows of logits [..., V] (f32) against targets
 // [...] (i32; negative: padding, not counted, no gradient), with optional
 // label smoothing; 0 when every row is padding. Saves only the rows'
-// log-sum-exp; its backward writes dlogits over the logits (graph/ops/
-// xent_rows.cpp): for large vocabularies, where softmax_xent's [N, C]
+// log-sum-exp; its backward writes dlogits over the logits (ops/xent_rows/
+// op.cpp): for large vocabularies, where softmax_xent's [N, C]
 // probabilities would double the logits' memory.
 ValueId xent_rows(Builder& b, ValueId logits, ValueId targets, double label_smoothing = 0.0);
 
@@ -113,7 +113,7 @@ ValueId xent_rows(Builder& b, ValueId logits, ValueId targets, double label_smoo
 // by i32 ids [...] -> [..., dim]. The output is stored as `dtype` (f32 or
 // bf16). Initialised U(-sqrt(3) std, sqrt(3) std): the variance of PyTorch's
 // N(0, std^2) (std 1 is nn.Embedding's default; GPT-2 uses 0.02). Ids must lie
-// in [0, vocab): an out-of-range id's row is NaN (kernels/params_embed.hpp).
+// in [0, vocab): an out-of-range id's row is NaN (ops/embedding/params.hpp).
 struct EmbeddingOpts {
   std::string name = "embed";
   DType dtype = DType::f32;
@@ -137,6 +137,16 @@ ValueId layer_norm(Builder& b, ValueId x, LayerNormOpts o = {});
 // GELU: tanh = true is GPT-2's tanh approximation, false the exact erf form
 // (BERT), as F.gelu(approximate='tanh' / 'none').
 ValueId gelu(Builder& b, ValueId x, bool tanh = false);
+// A pointwise activation (ops/activation/op.cpp): kind "sigmoid", "tanh",
+// "silu", "hardswish"; "clip" with attrs min and max (relu6: 0 and 6);
+// "hardsigmoid" (alpha, beta; default PyTorch's 1/6 and 1/2); "leaky_relu"
+// (alpha, default 0.01); "elu" (alpha, default 1). E.g.
+// activation(b, x, "clip", {{"min", 0.0}, {"max", 6.0}}).
+ValueId activation(Builder& b, ValueId x, const std::string& kind, Attrs params = {});
+// x (kind) y element-wise with numpy broadcasting (ops/binary/op.cpp): kind
+// "add", "sub", "mul" or "div"; e.g. squeeze-and-excitation's
+// binary(b, x, s, "mul") with s [N, C, 1, 1] over x [N, C, H, W].
+ValueId binary(Builder& b, ValueId x, ValueId y, const std::string& kind);
 // Softmax over the last axis.
 ValueId softmax(Builder& b, ValueId x);
 
@@ -144,7 +154,7 @@ ValueId softmax(Builder& b, ValueId x);
 // token model, which gathers f32 rows of its tables), else x itself.
 ValueId to_activations(Builder& b, ValueId x);
 
-// Scaled dot-product attention as one fused op (graph/ops/attention.cpp):
+// Scaled dot-product attention as one fused op (ops/attention/op.cpp):
 // q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv] -> [B, H, T, Dv]. causal:
 // query i attends keys j <= i + (S - T); mask: an i32 [B, S] key mask
 // (nonzero attends, kNone: none); scale <= 0: 1/sqrt(D); dropout: p on the
@@ -173,7 +183,7 @@ ValueId attention_packed(Builder& b, ValueId qkv, AttentionOpts o = {});
 // ".weight_hh_l<k>" [4H, H], ".bias_ih_l<k>", ".bias_hh_l<k>" [4H], all
 // U(-1/sqrt(H), 1/sqrt(H)) as PyTorch. lengths (i32 [N], optional): sample n
 // runs its first lengths[n] steps (clamped to [0, T]); y is 0 after them, as
-// a packed sequence's padded output (src/graph/ops/lstm.cpp).
+// a packed sequence's padded output (src/ops/lstm/op.cpp).
 struct LstmOpts {
   int64_t layers = 1;
   std::string name = "lstm";

@@ -1,5 +1,5 @@
 // Op registry: every op family registers its shape inference, gradient rule
-// and memory traits here (one file per family under src/graph/ops/). The
+// and memory traits here (a family's op.cpp under src/ops/<family>/). The
 // graph, autodiff and planner look ops up by name; nothing switches on op kind.
 #pragma once
 
@@ -78,6 +78,23 @@ struct OpTraits {
   // The reference kernel is also the CPU kernel (data movement: concat,
   // slice, split); no fast CPU kernel is expected.
   bool reference_serves_cpu = false;
+  // Output 0 holds elements of input 0, rearranged or selected (reshape,
+  // slice, permute): the gradient of a parameter seen through it keeps the
+  // parameter's gradient type (f32).
+  bool rearranges_input = false;
+  // An optional input the op adds its output into when present (a gradient
+  // scatter's accumulator: embedding_bwd's third input): autodiff folds an
+  // earlier contribution to the same gradient into it instead of adding the
+  // two afterwards. -1: none.
+  int accumulator_input = -1;
+  // An optimizer update of parameters in place (its moments described by
+  // the memory report).
+  bool updates_parameters = false;
+  // Accumulates a micro-batch's gradient into the step's (grad_accumulate).
+  bool accumulates_gradients = false;
+  // Reduces a gradient across data-parallel ranks itself (grad_reduce,
+  // sharded optimizer state): the trainer then does not all-reduce.
+  bool reduces_across_ranks = false;
 };
 
 struct OpDef {

@@ -28,7 +28,9 @@ void fold_into_embedding_grad(Graph& g, std::vector<ValueId>& parts, const std::
   for (int e = 0; e < 2; ++e) {
     const ValueId ev = parts[static_cast<size_t>(e)], av = parts[static_cast<size_t>(1 - e)];
     const NodeId pe = g.value(ev).producer, pa = g.value(av).producer;
-    if (pe < 0 || pa < 0 || pa >= pe || g.node(pe).op != "embedding_bwd" || g.node(pe).inputs.size() != 2) continue;
+    if (pe < 0 || pa < 0 || pa >= pe) continue;
+    const int acc = op_def(g.node(pe).op).traits.accumulator_input;
+    if (acc < 0 || g.node(pe).inputs.size() != static_cast<size_t>(acc)) continue;
     const Value& a = g.value(av);
     if (a.shape != g.value(ev).shape || a.dtype != DType::f32 || a.cls != VClass::Transient) continue;
     if (auto u = uses.find(av); u != uses.end() && u->second > 0) continue;

@@ -213,6 +213,15 @@ ValueId gelu(Builder& b, ValueId x, bool tanh) {
   return b.g.add1("gelu", {x}, {{"approximate", std::string(tanh ? "tanh" : "none")}}, b.auto_name("gelu"));
 }
 
+ValueId activation(Builder& b, ValueId x, const std::string& kind, Attrs params) {
+  params.set("kind", kind);
+  return b.g.add1("activation", {x}, params, b.auto_name(kind));
+}
+
+ValueId binary(Builder& b, ValueId x, ValueId y, const std::string& kind) {
+  return b.g.add1("binary", {x, y}, {{"kind", kind}}, b.auto_name(kind));
+}
+
 ValueId to_activations(Builder& b, ValueId x) {
   return b.g.value(x).dtype == b.activations || !is_float(b.g.value(x).dtype) ? x : cast(b, x, b.activations);
 }

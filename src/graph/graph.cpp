@@ -42,7 +42,8 @@ const char* vclass_name(VClass c) {
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n)) throw GraphError("the shape " + shape_str(s) + " has more elements than 64-bit integers count");
   return n;
 }
 

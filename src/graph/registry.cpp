@@ -5,7 +5,7 @@
 
 namespace memfit {
 
-void register_builtin_ops();  // src/graph/ops/all.cpp
+void register_builtin_ops();  // src/graph/register_ops.cpp
 
 namespace {
 std::map<std::string, OpDef>& table() {

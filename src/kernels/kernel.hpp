@@ -1,5 +1,5 @@
 // The kernel interface. Kernels know nothing of graphs: they are made from a
-// plain parameter struct (kernels/params.hpp), report the scratch bytes they
+// plain parameter struct (ops/<family>/params.hpp), report the scratch bytes they
 // need, are bound once to planned pointers, and then run any number of times
 // without allocating.
 #pragma once

@@ -71,8 +71,8 @@
 #include <vector>
 
 #include "kernels/bf16.hpp"
-#include "kernels/params.hpp"
 #include "memfit/rng.hpp"
+#include "ops/optim/params.hpp"
 
 namespace memfit::kernels::qstate {
 

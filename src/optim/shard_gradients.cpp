@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "memfit/op_registry.hpp"
 #include "memfit/optim.hpp"
 
 namespace memfit {
@@ -17,7 +18,7 @@ int shard_gradients(Graph& g, int shard, int shards) {
   size_t update = g.num_nodes();
   for (size_t k = 0; k < g.num_nodes(); ++k) {
     const Node& n = g.node(static_cast<NodeId>(k));
-    if (n.op == "grad_accumulate")
+    if (op_def(n.op).traits.accumulates_gradients)
       throw GraphError("sharded gradients are sent to their owner during backward, so they cannot wait for gradient "
                        "accumulation's micro-batches: drop --accumulate or --shard-gradients");
     if (n.phase == Phase::Update && update == g.num_nodes()) update = k;

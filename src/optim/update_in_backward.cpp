@@ -57,7 +57,7 @@ int update_in_backward(Graph& g) {
   NodeId u = -1;
   for (size_t k = 0; k < g.num_nodes(); ++k) {
     const Node& n = g.node(static_cast<NodeId>(k));
-    if (n.op == "grad_accumulate")
+    if (op_def(n.op).traits.accumulates_gradients)
       throw GraphError("update in backward updates each parameter as soon as its gradient is made, so it cannot "
                        "wait for gradient accumulation's micro-batches: drop --accumulate or --update-in-backward");
     if (n.phase != Phase::Update) continue;

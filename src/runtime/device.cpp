@@ -6,9 +6,9 @@
 #include <new>
 #include <stdexcept>
 
-#include "kernels/cpu/conv.hpp"
 #include "kernels/cpu/engine.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "ops/conv/cpu.hpp"
 
 namespace memfit {
 

@@ -10,8 +10,8 @@
 
 namespace memfit {
 
-void register_builtin_kernels();  // runtime/lower/all.cpp
-void register_cpu_kernels();      // runtime/lower_cpu/all.cpp
+void register_builtin_kernels();  // runtime/register_kernels.cpp
+void register_cpu_kernels();      // runtime/register_kernels.cpp
 
 namespace {
 std::map<std::string, KernelFactory>& ktable() {
@@ -20,6 +20,10 @@ std::map<std::string, KernelFactory>& ktable() {
 }
 std::map<std::string, KernelFactory>& cpu_table() {
   static std::map<std::string, KernelFactory> t;
+  return t;
+}
+std::map<std::string, KernelCondition>& cpu_conditions() {
+  static std::map<std::string, KernelCondition> t;
   return t;
 }
 void ensure_kernels() {
@@ -37,7 +41,15 @@ const KernelFactory* find_in(std::map<std::string, KernelFactory>& t, const std:
 }  // namespace
 
 void register_kernel(const std::string& op, KernelFactory f) { ktable()[op] = std::move(f); }
-void register_cpu_kernel(const std::string& op, KernelFactory f) { cpu_table()[op] = std::move(f); }
+void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes) {
+  cpu_table()[op] = std::move(f);
+  if (takes) cpu_conditions()[op] = std::move(takes);
+}
+bool cpu_kernel_takes(const Graph& g, const Node& n) {
+  ensure_kernels();
+  auto it = cpu_conditions().find(n.op);
+  return it == cpu_conditions().end() || it->second(g, n);
+}
 const KernelFactory* find_reference_kernel(const std::string& op) { return find_in(ktable(), op); }
 const KernelFactory* find_cpu_kernel(const std::string& op) { return find_in(cpu_table(), op); }
 bool has_cpu_kernel(const std::string& op) { return find_cpu_kernel(op) != nullptr; }

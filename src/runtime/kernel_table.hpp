@@ -1,6 +1,6 @@
 // Lowering: graph node -> kernel. One registration per op and table; each op
-// family lowers in its own file under runtime/lower/ (reference) and
-// runtime/lower_cpu/ (fast CPU). A factory gets the graph's lowering context
+// family lowers in its own folder, ops/<family>/lower.cpp (reference) and
+// ops/<family>/lower_cpu.cpp (fast CPU). A factory gets the graph's lowering context
 // (runtime/lowered.hpp: graph, backend, layouts, product path) and the node.
 #pragma once
 
@@ -18,12 +18,19 @@ namespace memfit {
 using KernelFactory = std::function<std::unique_ptr<kernels::Kernel>(const LoweredGraph&, NodeId)>;
 
 // Reference lowering: serves the reference devices, and the CPU device where
-// no fast kernel is registered or takes the node (runtime/lower/).
+// no fast kernel is registered or takes the node (ops/<family>/lower.cpp).
 void register_kernel(const std::string& op, KernelFactory f);
+// Whether a fast CPU factory takes a node (gives it a kernel, in whatever
+// layout), by the factory's own condition beyond the activation type.
+using KernelCondition = std::function<bool(const Graph&, const Node&)>;
 // Fast CPU lowering (oneDNN or hand-written): serves the CPU device
-// (runtime/lower_cpu/). The factory may return nullptr to fall back to the
-// reference kernel for shapes it does not handle.
-void register_cpu_kernel(const std::string& op, KernelFactory f);
+// (ops/<family>/lower_cpu.cpp). The factory may return nullptr to fall back to the
+// reference kernel for shapes it does not handle; `takes` states that
+// condition where the channel-blocked layouts depend on it (the layouts are
+// chosen before any kernel is made: runtime/lower_cpu/layout.cpp).
+void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes = {});
+// The registered condition of n's fast CPU factory (true where none is).
+bool cpu_kernel_takes(const Graph& g, const Node& n);
 // True if a fast CPU kernel is registered for the op.
 bool has_cpu_kernel(const std::string& op);
 // True if a reference lowering is registered for the op.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "memfit/op_registry.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/rng.hpp"
 #include "train/step_graph.hpp"
@@ -24,7 +25,7 @@ DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
   const Graph& g = ex.graph();
   const Plan& plan = ex.plan();
   const std::vector<ValueId> ps = updated_params(g);
-  for (size_t k = 0; k < g.num_nodes(); ++k) graph_reduces_ = graph_reduces_ || g.node(static_cast<NodeId>(k)).op == "grad_reduce";
+  for (const Node& n : g.nodes()) graph_reduces_ = graph_reduces_ || op_def(n.op).traits.reduces_across_ranks;
   if (graph_reduces_ && !sharded_) throw std::logic_error("the step reduces sharded gradients, but the optimizer state is whole");
   for (ValueId p : ps) {
     const ValueId gr = g.value(p).grad;

@@ -7,7 +7,7 @@
 // instruction set, memfit's own loops' target and the thread count: a change
 // of any of them measures again. So the estimate a user reads, and the
 // ranking of the fit's candidates, do not follow the load of the moment; the
-// measurement itself is made to hold under load too (kernels/cpu/conv.hpp).
+// measurement itself is made to hold under load too (ops/conv/cpu.hpp).
 #pragma once
 
 #include <string>

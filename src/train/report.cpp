@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "memfit/op_registry.hpp"
 #include "memfit/optim.hpp"
 #include "runtime/device.hpp"
 #include "train/json.hpp"
@@ -13,7 +14,7 @@ namespace memfit::train {
 
 namespace {
 bool is_update(const Node& n) {
-  return n.op == "sgd_update" || n.op == "adam_update" || n.op == "adafactor_update";
+  return op_def(n.op).traits.updates_parameters;
 }
 
 // The optimizer's policy and what its moments would take in fp32, from the
@@ -114,7 +115,7 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     for (int32_t t = b.first; t <= b.last; ++t) arr[static_cast<size_t>(t)] += b.bytes;
     bufs.push_back({b.name, b.layer, b.bytes, b.kind});
   }
-  r.grads_sharded = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.op == "grad_reduce"; });
+  r.grads_sharded = std::any_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return op_def(n.op).traits.reduces_across_ranks; });
   r.update_in_backward =
       !r.grads_sharded && std::any_of(arena.begin(), arena.end(), [](const ArenaBuffer& b) { return b.kind == "gradient"; });
   r.grads_live = *std::max_element(grad.begin(), grad.end());

@@ -24,6 +24,11 @@ as MatMul + Add, torch's Erf-based GELU, LayerNormalization (opset 17),
 Transpose, Slice, Softmax, a scalar Mul) with PyTorch's logits, loss and
 gradients for one batch, computed in float64 from the float32 weights.
 
+And DIR/actnet.onnx and DIR/actnet.safetensors, the same for the pointwise
+activations torch writes (ReLU6 as Clip, a depthwise convolution, Hardswish,
+SiLU as x * Sigmoid(x), a squeeze-and-excitation's broadcast product,
+LeakyReLU, ELU, Tanh, Hardsigmoid, Sigmoid).
+
 And DIR/gpt_tiny.onnx: make_gpt_golden.py's GPT with the fixture's initial
 weights, written as nanoGPT writes one (TinyGPT below), for memfit to
 reproduce gpt_tiny.safetensors through the file.
@@ -110,10 +115,39 @@ class OpsNet(nn.Module):
         return self.head(torch.flatten(t, 1))
 
 
-def export_opsnet(out_dir):
+class ActNet(nn.Module):
+    """image [N, 1, 8, 8] -> 10 logits through every pointwise activation
+    memfit imports, a depthwise convolution and a squeeze-and-excitation
+    (MobileNetV3's block: x * s, s [N, C, 1, 1])."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.se_reduce = nn.Conv2d(4, 2, 1)
+        self.se_expand = nn.Conv2d(2, 4, 1)
+        self.fc1 = nn.Linear(64, 16)
+        self.fc2 = nn.Linear(16, 16)
+        self.fc3 = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = F.relu6(self.conv(x) * 3.0)                  # Clip(0, 6), both bounds reached
+        x = F.silu(F.hardswish(self.dw(x)))              # [N, 4, 8, 8]
+        s = F.adaptive_avg_pool2d(x, 1)                  # [N, 4, 1, 1]
+        x = x * F.hardsigmoid(self.se_expand(F.relu(self.se_reduce(s))))
+        x = F.avg_pool2d(x, 2)                           # [N, 4, 4, 4]
+        t = F.elu(F.leaky_relu(self.fc1(torch.flatten(x, 1)), 0.1), 0.5)
+        t = F.hardsigmoid(self.fc2(torch.tanh(t)) * 4.0)
+        return self.head(torch.sigmoid(self.fc3(t)))
+
+
+def export_checked(model_class, name, out_dir):
+    """model_class's model (seed 0) exported with PyTorch's logits, loss and
+    gradients for one batch, in float64 from the float32 weights."""
     torch.manual_seed(0)
-    model = OpsNet().train()
-    path = os.path.join(out_dir, "opsnet.onnx")
+    model = model_class().train()
+    path = os.path.join(out_dir, f"{name}.onnx")
     export_training(model, torch.zeros(4, 1, 8, 8), path, 17)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
@@ -126,9 +160,9 @@ def export_opsnet(out_dir):
            "loss": np.array([loss.item()], dtype=np.float32)}
     for n, p in model.named_parameters():
         out[f"grad.{n}"] = p.grad.numpy().astype(np.float32)
-    golden.write_safetensors(os.path.join(out_dir, "opsnet.safetensors"), out,
+    golden.write_safetensors(os.path.join(out_dir, f"{name}.safetensors"), out,
                              {"generator": "tests/golden/export_onnx.py", "torch_version": torch.__version__})
-    print(f"opsnet: {os.path.getsize(path)} bytes -> {path}")
+    print(f"{name}: {os.path.getsize(path)} bytes -> {path}")
 
 
 # The tiny GPT: make_gpt_golden.py's model and initial weights, written the
@@ -253,7 +287,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     for name in args.models.split(","):
         export(name, args.out)
-    export_opsnet(args.out)
+    export_checked(OpsNet, "opsnet", args.out)
+    export_checked(ActNet, "actnet", args.out)
     export_gpt(args.out)
 
 

@@ -24,6 +24,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -222,6 +223,17 @@ inline void for_row(int64_t n, F&& body) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) body(i, Mask(0xffff));
   if (i < n) body(i, lanes(n - i));
+}
+
+// body(i, mask) over [0, n) for an element-wise kernel: chunks of 4096
+// elements split across threads (parallel.hpp), each walked by for_row.
+template <class F>
+inline void for_chunks(int64_t n, F&& body) {
+  constexpr int64_t kChunk = 4096;
+  parallel_for((n + kChunk - 1) / kChunk, n, [&](int64_t c) {
+    const int64_t b = c * kChunk;
+    for_row(std::min(kChunk, n - b), [&](int64_t i, Mask m) { body(b + i, m); });
+  });
 }
 
 // Sum over a row of term(r[i]) (f32 values), as the compiler's omp simd

@@ -68,6 +68,22 @@ inline P exp_p(P x) {
   return select(x > hi, splat(std::numeric_limits<float>::infinity()), y);
 }
 
+// exp(x) - 1 without cancellation near 0: x (1 + x/2 + ... + x^7/8!) for
+// |x| < 1/2 (the series' remainder is below 1.1e-8 of the result there),
+// exp_p(x) - 1 elsewhere (|exp(x) - 1| >= 0.39 there, so exp's error grows
+// by at most a factor 2.6).
+inline P expm1_p(P x) {
+  P q = splat(1.0f / 40320.0f);
+  q = q * x + splat(1.0f / 5040.0f);
+  q = q * x + splat(1.0f / 720.0f);
+  q = q * x + splat(1.0f / 120.0f);
+  q = q * x + splat(1.0f / 24.0f);
+  q = q * x + splat(1.0f / 6.0f);
+  q = q * x + splat(0.5f);
+  q = q * x + splat(1.0f);
+  return select(pabs(x) < splat(0.5f), x * q, exp_p(x) - splat(1.0f));
+}
+
 // erfc(z) for z >= 0; see the top of the file.
 inline P erfc_p(P z) {
   const P t = splat(1.0f) / (splat(1.0f) + splat(0.5f) * z);

@@ -1,4 +1,4 @@
-// The reference oracle as a device: scalar kernels (runtime/lower/) in f32,
+// The reference oracle as a device: scalar kernels (ops/<family>/lower.cpp) in f32,
 // or for Reference64 with every float value stored as double.
 #include "runtime/device.hpp"
 #include "runtime/kernel_table.hpp"

@@ -1,10 +1,10 @@
-// The CPU device: host arenas; the fast CPU kernel (runtime/lower_cpu/)
+// The CPU device: host arenas; the fast CPU kernel (ops/<family>/lower_cpu.cpp)
 // where one is registered and takes the node, else the reference kernel,
 // between conversions when the node stores bf16/fp16.
 #include <algorithm>
 
-#include "kernels/cpu/conv.hpp"
 #include "kernels/cpu/engine.hpp"
+#include "ops/conv/cpu.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
@@ -36,7 +36,7 @@ class CpuDevice final : public HostDevice {
   }
 
   double measure_product_flops_per_second() const override {
-    // Measured on a micro-batch of 16 (kernels/cpu/conv.hpp), which runs at
+    // Measured on a micro-batch of 16 (ops/conv/cpu.hpp), which runs at
     // 16 / 20 of the large-batch rate by the fit's model (train/fit.cpp).
     const double measured = kernels::cpu::conv_flops_per_second();
     if (!(measured > 0)) return 0.0;

@@ -22,13 +22,7 @@ bool candidate(const Value& v) {
 
 // The node gets its fast kernel (the lowering files' own conditions).
 bool fast_node(const Graph& g, const Node& n) {
-  if (!cpu_act(g, n)) return false;
-  if (n.op == "batch_norm" || n.op == "batch_norm_bwd") {
-    const Shape& x = g.value(n.inputs[0]).shape;
-    const bool training = n.attrs.i("training", 1) != 0;
-    if (training && numel(x) / x[1] < 2) return false;
-  }
-  return true;
+  return cpu_act(g, n) && cpu_kernel_takes(g, n);
 }
 
 struct Sets {

@@ -1,0 +1,62 @@
+// oneDNN convolution kernels. Weights are plain [K, C/G, R, S] f32; the
+// activations x/dx and y/dy are stored in the given layouts (Blocked16 needs
+// C, respectively K, a multiple of 16) and element type `act`:
+//   F32:  everything f32.
+//   BF16: x, y, dy, dx are bf16; w is rounded to bf16 (RNE) on its way into
+//         oneDNN's layout; the bias stays f32 (not rounded); dw and db are
+//         f32. Products of bf16 values are exact in f32, sums run in f32, and
+//         each bf16 output element is rounded once.
+// bf16_weights (forward and backward data; bf16 master weights): w is
+// plain bf16, converted by the same reorder into the primitive's layout
+// and type (exactly, into f32 or bf16).
+// Each factory returns nullptr when oneDNN has no implementation for the
+// shape (or the element type, e.g. bf16 on a CPU without AVX-512).
+#pragma once
+
+#include <memory>
+
+#include "kernels/cpu/layout.hpp"
+#include "kernels/kernel.hpp"
+#include "ops/conv/params.hpp"
+
+namespace memfit::kernels::cpu {
+
+std::unique_ptr<Kernel> make_conv2d(const ConvParams& p, Layout x = Layout::Plain, Layout y = Layout::Plain,
+                                    ElemType act = ElemType::F32, bool bf16_weights = false);
+std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy = Layout::Plain, Layout dx = Layout::Plain,
+                                             ElemType act = ElemType::F32, bool bf16_weights = false);
+std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = Layout::Plain,
+                                               Layout dy = Layout::Plain, ElemType act = ElemType::F32);
+
+// Whether bf16 convolutions should run as oneDNN's bf16 primitives (true) or
+// as the f32 primitives between conversions (false; the lowering converts,
+// runtime/mixed.hpp). Both keep the same semantics: f32 products of the
+// exact bf16 inputs and bf16-rounded weights, summed in f32, rounded once.
+// Which is faster depends on the CPU: with AMX or full-rate vdpbf16ps (AMD
+// Zen 4) bf16 wins ~2x; on Intel cores with AVX512-BF16 but no AMX the bf16
+// primitives measured 1.6-1.9x slower than f32. So it is measured, once per
+// process on one thread: one ResNet-style 3x3 convolution (fwd and bwd-weights)
+// in both types, ~30 ms; bf16 must be faster by 20%. Linear layers follow
+// the same choice. MEMFIT_BF16_CONV=native|f32 overrides (tests use it to
+// cover both paths on any machine).
+// Where oneDNN has no bf16 compute (onednn_bf16_compute) the answer is false
+// whatever MEMFIT_BF16_CONV says.
+bool bf16_convs_native();
+// That choice in words, with its reason: "native bf16 (measured faster
+// here)", "f32 between conversions (no bf16 compute on this CPU)", ...
+const char* bf16_product_path();
+// FLOP/s of an f32 convolution at micro-batch 16 (forward + weight gradient,
+// 64 channels, 14x14, 3x3) with the OpenMP threads the process has now,
+// measured on each call (~0.25 s; 0 if the primitives cannot be made). The
+// fit's step-time estimate scales from it, so it must not follow the
+// machine's load: the all-threads timing is the fastest of runs spread over
+// 60 ms, and the rate is at least kConvThreadScaling x threads x the
+// one-thread rate, timed in that thread's CPU time, because the threads of
+// one parallel region rarely run together on a loaded machine (on 2 cores
+// beside 2 busy processes the 2-thread timing came out 8x slow while the
+// one-thread timing held). Callers keep the
+// result (train/machine_profile.hpp caches it per machine).
+inline constexpr double kConvThreadScaling = 0.8;
+double conv_flops_per_second();
+
+}  // namespace memfit::kernels::cpu

@@ -1,0 +1,63 @@
+#include "ops/conv/cpu.hpp"
+#include "ops/conv/params_of.hpp"
+#include "runtime/lower_cpu/cpu_util.hpp"
+#include "runtime/lower_cpu/layout.hpp"
+
+namespace memfit {
+
+void register_conv_cpu_kernels() {
+  using kernels::cpu::Layout;
+  using KPtr = std::unique_ptr<kernels::Kernel>;
+  // a, b: the layouts of the node's two activation operands.
+  // made_for: the storage type k was made for (product_type).
+  // w16: k reads the node's bf16 weight itself.
+  auto checked = [](KPtr k, Layout a, Layout b, kernels::ElemType made_for, const Graph& g, const Node& n,
+                    bool w16 = false) {
+    return converted(g, n, made_for, blocked_checked(std::move(k), a != Layout::Plain || b != Layout::Plain, g, n), w16);
+  };
+  // A bf16 weight (bf16 master weights) is converted by the weight reorder
+  // the kernel runs anyway, into f32 or bf16 products; only where the node
+  // runs between conversions (bf16 activations, f32 products on this CPU)
+  // do the conversions widen it too, and the kernel is made for f32 weights.
+  auto weights16 = [](const LoweredGraph& lg, const Graph& g, const Node& n, kernels::ElemType act) {
+    return bf16_weight(g, n.inputs[1]) && !(act == kernels::ElemType::BF16 && product_type(lg, act) != act);
+  };
+  register_cpu_kernel("conv2d", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const auto act = cpu_act(g, n, true);
+    if (!act) return nullptr;
+    const auto& L = lg.layouts();
+    const Layout x = L[static_cast<size_t>(n.inputs[0])], y = L[static_cast<size_t>(n.outputs[0])];
+    return checked(kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
+                                                         shape_of(g, n.outputs[0]), n.inputs.size() == 3),
+                                             x, y, product_type(lg, *act), weights16(lg, g, n, *act)),
+                   x, y, product_type(lg, *act), g, n, weights16(lg, g, n, *act));
+  });
+  register_cpu_kernel("conv2d_bwd_data", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const auto act = cpu_act(g, n, true);
+    if (!act) return nullptr;
+    const auto& L = lg.layouts();
+    const Layout dy = L[static_cast<size_t>(n.inputs[0])], dx = L[static_cast<size_t>(n.outputs[0])];
+    return checked(kernels::cpu::make_conv2d_bwd_data(
+                       conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false),
+                       dy, dx, product_type(lg, *act), weights16(lg, g, n, *act)),
+                   dy, dx, product_type(lg, *act), g, n, weights16(lg, g, n, *act));
+  });
+  register_cpu_kernel("conv2d_bwd_weight", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const auto act = cpu_act(g, n);
+    if (!act) return nullptr;
+    const auto& L = lg.layouts();
+    const Layout x = L[static_cast<size_t>(n.inputs[0])], dy = L[static_cast<size_t>(n.inputs[1])];
+    return checked(kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
+                                                                    shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0),
+                                                        x, dy, product_type(lg, *act)),
+                   x, dy, product_type(lg, *act), g, n);
+  });
+}
+
+}  // namespace memfit

@@ -1,0 +1,23 @@
+#include "ops/embedding/params_of.hpp"
+#include "ops/embedding/ref.hpp"
+#include "runtime/lower/lower_util.hpp"
+
+namespace memfit {
+
+void register_embedding_ref_kernels() {
+  // A bf16 output runs as the f32 kernel between conversions (runtime/mixed.hpp).
+  register_kernel("embedding", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
+    return make_ref<kernels::ref::Embedding>(b, embedding_params(g, n));
+  });
+  register_kernel("embedding_bwd", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
+    return make_ref<kernels::ref::EmbeddingBwd>(b, embedding_params(g, n));
+  });
+}
+
+}  // namespace memfit

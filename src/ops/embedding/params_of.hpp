@@ -1,0 +1,18 @@
+// Kernel parameters of the embedding family from a graph node,
+// shared by the reference lowering (ops/embedding/lower.cpp) and the fast CPU
+// lowering (ops/embedding/lower_cpu.cpp).
+#pragma once
+
+#include "memfit/graph.hpp"
+#include "ops/embedding/params.hpp"
+
+namespace memfit {
+
+// embedding (ids, table[V, D]) and embedding_bwd (ids, dy[, acc] -> dtable[V, D]):
+// the ids fold into n.
+inline kernels::EmbeddingParams embedding_params(const Graph& g, const Node& n) {
+  const Shape& t = g.value(n.op == "embedding" ? n.inputs[1] : n.outputs[0]).shape;
+  return {numel(g.value(n.inputs[0]).shape), t[0], t[1], n.op == "embedding_bwd" && n.inputs.size() == 3};
+}
+
+}  // namespace memfit

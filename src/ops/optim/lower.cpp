@@ -1,0 +1,71 @@
+#include <stdexcept>
+
+#include "ops/optim/params_of.hpp"
+#include "ops/optim/ref.hpp"
+#include "runtime/lower/lower_util.hpp"
+
+namespace memfit {
+namespace {
+
+// bf16 and 8-bit state: f32 arithmetic on its own storage, so no double
+// reference (Reference64 stores every float wide).
+template <class P>
+std::unique_ptr<kernels::Kernel> make_compact(Backend b, const P& p) {
+  if (b == Backend::Reference64)
+    throw std::runtime_error("bf16 and 8-bit optimizer state have no double-precision reference kernel (use the cpu "
+                             "or the f32 reference backend)");
+  return std::make_unique<kernels::ref::CompactUpdate<P>>(p);
+}
+
+}  // namespace
+
+void register_optim_ref_kernels() {
+  register_kernel("sgd_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
+    kernels::SgdParams p;
+    fill_optimizer_params(g, n, p);
+    p.momentum = n.attrs.f("momentum");
+    p.nesterov = n.attrs.i("nesterov") != 0;
+    p.state = state_layout(g, n, p.momentum != 0.0 ? 1 : 0);
+    if (p.state.format != kernels::StateFormat::F32 || p.state.any_bf16_weights()) return make_compact(b, p);
+    return make_ref<kernels::ref::SgdUpdate>(b, p);
+  });
+  register_kernel("grad_accumulate", [](const LoweredGraph& lg, NodeId id) {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
+    return make_ref<kernels::ref::GradAccumulate>(b, kernels::EltwiseParams{numel(g.value(n.inputs[0]).shape)});
+  });
+  register_kernel("grad_reduce", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Value& v = g.value(n.inputs.at(0));
+    if (v.dtype != DType::f32 || lg.backend() == Backend::Reference64)
+      throw std::runtime_error("grad_reduce sums f32 gradients over the ranks; '" + v.name + "' is " +
+                               dtype_name(v.dtype) + (lg.backend() == Backend::Reference64 ? " on the double reference" : ""));
+    return std::make_unique<kernels::ref::GradReduce>(numel(v.shape), static_cast<int>(n.attrs.i("root")));
+  });
+  register_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Backend b = lg.backend();
+    kernels::AdamParams p;
+    fill_adam_params(g, n, p);
+    if (p.state.format != kernels::StateFormat::F32 || p.state.any_bf16_weights()) return make_compact(b, p);
+    return make_ref<kernels::ref::AdamUpdate>(b, p);
+  });
+  register_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) {
+    kernels::AdafactorParams p;
+    fill_adafactor_params(lg.graph(), lg.node(id), p);
+    for (size_t t = 0; t < p.sizes.size(); ++t)
+      if (lg.graph().value(lg.node(id).inputs[t]).dtype != DType::f32)
+        throw std::runtime_error("adafactor updates f32 parameters only; '" + lg.graph().value(lg.node(id).inputs[t]).name +
+                                 "' is " + dtype_name(lg.graph().value(lg.node(id).inputs[t]).dtype) +
+                                 " (bf16 master weights take sgd, adam or adamw)");
+    return make_ref<kernels::ref::AdafactorUpdate>(lg.backend(), p);
+  });
+}
+
+}  // namespace memfit

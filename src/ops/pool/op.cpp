@@ -1,0 +1,86 @@
+// max_pool2d, avg_pool2d, global_avg_pool and their backward ops.
+// N batch, C channels, H/W input size, R/S window, OH/OW output size.
+#include "ops/common/op_common.hpp"
+
+namespace memfit {
+namespace {
+
+std::vector<ValueMeta> infer_pool(const Graph& g, const Node& n, bool with_idx) {
+  expect_rank(g, n, 0, 4);
+  const Shape& x = in_shape(g, n, 0);
+  auto k = n.attrs.ints("kernel"), st = n.attrs.ints("stride"), pd = n.attrs.ints("pad");
+  if (k.size() != 2 || st.size() != 2 || pd.size() != 2) shape_fail(g, n, "kernel, stride and pad take two values");
+  for (int a = 0; a < 2; ++a)
+    if (k[a] < 1 || st[a] < 1 || pd[a] < 0)
+      shape_fail(g, n, "window and stride must be >= 1 and pad >= 0, got window " + std::to_string(k[a]) +
+                           ", stride " + std::to_string(st[a]) + ", pad " + std::to_string(pd[a]));
+  if (pd[0] * 2 > k[0] || pd[1] * 2 > k[1]) shape_fail(g, n, "padding must be at most half the window");
+  int64_t oh = (x[2] + 2 * pd[0] - k[0]) / st[0] + 1;
+  int64_t ow = (x[3] + 2 * pd[1] - k[1]) / st[1] + 1;
+  if (oh <= 0 || ow <= 0) shape_fail(g, n, "window larger than the input");
+  Shape y{x[0], x[1], oh, ow};
+  std::vector<ValueMeta> r{{y, in_dtype(g, n, 0)}};
+  if (with_idx) r.push_back({y, DType::i32});
+  return r;
+}
+
+}  // namespace
+
+void register_pool_ops() {
+  OpDef mp;
+  mp.name = "max_pool2d";
+  mp.infer = [](const Graph& g, const Node& n) { return infer_pool(g, n, true); };
+  mp.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone};
+    if (c.out_grads[0] != kNone && c.need[0]) {
+      Attrs a = c.fwd().attrs;
+      a.set("x_shape", c.g.value(c.in(0)).shape);
+      r[0] = c.emit1("max_pool2d_bwd", {c.out_grads[0], c.out(1)}, a);
+    }
+    return r;
+  };
+  register_op(mp);
+
+  OpDef ap;
+  ap.name = "avg_pool2d";
+  ap.infer = [](const Graph& g, const Node& n) { return infer_pool(g, n, false); };
+  ap.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone};
+    if (c.out_grads[0] != kNone && c.need[0]) {
+      Attrs a = c.fwd().attrs;
+      a.set("x_shape", c.g.value(c.in(0)).shape);
+      r[0] = c.emit1("avg_pool2d_bwd", {c.out_grads[0]}, a);
+    }
+    return r;
+  };
+  register_op(ap);
+
+  for (const char* name : {"max_pool2d_bwd", "avg_pool2d_bwd", "global_avg_pool_bwd"}) {
+    OpDef b;
+    b.name = name;
+    b.traits.no_gradient = true;
+    if (std::string(name) == "global_avg_pool_bwd") b.traits.blocked = {{}, {0}, false};
+    b.infer = [](const Graph& g, const Node& n) {
+      return std::vector<ValueMeta>{{n.attrs.ints("x_shape"), in_dtype(g, n, 0)}};
+    };
+    register_op(b);
+  }
+
+  OpDef gp;
+  gp.name = "global_avg_pool";
+  gp.traits.blocked = {{0}, {}, false};
+  gp.infer = [](const Graph& g, const Node& n) {
+    expect_rank(g, n, 0, 4);
+    const Shape& x = in_shape(g, n, 0);
+    return std::vector<ValueMeta>{{Shape{x[0], x[1]}, in_dtype(g, n, 0)}};
+  };
+  gp.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone};
+    if (c.out_grads[0] != kNone && c.need[0])
+      r[0] = c.emit1("global_avg_pool_bwd", {c.out_grads[0]}, {{"x_shape", c.g.value(c.in(0)).shape}});
+    return r;
+  };
+  register_op(gp);
+}
+
+}  // namespace memfit
