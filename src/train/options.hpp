@@ -69,11 +69,15 @@ struct TrainOptions {
   // shorter ones padded with an attention mask); 0: 128, or the model's
   // max_sequence when that is shorter.
   int64_t max_len = 0;
+  // A header-less CSV's column roles ("label,text,text" for AG News;
+  // data::parse_csv_columns); "": the CSV names its columns in a header.
+  std::string csv_columns;
   // --task: "lm" or "classify", checked against the model ("": what the
   // model is).
   std::string task;
   int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
   int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
+  std::string cifar100_labels = "fine";  // CIFAR-100: its 100 classes (fine) or 20 superclasses (coarse)
   bool augment = false;        // random crop (pad 4) and horizontal flip
   double label_smoothing = 0.0;
   Backend backend = Backend::Cpu;

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "data/cifar.hpp"
 #include "data/idx.hpp"
 #include "data/image_folder.hpp"
 #include "data/text_classes.hpp"
@@ -184,6 +185,7 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
                              (o.data == default_classifier_data() ? ": make deps-text makes it (from the Debian fortune packages), or pass --data"
                                                                   : ": pass --data with a .jsonl or .csv file, or a folder with a folder per class"));
   data::LabelledTexts train, test;
+  const data::CsvColumns columns = data::parse_csv_columns(o.csv_columns);
   bool split = false;
   auto find = [&](std::initializer_list<const char*> names) -> std::string {
     for (const char* n : names)
@@ -192,12 +194,12 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
   };
   const std::string tr = fs::is_directory(o.data) ? find({"train.jsonl", "train.csv", "train"}) : "";
   if (!tr.empty()) {
-    train = data::read_labelled(tr);
+    train = data::read_labelled(tr, columns);
     const std::string te = find({"test.jsonl", "test.csv", "val.jsonl", "val.csv", "test", "val"});
-    if (!te.empty()) test = data::read_labelled(te);
+    if (!te.empty()) test = data::read_labelled(te, columns);
     split = true;
   } else {
-    data::LabelledSplit s = data::split_labelled(data::read_labelled(o.data), o.val_fraction, o.seed);
+    data::LabelledSplit s = data::split_labelled(data::read_labelled(o.data, columns), o.val_fraction, o.seed);
     train = std::move(s.train);
     test = std::move(s.held_out);
   }
@@ -259,13 +261,25 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
                 ", " + vocabulary_note(*d.tokenizer);
 }
 
-// MNIST-style IDX files or an image folder.
+// MNIST-style IDX files, CIFAR's archives or an image folder.
 void open_images(const TrainOptions& o, bool stream, Datasets& d) {
   if (!fs::exists(o.data))
     throw std::runtime_error("dataset not found at " + o.data +
                              (o.data == data::kFashionMnistDir ? ": install the Debian package dataset-fashion-mnist (make run and make deps-run do) or pass --data DIR"
-                                                                : ": pass --data with an IDX directory or an image folder"));
-  if (has_idx(o.data)) {
+                                                                : ": pass --data with an IDX directory, a CIFAR folder or an image folder"));
+  if (std::optional<data::CifarLayout> cifar = data::find_cifar(o.data)) {
+    // 3x32x32 as stored: --image-size and --channels resize image folders only.
+    if ((o.image_size && o.image_size != 32) || (o.channels && o.channels != 3))
+      throw std::invalid_argument(cifar->describe() + " images are 3 x 32 x 32; --image-size and --channels resize "
+                                  "image folders only: leave them out");
+    data::CifarOptions co;
+    co.coarse = o.cifar100_labels == "coarse";
+    if (co.coarse && cifar->kind != data::CifarKind::Cifar100)
+      throw std::invalid_argument("--cifar100-labels coarse: " + cifar->dir + " is CIFAR-10, which has one set of labels");
+    d.train_base = std::make_unique<data::CifarDataset>(data::CifarDataset::open(*cifar, "train", co));
+    d.test_base = std::make_unique<data::CifarDataset>(data::CifarDataset::open(*cifar, "test", co));
+    d.images_note = cifar->describe() + " in memory as uint8";
+  } else if (has_idx(o.data)) {
     d.idx = true;
     if (stream) {
       data::StreamOptions so;
@@ -291,8 +305,10 @@ void open_images(const TrainOptions& o, bool stream, Datasets& d) {
     if (fs::is_directory(test)) d.test_base = std::make_unique<data::ImageFolderDataset>(test.string(), io);
   } else {
     throw std::runtime_error("no dataset recognised at " + o.data +
-                             ": expected MNIST-style IDX files (train-images-idx3-ubyte[.gz], ...) or an image folder "
-                             "with train/<class>/ (and test/<class>/) subfolders");
+                             ": expected MNIST-style IDX files (train-images-idx3-ubyte[.gz], ...), CIFAR-10/100 as "
+                             "their archives unpack (cifar-10-batches-py/, cifar-100-python/, cifar-10-batches-bin/, "
+                             "cifar-100-binary/, or their parent folder), or an image folder with train/<class>/ (and "
+                             "test/<class>/) subfolders");
   }
 }
 
@@ -378,6 +394,9 @@ void describe_data(const Datasets& d, MemoryInputs& mi) {
   } else if (d.idx) {
     mi.data_in = "memory";
     mi.data_note = "dataset in memory + loader buffers";
+  } else if (!d.images_note.empty()) {
+    mi.data_in = "memory";
+    mi.data_note = d.images_note + " + loader buffers";
   } else {
     mi.data_in.clear();
     mi.data_note = "images decoded from disk + loader buffers";

@@ -1,5 +1,6 @@
 // The datasets of a run and where they live (--data-in): IDX data decoded in
-// memory or streamed from a disk cache, image folders decoded from disk.
+// memory or streamed from a disk cache, CIFAR in memory, image folders
+// decoded from disk.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@ struct Datasets {
   bool idx = false;                                  // IDX files: --data-in applies
   data::StreamedIdxDataset* train_stream = nullptr;  // IDX streamed from disk (else in memory)
   data::StreamedIdxDataset* test_stream = nullptr;
+  std::string images_note;  // images held in memory by another reader (CIFAR), for the plan's data row
   // A language model's text: its tokenizer (saved with the run) and what
   // was read, for the plan's data row.
   std::shared_ptr<const data::Tokenizer> tokenizer;

@@ -115,6 +115,8 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
                           {"tokenizer", "tokenizer", &o.tokenizer, nullptr},
                           {"block-size", "block_size", nullptr, &o.block_size},
                           {"max-len", "max_len", nullptr, &o.max_len},
+                          {"csv-columns", "csv_columns", &o.csv_columns, nullptr},
+                          {"cifar100-labels", "cifar100_labels", &o.cifar100_labels, nullptr},
                           {"val-fraction", "val_fraction", nullptr, nullptr, &o.val_fraction}};
   std::string taken;
   for (const Field& f : fields) {
