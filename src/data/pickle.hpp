@@ -37,7 +37,7 @@ enum class Kind : uint8_t { None, Bool, Int, Str, List, Tuple, Dict, Global, Dty
 enum class Global : uint8_t { Reconstruct = 1, Ndarray, Dtype };
 
 struct Limits {
-  uint64_t max_ops = uint64_t(1) << 21;           // CIFAR-100's train: ~0.3 M
+  uint64_t max_ops = uint64_t(1) << 20;           // CIFAR-100's train: ~0.2 M
   uint64_t max_inline_string = 4096;              // longer: a span of the file
   uint64_t max_inline_bytes = uint64_t(1) << 24;  // all copied strings together
 };
