@@ -195,6 +195,51 @@ def main():
     put("regressions", "image", "empty.png", b"")
 
     tokenizer_seeds()
+    cifar_seeds()
+
+
+def cifar_seeds():
+    """CIFAR's pickles as Python 2's cPickle wrote them and its binary
+    records (tests/make_fake_cifar.py), and hostile pickles."""
+    sys.path.insert(0, os.path.join(ROOT, "..", "tests"))
+    import make_fake_cifar as fc
+    put("corpus", "cifar", "data_batch_1", fc.batch_pickle(10, 0, 2, 0, "training batch 1 of 5"))
+    put("corpus", "cifar", "one_image_batch", fc.batch_pickle(10, 0, 1, 0, "training batch 1 of 5"))
+    put("corpus", "cifar", "train_100", fc.batch_pickle(100, 0, 2, 0, "training batch 1 of 1"))
+    put("corpus", "cifar", "batches.meta", fc.meta_pickle(10, 2))
+    put("corpus", "cifar", "meta_100", fc.meta_pickle(100, 2))
+    put("corpus", "cifar", "data_batch_1.bin", fc.records(10, 0, 2, 0))
+    put("corpus", "cifar", "train_100.bin", fc.records(100, 0, 2, 0))
+    p2 = b"\x80\x02"
+    array = lambda rows, cols, dtype, data: (
+        b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R(K\x01"
+        + b"J" + struct.pack("<i", rows) + b"J" + struct.pack("<i", cols) + b"\x86cnumpy\ndtype\nU"
+        + bytes([len(dtype)]) + dtype + b"K\x00K\x01\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb\x89"
+        + b"T" + struct.pack("<i", len(data)) + data + b"tb")
+    for name, data in {
+        "os_system": p2 + b"cos\nsystem\nq\x01U\x02idq\x02\x85R.",
+        "builtins_eval": p2 + b"c__builtin__\neval\n(U\x01xtR.",
+        "reduce_ndarray": p2 + b"cnumpy\nndarray\n)R.",
+        "build_on_dict": p2 + b"})b.",
+        "protocol4_frame": b"\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00N.",
+        "huge_binstring": p2 + b"T\xff\xff\xff\x7fabc",
+        "negative_binstring": p2 + b"T\xff\xff\xff\xffabc",
+        "huge_binbytes": p2 + b"B\xff\xff\xff\xffabc",
+        "huge_memo": p2 + b"Nr\xff\xff\xff\x7f.",
+        "memo_get_unset": p2 + b"j\xff\xff\xff\xff.",
+        "many_marks": p2 + b"(" * 20000 + b".",
+        "self_append": p2 + b"]q\x01h\x01a.",
+        "shape_lie": p2 + b"}(U\x04data" + array(0x7FFFFFFF, 3072, b"u1", b"abcd") + b"u.",
+        "shape_negative": p2 + b"}(U\x04data" + array(-1, 3072, b"u1", b"abcd") + b"u.",
+        "float_array": p2 + b"}(U\x04data" + array(1, 1, b"f4", b"abcd") + b"u.",
+        "wrong_width": p2 + b"}(U\x04data" + array(1, 4, b"u1", b"abcd") + b"U\x06labels]K\x00au.",
+        "label_10": p2 + b"}(U\x04data" + array(1, 3072, b"u1", bytes(3072)) + b"U\x06labels]K\x0aau.",
+        "labels_short": p2 + b"}(U\x04data" + array(2, 3072, b"u1", bytes(6144)) + b"U\x06labels]K\x01au.",
+        "labels_not_ints": p2 + b"}(U\x04data" + array(1, 3072, b"u1", bytes(3072)) + b"U\x06labels]Nau.",
+    }.items():
+        put("regressions", "cifar", name, data)
+    put("regressions", "cifar", "bin_label_10.bin", b"\x0a" + bytes(3072))
+    put("regressions", "cifar", "bin_cut_record.bin", fc.records(10, 0, 1, 0) + b"\x01\x02")
 
 
 def tokenizer_seeds():
