@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace memfit::data::pickle {
 namespace {
@@ -68,7 +69,7 @@ std::string hex8(uint8_t v) {
 // against what is left before anything is read or skipped.
 class Source {
  public:
-  explicit Source(const std::string& path) : path_(path) {
+  explicit Source(const std::string& path) : path_(path), buf_(size_t(1) << 16) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
     struct stat st {};
@@ -124,9 +125,9 @@ class Source {
   void fill() {
     buf_start_ = pos_;
     buf_len_ = 0;
-    const size_t want = size_t(std::min<uint64_t>(sizeof buf_, size_ - pos_));
+    const size_t want = size_t(std::min<uint64_t>(buf_.size(), size_ - pos_));
     while (buf_len_ < want) {
-      const ssize_t r = ::pread(fd_, buf_ + buf_len_, want - buf_len_, off_t(pos_ + buf_len_));
+      const ssize_t r = ::pread(fd_, buf_.data() + buf_len_, want - buf_len_, off_t(pos_ + buf_len_));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) fail(pos_, std::string("cannot read: ") + std::strerror(errno));
       if (r == 0) fail(pos_ + buf_len_, "the file ended while being read (it shrank?)");
@@ -138,7 +139,7 @@ class Source {
   int fd_ = -1;
   uint64_t size_ = 0, pos_ = 0, buf_start_ = 0;
   size_t buf_len_ = 0;
-  uint8_t buf_[1 << 16];
+  std::vector<uint8_t> buf_;  // 64 KiB
 };
 
 class Parser {
