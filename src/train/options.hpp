@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
+
+namespace memfit::data {
+class Dataset;
+}
 
 namespace memfit::train {
 
@@ -17,6 +22,11 @@ inline const char* precision_name(DType t) { return t == DType::bf16 ? "bf16" : 
 struct TrainOptions {
   std::string model = "convnet";
   std::string data = "/usr/share/datasets/fashion-mnist";
+  // Datasets the caller already holds (the Python package's data=(x, y), a
+  // torch Dataset's cache file; data/array_dataset.hpp), used in place of
+  // --data's files. `data` then names them: "python:<what>#<fingerprint>",
+  // the identity the checkpoint records and --resume compares.
+  std::shared_ptr<const data::Dataset> train_dataset, test_dataset;
   int64_t epochs = 5;
   int64_t steps = 0;           // > 0: stop after this many optimizer steps
   int64_t batch = 64;          // effective batch of one optimizer step

@@ -16,6 +16,7 @@
 #include "data/tokenizer.hpp"
 #include "memfit/rng.hpp"
 #include "models/model.hpp"
+#include "train/memory.hpp"
 
 namespace fs = std::filesystem;
 
@@ -341,21 +342,52 @@ void check_task(const TrainOptions& o, const models::Model& model) {
       ", or leave --task out");
 }
 
+// The caller's datasets (the Python package's data=): what the model reads
+// must be what they hold.
+void open_external(const TrainOptions& o, const models::Model& model, bool reads_tokens, Datasets& d) {
+  if (model.task == models::Task::LanguageModel)
+    throw std::invalid_argument("model '" + o.model + "' is a language model, which trains on text files: pass data= "
+                                "a path; in-process data is for classifiers (images, or token ids with labels)");
+  for (const auto& ds : {o.train_dataset, o.test_dataset}) {
+    if (!ds) continue;
+    if (reads_tokens && ds->is_image())
+      throw std::invalid_argument("model '" + o.model + "' reads token ids, but data= holds images: pass token ids "
+                                  "[N, T] (int) with labels [N], or an image model");
+    if (!reads_tokens && !ds->is_image())
+      throw std::invalid_argument("model '" + o.model + "' reads images, but data= holds token ids: pass images "
+                                  "[N, C, H, W] or [N, H, W, C], or a text classifier (lstm-classifier, bert-tiny, ...)");
+  }
+  if (o.test_dataset) {
+    const std::string a = describe(o.train_dataset->tensors()), b = describe(o.test_dataset->tensors());
+    if (a != b)
+      throw data::DataError("test_data= holds samples of another shape or type than data=: data= " + a +
+                            "; test_data= " + b);
+  }
+  d.train_held = o.train_dataset;
+  d.test_held = o.test_dataset;
+  d.external = dynamic_cast<const data::ExternalDataset*>(o.train_dataset.get());
+}
+
 Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log) {
   Datasets d;
   const models::Model model = models::resolve(o.model);
   check_task(o, model);
   const bool reads_tokens = std::any_of(model.inputs.begin(), model.inputs.end(),
                                         [](const models::InputDecl& in) { return in.name == "tokens"; });
-  if (model.task == models::Task::LanguageModel) {
+  if (o.train_dataset) {
+    open_external(o, model, reads_tokens, d);
+  } else if (o.data.rfind("python:", 0) == 0) {
+    throw std::invalid_argument("this run's data is '" + o.data + "', data the notebook held (memfit.train(data=...)); "
+                                "pass that same data= again (a path names files)");
+  } else if (model.task == models::Task::LanguageModel) {
     open_text(o, model, d, log);
   } else if (reads_tokens) {
     open_labelled(o, model, d);
   } else {
     open_images(o, stream, d);
   }
-  d.train = d.train_base.get();
-  d.test = d.test_base.get();
+  d.train = d.train_held ? d.train_held.get() : d.train_base.get();
+  d.test = d.train_held ? d.test_held.get() : d.test_base.get();
   if (!o.subset.empty()) {
     d.train_sub = std::make_unique<data::Subset>(data::Subset::from_spec(*d.train, data::parse_subset(o.subset), o.seed));
     d.train = d.train_sub.get();
@@ -381,7 +413,18 @@ void prepare_streams(Datasets& d, std::ostream& log) {
 
 void describe_data(const Datasets& d, MemoryInputs& mi) {
   mi.data_cache.clear();
-  if (d.train_stream) {
+  if (d.external) {
+    // The notebook's arrays are read where they lie: their bytes are the
+    // dataset's resident bytes, which the baseline leaves out and this row
+    // shows (once); a torch Dataset's cache file is streamed from disk.
+    mi.data_cache = d.external->file();
+    mi.data_in = mi.data_cache.empty() ? "memory" : "disk";
+    const size_t own = d.external->in_process_bytes();
+    mi.data_note = d.external->note() +
+                   (own ? " (" + format_bytes(own) + " of the notebook's own memory, read in place)" : "") +
+                   (mi.data_cache.empty() ? "" : " streamed from disk (cache: " + mi.data_cache + ")") +
+                   " + loader buffers";
+  } else if (d.train_stream) {
     mi.data_in = "disk";
     mi.data_cache = d.train_stream->cache_path();
     mi.data_note = mi.data_cache == d.train_stream->images_path()

@@ -125,6 +125,13 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
     const std::string now = f.s ? *f.s : f.i ? std::to_string(*f.i) : short_num(*f.d);
     if (it->second == now) continue;
     const bool given = std::find(o.given.begin(), o.given.end(), f.flag) != o.given.end();
+    // In-process data (memfit.train(data=...)): `data` is its fingerprint.
+    if (std::string(f.key) == "data" && (it->second.rfind("python:", 0) == 0 || now.rfind("python:", 0) == 0) &&
+        (given || o.train_dataset))
+      throw std::runtime_error("cannot resume from " + o.resume + ": it was trained on " + it->second +
+                               ", this run's data is " + now +
+                               " (different data: another content, shape, dtype, normalisation or transform); "
+                               "resume with the data it was trained on");
     if (given)
       throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with --" + f.flag + " " +
                                (it->second.empty() ? "(not given)" : it->second) + ", this run has --" + f.flag + " " +
