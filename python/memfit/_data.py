@@ -326,7 +326,7 @@ def _dataset_source(ds, role, classes, cache_dir, stats, say):
     if stats is not None:
         fp = hashlib.sha256(fp + repr(stats).encode()).digest()
     name = type(ds).__name__
-    folder = cache_dir or _memfit.default_cache_dir()
+    folder = os.path.abspath(cache_dir or _memfit.default_cache_dir())
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"torch-{name}-{fp.hex()[:16]}.mfarr")
     C, H, W = first.shape

@@ -233,3 +233,27 @@ def test_a_dataset_that_fails_midway_leaves_no_cache_file(tmp_path):
     with pytest.raises(OSError, match="the disk went away"):
         memfit.train(data=Broken("raise"), cache_dir=str(cache), **RUN)
     assert cached(cache) == []
+
+
+def test_token_ids_train_a_text_classifier_in_place(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 50, size=(256, 16)).astype(np.int64)
+    x[::3, 10:] = 0  # padding (pad_id 0) after 10 ids
+    y = (x[:, 0] % 4).astype(np.int64)
+    opts = dict(model="lstm-classifier", batch=16, steps=6, threads=2, seed=2, progress=False)
+    a = memfit.train(data=(x, y), out=tmp_path / "i64", **opts)
+    # int32 ids, and a strided view of a wider array: the same samples, the same losses.
+    wide = np.zeros((256, 32), np.int32)
+    wide[:, ::2] = x
+    b = memfit.train(data=(wide[:, ::2], y.astype(np.int32)), out=tmp_path / "view", **opts)
+    assert len(losses(a)) == 6 and losses(a) == losses(b)
+    assert "token ids [256, 16] int64 in place" in a.log
+    # Padding changes the lengths the LSTM sees: other losses (the oracle can fail).
+    c = memfit.train(data=(x, y), pad_id=1, vocab=50, out=tmp_path / "pad1", **opts)
+    assert losses(c) != losses(a)
+    bad = x.copy()
+    bad[9, 3] = 70
+    with pytest.raises(memfit.DataError, match="token id 70 at index 9, position 3 is outside \\[0, 50\\)"):
+        memfit.train(data=(bad, y), vocab=50, **opts)
+    with pytest.raises(ValueError, match="reads images, but data= holds token ids"):
+        memfit.train(data=(x, y), **RUN)
