@@ -150,7 +150,7 @@ def _data_sources(options, data_kw, say):
     options = dict(options)
     options.pop("test_data", None)
     train_src, test_src, ident = _data.sources(data, test_data, cache_dir=options.get("cache_dir"), say=say,
-                                               **data_kw)
+                                               resume=options.get("resume"), **data_kw)
     options["data"] = ident
     return train_src, test_src, options
 

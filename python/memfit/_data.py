@@ -29,6 +29,7 @@ resume= refuses other data.
 import hashlib
 import os
 import struct
+import time
 
 import numpy as np
 
@@ -45,14 +46,43 @@ def is_in_process(data):
 
 
 def sources(data, test_data, *, layout=None, classes=None, normalize=None, vocab=None, pad_id=0, cache_dir=None,
-            say=print):
-    """(train DataSource, test DataSource or None, identity) for memfit.train's data= and test_data=."""
+            say=print, resume=None):
+    """(train DataSource, test DataSource or None, identity) for memfit.train's data= and test_data=.
+    resume: the run directory to continue; data other than its checkpoint's is refused before anything
+    is materialised (the engine checks it again)."""
+    check = _resume_check(resume)
     if isinstance(data, (tuple, list)):
-        return _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id)
+        train, test, ident = _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id)
+        check(ident)
+        return train, test, ident
     if _is_map_dataset(data):
-        return _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say)
+        return _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say, check)
     raise DataError(f"data={type(data).__name__}: expected a path, a pair (x, y) of numpy arrays or torch tensors, "
                     "or a map-style torch Dataset (len() and [i] -> (image, label))")
+
+
+def _checkpoint_data(run_dir):
+    """The data option the checkpoint in run_dir was trained with (None when unknown)."""
+    try:
+        with open(os.path.join(run_dir, "checkpoint.safetensors"), "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > 1 << 26:
+                return None
+            import json
+            return json.loads(f.read(n)).get("__metadata__", {}).get("data")
+    except (OSError, ValueError, struct.error):
+        return None  # the engine reports a missing or bad checkpoint
+
+
+def _resume_check(resume):
+    trained_on = _checkpoint_data(os.fspath(resume)) if resume else None
+
+    def check(ident):
+        if trained_on is not None and trained_on != ident:
+            raise RuntimeError(f"cannot resume from {resume}: it was trained on {trained_on}, this run's data is "
+                               f"{ident} (different data: another content, shape, dtype, normalisation or "
+                               "transform); resume with the data it was trained on")
+    return check
 
 
 # ---- arrays ----
@@ -265,7 +295,11 @@ def _materialise(ds, path, fingerprint, first, classes, stats, say):
         with open(tmp, "wb") as f:
             f.truncate(data_at)
             f.seek(data_at)
+            shown = time.monotonic()
             for i in range(n):
+                if time.monotonic() - shown > 10:
+                    shown = time.monotonic()
+                    say(f"memfit: materialised {i} of {n} items\n")
                 img, label = _item(ds, i)
                 if img.shape != first.shape or img.dtype != dtype:
                     raise DataError(f"item {i}: an image of {img.dtype} {list(img.shape)}; item 0's is {dtype} "
@@ -314,7 +348,7 @@ def _materialise(ds, path, fingerprint, first, classes, stats, say):
     return mean, std
 
 
-def _dataset_source(ds, role, classes, cache_dir, stats, say):
+def _dataset_source(ds, role, classes, cache_dir, stats, say, check=None):
     n = len(ds)
     if n == 0:
         raise DataError(f"{role}=: the Dataset is empty")
@@ -326,6 +360,8 @@ def _dataset_source(ds, role, classes, cache_dir, stats, say):
     if stats is not None:
         fp = hashlib.sha256(fp + repr(stats).encode()).digest()
     name = type(ds).__name__
+    if check:
+        check(_torch_ident(ds, fp.hex()[:16]))
     folder = os.path.abspath(cache_dir or _memfit.default_cache_dir())
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"torch-{name}-{fp.hex()[:16]}.mfarr")
@@ -355,13 +391,17 @@ def _dataset_source(ds, role, classes, cache_dir, stats, say):
     return src, fp.hex()[:16], random
 
 
-def _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say):
+def _torch_ident(ds, fp):
+    return f"python:torch[{type(ds).__qualname__} {len(ds)}]#{fp}"
+
+
+def _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say, check):
     if test_data is not None and not _is_map_dataset(test_data):
         raise DataError("test_data= is not a torch Dataset but data= is: pass both the same way")
     if classes is None and isinstance(getattr(data, "classes", None), (list, tuple)) and data.classes:
         classes = len(data.classes)  # torchvision's datasets name their classes
     stats = ([float(v) for v in normalize[0]], [float(v) for v in normalize[1]]) if normalize is not None else None
-    train, fp, _ = _dataset_source(data, "data", classes, cache_dir, stats, say)
+    train, fp, _ = _dataset_source(data, "data", classes, cache_dir, stats, say, check)
     test = None
     if test_data is not None:
         # The test set's uint8 pixels take the training set's statistics
@@ -374,5 +414,4 @@ def _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say
                 vals = np.frombuffer(f.read(8 * C), np.float32)
             test_stats = ([float(v) for v in vals[:C]], [float(v) for v in vals[C:]])
         test, _, _ = _dataset_source(test_data, "test_data", train.classes, cache_dir, test_stats, say)
-    t = type(data)
-    return train, test, f"python:torch[{t.__qualname__} {len(data)}]#{fp}"
+    return train, test, _torch_ident(data, fp)

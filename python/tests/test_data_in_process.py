@@ -150,8 +150,66 @@ def test_a_torch_dataset_is_cached_and_resumes_exactly(tmp_path):
     # Other data (another transform): refused, naming it.
     with pytest.raises(RuntimeError, match="cannot resume .*different data"):
         memfit.train(data=Deterministic(x, y, Scale(2 / 255)), resume=str(out), **opts)
+    assert cached(cache) == files  # refused before materialising it
+    with pytest.raises(RuntimeError, match="cannot resume .*python:arrays"):
+        memfit.train(data=(xf, y), resume=str(out), **opts)
     with pytest.raises(ValueError, match="pass that same data= again"):
         memfit.train(resume=str(out), **opts)
+
+
+def test_a_cut_cache_file_is_written_again(tmp_path):
+    pytest.importorskip("torch")
+    x, y = arrays("train")
+    ds = Deterministic(x, y, Scale(1 / 255))
+    cache = tmp_path / "cache"
+    first = memfit.train(data=ds, cache_dir=str(cache), out=tmp_path / "a", **RUN)
+    (name,) = cached(cache)
+    path = cache / name
+    os.truncate(path, os.path.getsize(path) - 100)
+    said = []
+    opts = dict(RUN)
+    opts.pop("progress")
+    again = memfit.train(data=ds, cache_dir=str(cache), out=tmp_path / "b", progress=said.append, **opts)
+    assert any("materialising" in s for s in said)
+    assert cached(cache) == [name] and losses(again) == losses(first)
+
+
+def test_arrays_are_read_in_place(tmp_path):
+    x, y = arrays("train")
+    src, _, _ = memfit._data.sources((x, y), None, normalize=((0.0,), (1.0,)))
+    before, label = src.sample(3)
+    assert label == y[3] and np.array_equal(before, x[3] / np.float32(255.0))
+    x[3] = 255 - x[3]  # the notebook changes its array: memfit sees it, no copy was made
+    after, _ = src.sample(3)
+    assert np.array_equal(after, x[3] / np.float32(255.0)) and not np.array_equal(after, before)
+    assert src.in_process_bytes == x.nbytes + y.nbytes
+
+
+class Jitter(Scale):
+    """A random transform (as RandomCrop is): each read draws anew."""
+
+    def __call__(self, img):
+        return super().__call__(img) + np.float32(np.random.uniform(-0.01, 0.01))
+
+    def __repr__(self):
+        return f"Jitter({self.k})"
+
+
+def test_a_random_transform_is_frozen_and_says_so(tmp_path):
+    pytest.importorskip("torch")
+    x, y = arrays("train")
+    ds = Deterministic(x, y, Jitter(1 / 255))
+    cache = tmp_path / "cache"
+    opts = dict(RUN)
+    opts.pop("progress")
+    said = []
+    a = memfit.train(data=ds, cache_dir=str(cache), out=tmp_path / "a", progress=said.append, **opts)
+    assert any("ONE draw" in s for s in said)
+    # Keyed without the items' bytes (they change each read): the same draw again, the same losses.
+    said.clear()
+    b = memfit.train(data=ds, cache_dir=str(cache), out=tmp_path / "b", progress=said.append, **opts)
+    assert any("from the cache" in s for s in said) and losses(a) == losses(b)
+    assert len(cached(cache)) == 1
 
 
 def test_torchvision_cifar10_over_the_fake_folder_trains(cifar_root, tmp_path):
