@@ -149,8 +149,10 @@ def _data_sources(options, data_kw, say):
         return None, None, options
     options = dict(options)
     options.pop("test_data", None)
+    seed = options.get("seed")
+    seed = int(seed) if seed is not None else _memfit.options("train", [])["seed"]
     train_src, test_src, ident = _data.sources(data, test_data, cache_dir=options.get("cache_dir"), say=say,
-                                               resume=options.get("resume"), **data_kw)
+                                               resume=options.get("resume"), seed=seed, **data_kw)
     options["data"] = ident
     return train_src, test_src, options
 

@@ -18,9 +18,12 @@
   directory (an array cache file, written to a temporary name and renamed;
   keyed by a fingerprint of the class, len, the transforms' repr and the
   first and last items; reused while those are unchanged), which the run
-  then streams from disk. A random transform is drawn once: every epoch
-  sees that one draw (memfit says so; augment=True is memfit's own random
-  crop and flip, drawn per epoch).
+  then streams from disk. Every read of an item runs with torch's, numpy's
+  and Python's generators seeded (and put back after), so a random
+  transform is reproducible: materialised, it is ONE draw that every epoch
+  sees (memfit says so). materialise=False reads the items on the loader's
+  thread instead, each epoch, seeded from (the run's seed, epoch, index):
+  drawn anew per epoch, and the same draws on a resumed run.
 
 Bad data raises DataError (a ValueError) naming the index. The run's data
 option becomes "python:...#<fingerprint>", which the checkpoint records:
@@ -29,6 +32,7 @@ resume= refuses other data.
 import hashlib
 import os
 import struct
+import sys
 import time
 
 import numpy as np
@@ -37,7 +41,7 @@ from . import _memfit
 
 DataError = _memfit.DataError
 
-DATA_KEYWORDS = ("layout", "classes", "normalize", "vocab", "pad_id")
+DATA_KEYWORDS = ("layout", "classes", "normalize", "vocab", "pad_id", "materialise")
 
 
 def is_in_process(data):
@@ -46,7 +50,7 @@ def is_in_process(data):
 
 
 def sources(data, test_data, *, layout=None, classes=None, normalize=None, vocab=None, pad_id=0, cache_dir=None,
-            say=print, resume=None):
+            say=print, resume=None, materialise=True, seed=42):
     """(train DataSource, test DataSource or None, identity) for memfit.train's data= and test_data=.
     resume: the run directory to continue; data other than its checkpoint's is refused before anything
     is materialised (the engine checks it again)."""
@@ -55,6 +59,8 @@ def sources(data, test_data, *, layout=None, classes=None, normalize=None, vocab
         train, test, ident = _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id)
         check(ident)
         return train, test, ident
+    if _is_map_dataset(data) and not materialise:
+        return _items_sources(data, test_data, classes, normalize, seed, check)
     if _is_map_dataset(data):
         return _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say, check)
     raise DataError(f"data={type(data).__name__}: expected a path, a pair (x, y) of numpy arrays or torch tensors, "
@@ -263,6 +269,38 @@ def _item(ds, i):
     return img, label
 
 
+def _seeded_item(ds, i, seed):
+    """_item(ds, i) with torch's, numpy's and Python's random generators seeded from `seed` and put back
+    after: a random transform draws what the seed says, and the caller's generators are as they were."""
+    import random as pyrandom
+    torch = sys.modules.get("torch")
+    saved = (torch.get_rng_state() if torch else None, pyrandom.getstate(), np.random.get_state())
+    try:
+        if torch:
+            torch.manual_seed(seed)
+        pyrandom.seed(seed)
+        np.random.seed(seed % (1 << 32))
+        return _item(ds, i)
+    finally:
+        if torch:
+            torch.set_rng_state(saved[0])
+        pyrandom.setstate(saved[1])
+        np.random.set_state(saved[2])
+
+
+def _same(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+def _probe(ds):
+    """Item 0 under seed A, again under A, and under B: (image, label, random: A and B differ,
+    reproducible: A gives the same twice, so its bytes can key the data)."""
+    first, label0 = _seeded_item(ds, 0, _item_seed(0, 0, 0))
+    again, _ = _seeded_item(ds, 0, _item_seed(0, 0, 0))
+    other, _ = _seeded_item(ds, 0, _item_seed(1, 0, 0))
+    return first, label0, not _same(first, other), _same(first, again)
+
+
 def _fingerprint(ds, first, last, random):
     h = hashlib.sha256()
     t = type(ds)
@@ -300,7 +338,7 @@ def _materialise(ds, path, fingerprint, first, classes, stats, say):
                 if time.monotonic() - shown > 10:
                     shown = time.monotonic()
                     say(f"memfit: materialised {i} of {n} items\n")
-                img, label = _item(ds, i)
+                img, label = _seeded_item(ds, i, _item_seed(0, 0, i))
                 if img.shape != first.shape or img.dtype != dtype:
                     raise DataError(f"item {i}: an image of {img.dtype} {list(img.shape)}; item 0's is {dtype} "
                                     f"{list(first.shape)}: every item must have the same shape and type")
@@ -352,11 +390,9 @@ def _dataset_source(ds, role, classes, cache_dir, stats, say, check=None):
     n = len(ds)
     if n == 0:
         raise DataError(f"{role}=: the Dataset is empty")
-    first, label0 = _item(ds, 0)
-    again, _ = _item(ds, 0)
-    random = again.shape != first.shape or not np.array_equal(again, first)
-    last = _item(ds, n - 1) if n > 1 else (first, label0)
-    fp = _fingerprint(ds, (first, label0), last, random)
+    first, label0, random, reproducible = _probe(ds)
+    last = _seeded_item(ds, n - 1, _item_seed(0, 0, n - 1)) if n > 1 else (first, label0)
+    fp = _fingerprint(ds, (first, label0), last, not reproducible)
     if stats is not None:
         fp = hashlib.sha256(fp + repr(stats).encode()).digest()
     name = type(ds).__name__
@@ -383,9 +419,9 @@ def _dataset_source(ds, role, classes, cache_dir, stats, say, check=None):
         _materialise(ds, path, fp, first, classes, stats, say)
         src = _memfit.array_file(path, note)
     if random:
-        say(f"memfit: {role}: {name}'s transforms are random (item 0 differed between two reads): the cache holds "
-            "ONE draw of them, and every epoch sees that draw; augment=True is memfit's own random crop and flip, "
-            "drawn per epoch\n")
+        say(f"memfit: {role}: {name}'s transforms are random (item 0 differs under two seeds): the cache holds "
+            "ONE draw of them, and every epoch sees that draw; materialise=False reads the items each epoch instead "
+            "(drawn anew per epoch, from the run's seed), and augment=True is memfit's own random crop and flip\n")
     if classes is not None and src.classes != classes:
         raise DataError(f"{role}=: the cache {path} has {src.classes} classes, expected {classes}")
     return src, fp.hex()[:16], random
@@ -415,3 +451,65 @@ def _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say
             test_stats = ([float(v) for v in vals[:C]], [float(v) for v in vals[C:]])
         test, _, _ = _dataset_source(test_data, "test_data", train.classes, cache_dir, test_stats, say)
     return train, test, _torch_ident(data, fp)
+
+
+# ---- torch Datasets read per epoch (materialise=False) ----
+
+def _item_seed(seed, epoch, i):
+    h = hashlib.blake2b(f"{seed}/{epoch}/{i}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+def _items_source(ds, role, classes, stats, seed, shape=None):
+    """A DataSource that reads ds[i] on the loader's thread, its random generators (torch's, numpy's,
+    Python's) seeded from (seed, epoch, i) and put back after: the transforms draw anew each epoch, the
+    same draws on a resumed run."""
+    n = len(ds)
+    if n == 0:
+        raise DataError(f"{role}=: the Dataset is empty")
+    if classes is None:
+        targets = getattr(ds, "targets", None)
+        if targets is None:
+            raise DataError(f"{role}=: pass classes= (the Dataset has no .classes or .targets to count them from, "
+                            "and reading every item to find the largest label would run its transforms)")
+        classes = int(np.max(np.asarray(targets))) + 1
+    first, _ = _seeded_item(ds, 0, 0)
+    shape = shape or first.shape
+    mean = np.asarray(stats[0] if stats else [0.0], np.float32)
+    inv = np.float32(1.0) / np.asarray(stats[1] if stats else [1.0], np.float32)
+
+    def read(i, epoch):
+        img, label = _seeded_item(ds, i, _item_seed(seed, epoch, i))
+        if img.shape != shape or img.dtype != first.dtype:
+            raise DataError(f"item {i}: an image of {img.dtype} {list(img.shape)}; item 0's is {first.dtype} "
+                            f"{list(shape)}: every item must have the same shape and type")
+        if img.dtype == np.uint8:  # the IDX/CIFAR formula: (v/255 - mean[c]) * (1/std[c]), in float32
+            c = img.shape[0]
+            m = np.resize(mean, c).reshape(c, 1, 1)
+            k = np.resize(inv, c).reshape(c, 1, 1)
+            img = (img.astype(np.float32) / np.float32(255.0) - m) * k
+        elif not np.isfinite(img).all():
+            raise DataError(f"item {i}: its image holds NaN or an infinity")
+        return img, label
+
+    name = type(ds).__name__
+    C, H, W = shape
+    note = f"{name} ({n} items, {C} x {H} x {W} {first.dtype}, read per epoch on the loader's thread)"
+    return _memfit.dataset_items(read, list(shape), n, int(classes), note), classes, shape
+
+
+def _items_sources(data, test_data, classes, normalize, seed, check):
+    if test_data is not None and not _is_map_dataset(test_data):
+        raise DataError("test_data= is not a torch Dataset but data= is: pass both the same way")
+    if classes is None and isinstance(getattr(data, "classes", None), (list, tuple)) and data.classes:
+        classes = len(data.classes)
+    stats = ([float(v) for v in normalize[0]], [float(v) for v in normalize[1]]) if normalize is not None else None
+    first, label0, _, reproducible = _probe(data)
+    n = len(data)
+    last = _seeded_item(data, n - 1, _item_seed(0, 0, n - 1)) if n > 1 else (first, label0)
+    fp = _fingerprint(data, (first, label0), last, not reproducible).hex()[:16]
+    ident = f"python:torch-items[{type(data).__qualname__} {len(data)}]#{fp}"
+    check(ident)
+    train, classes, shape = _items_source(data, "data", classes, stats, seed)
+    test = _items_source(test_data, "test_data", classes, stats, seed, shape)[0] if test_data is not None else None
+    return train, test, ident

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 
 #include <algorithm>
@@ -168,6 +169,64 @@ data::ArrayView view_of(const py::buffer& b, const char* what) {
   return v;
 }
 
+// A map-style torch Dataset read item by item as the loader draws it, on
+// the loader's thread with the GIL taken for each item: `read(i, epoch)`
+// (memfit/_data.py) runs its transforms with the random generators seeded
+// from (the run's seed, epoch, i), so a random augmentation is drawn anew
+// each epoch and yet a resumed run draws what the uninterrupted one did. It
+// returns a float32 C x H x W array and the label, or raises DataError
+// naming the index. The Dataset's own memory is the notebook's (in the
+// measured baseline); each get() holds one item's tensors in Python's heap
+// for a moment (transient_bytes: a few samples' worth).
+class PyItems final : public data::ExternalDataset {
+ public:
+  PyItems(py::object read, data::SampleShape shape, size_t n, int classes, std::string note)
+      : read_(std::make_shared<py::object>(std::move(read))), shape_(shape), n_(n), classes_(classes),
+        note_(std::move(note)) {}
+  ~PyItems() override {
+    py::gil_scoped_acquire gil;
+    read_.reset();
+  }
+  size_t size() const override { return n_; }
+  int num_classes() const override { return classes_; }
+  data::SampleShape sample_shape() const override { return shape_; }
+  void get(size_t i, float* out, int32_t* label) const override { read(i, 0, out, label); }
+  void get_tensors_at(size_t i, uint64_t epoch, void* const* out) const override {
+    read(i, epoch, static_cast<float*>(out[0]), static_cast<int32_t*>(out[1]));
+  }
+  size_t resident_bytes() const override { return 0; }
+  size_t transient_bytes() const override { return 4 * data::sample_numel(shape_) * sizeof(float); }
+  std::string note() const override { return note_; }
+
+ private:
+  void read(size_t i, uint64_t epoch, float* out, int32_t* label) const {
+    if (i >= n_) throw std::out_of_range("PyItems: index " + std::to_string(i) + " >= size " + std::to_string(n_));
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple r = (*read_)(i, epoch);
+      auto a = r[0].cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
+      if (static_cast<size_t>(a.size()) != data::sample_numel(shape_))
+        throw data::DataError("item " + std::to_string(i) + ": " + std::to_string(a.size()) + " values, expected " +
+                              std::to_string(data::sample_numel(shape_)));
+      std::memcpy(out, a.data(), data::sample_numel(shape_) * sizeof(float));
+      const long y = r[1].cast<long>();
+      if (y < 0 || y >= classes_)
+        throw data::DataError("item " + std::to_string(i) + ": label " + std::to_string(y) + " is outside [0, " +
+                              std::to_string(classes_) + ")");
+      *label = static_cast<int32_t>(y);
+    } catch (py::error_already_set& e) {
+      // DataError from read() stays one; anything else names the item.
+      if (e.matches(py::module_::import("memfit._memfit").attr("DataError"))) throw data::DataError(e.what());
+      throw std::runtime_error("item " + std::to_string(i) + " of the Dataset: " + e.what());
+    }
+  }
+  std::shared_ptr<py::object> read_;
+  data::SampleShape shape_;
+  size_t n_;
+  int classes_;
+  std::string note_;
+};
+
 // The command's --json result (train::result_json) as a dict.
 py::dict result_dict(const train::TrainResult& r, const train::TrainOptions& o) {
   return py::module_::import("json").attr("loads")(train::result_json(r, o)).cast<py::dict>();
@@ -259,6 +318,18 @@ PYBIND11_MODULE(_memfit, m) {
         return d;
       },
       py::arg("path"), py::arg("note"), "memfit's array cache file (a materialised torch Dataset), checked and opened.");
+
+  m.def(
+      "dataset_items",
+      [](py::object read, std::vector<int> shape, size_t n, int classes, const std::string& note) {
+        if (shape.size() != 3) throw py::value_error("dataset_items: shape is C, H, W");
+        DataSource d;
+        d.ds = std::make_shared<PyItems>(std::move(read), data::SampleShape{shape[0], shape[1], shape[2]}, n, classes,
+                                         note);
+        return d;
+      },
+      py::arg("read"), py::arg("shape"), py::arg("n"), py::arg("classes"), py::arg("note"),
+      "A Dataset read item by item on the loader's thread: read(i, epoch) -> (float32 C x H x W, label).");
 
   m.def(
       "default_cache_dir", [] { return data::default_cache_dir(); },

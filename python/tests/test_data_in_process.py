@@ -212,6 +212,33 @@ def test_a_random_transform_is_frozen_and_says_so(tmp_path):
     assert len(cached(cache)) == 1
 
 
+def test_a_dataset_read_per_epoch_draws_anew_each_epoch_and_resumes_exactly(tmp_path):
+    pytest.importorskip("torch")
+    from test_memfit import KillAt
+    x, y = arrays("train")
+    opts = dict(RUN, steps=30, materialise=False, classes=10)  # 160 / 16 = 10 steps an epoch: 3 epochs
+    opts.pop("progress")
+    # A deterministic transform read per epoch: what the materialised cache gives, bit for bit.
+    det = Deterministic(x, y, Scale(1 / 255))
+    cached_run = memfit.train(data=det, cache_dir=str(tmp_path / "cache"), out=tmp_path / "cached",
+                              progress=False, **dict(opts, materialise=True))
+    per_epoch = memfit.train(data=det, out=tmp_path / "det", progress=False, **opts)
+    assert "read per epoch on the loader's thread" in per_epoch.log
+    assert losses(per_epoch) == losses(cached_run)
+    # A random transform: drawn from (seed, epoch, index), so epochs differ and a resumed run draws the same.
+    rnd = Deterministic(x, y, Jitter(1 / 255))
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    whole = memfit.train(data=rnd, out=tmp_path / "whole", progress=False, **opts)
+    assert np.array_equal(np.random.get_state()[1], before)  # the caller's generator put back after each item
+    assert losses(whole) != losses(per_epoch)
+    out = tmp_path / "stopped"
+    with pytest.raises(memfit.Interrupted):
+        memfit.train(data=rnd, out=out, progress=KillAt(13), **opts)
+    resumed = memfit.train(data=rnd, resume=str(out), progress=False, **opts)
+    assert losses(resumed) == losses(whole)
+
+
 def test_torchvision_cifar10_over_the_fake_folder_trains(cifar_root, tmp_path):
     pytest.importorskip("torch")
     torchvision = pytest.importorskip("torchvision")
