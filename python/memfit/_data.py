@@ -165,9 +165,9 @@ def _hash_array(h, a):
 
 def _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id):
     x, y = _pair(data, "data")
-    test = _pair(test_data, "test_data") if test_data is not None else None
-    if test is not None and _is_map_dataset(test_data):
+    if test_data is not None and _is_map_dataset(test_data):
         raise DataError("test_data= is a torch Dataset but data= is arrays: pass both the same way")
+    test = _pair(test_data, "test_data") if test_data is not None else None
     top = int(max(y.max(), test[1].max() if test is not None and len(test[1]) else 0)) + 1
     classes = int(classes) if classes is not None else top
     h = hashlib.blake2b(digest_size=8)

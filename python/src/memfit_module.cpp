@@ -216,8 +216,10 @@ class PyItems final : public data::ExternalDataset {
       *label = static_cast<int32_t>(y);
     } catch (py::error_already_set& e) {
       // DataError from read() stays one; anything else names the item.
-      if (e.matches(py::module_::import("memfit._memfit").attr("DataError"))) throw data::DataError(e.what());
-      throw std::runtime_error("item " + std::to_string(i) + " of the Dataset: " + e.what());
+      const std::string text = py::str(e.value());
+      if (e.matches(py::module_::import("memfit._memfit").attr("DataError"))) throw data::DataError(text);
+      throw std::runtime_error("item " + std::to_string(i) + " of the Dataset raised " +
+                               std::string(py::str(e.type().attr("__name__"))) + ": " + text);
     }
   }
   std::shared_ptr<py::object> read_;

@@ -312,6 +312,15 @@ def test_a_bad_dataset_item_names_its_index_and_leaves_no_cache_file(tmp_path, h
     assert cached(cache) == []
 
 
+@pytest.mark.parametrize("how,message", [("shape", "item 7: an image of float32 \\[3, 8, 9\\]"),
+                                         ("nan", "item 7: its image holds NaN")])
+def test_a_bad_item_read_per_epoch_names_its_index(tmp_path, how, message):
+    pytest.importorskip("torch")
+    with pytest.raises(memfit.DataError, match=message):
+        memfit.train(data=Broken(how), materialise=False, classes=3, out=tmp_path / "run",
+                     **dict(RUN, batch=4, steps=6))
+
+
 def test_a_dataset_that_fails_midway_leaves_no_cache_file(tmp_path):
     pytest.importorskip("torch")
     cache = tmp_path / "cache"
