@@ -138,20 +138,21 @@ def _layout(x, layout, role):
 
 
 def _channel_stats(x, layout):
-    """Per-channel mean and std of x/255 (uint8), in chunks of samples (no full-size temporary)."""
+    """Per-channel mean and std of x/255 (uint8), from exact per-channel histograms taken in chunks of
+    samples (no full-size temporary)."""
     axis = {"NCHW": 1, "NHWC": 3, "NHW": None}[layout]
     channels = 1 if axis is None else x.shape[axis]
-    s = np.zeros(channels)
-    s2 = np.zeros(channels)
-    for i in range(0, x.shape[0], 1024):
-        c = x[i:i + 1024].astype(np.float64)
-        red = tuple(a for a in range(c.ndim) if a != axis)
-        s += c.sum(axis=red) if axis is not None else c.sum()
-        s2 += (c * c).sum(axis=red) if axis is not None else (c * c).sum()
-    n = x.size / channels
-    mean = s / n / 255.0
-    std = np.sqrt(np.maximum(s2 / n / 65025.0 - mean * mean, 0.0))
-    return [float(m) for m in mean], [float(v) if v > 1e-6 else 1.0 for v in std]
+    counts = np.zeros((channels, 256), np.int64)
+    for i in range(0, x.shape[0], 2048):
+        chunk = x[i:i + 2048]
+        for c in range(channels):
+            part = chunk if axis is None else np.take(chunk, c, axis=axis)
+            counts[c] += np.bincount(part.ravel(), minlength=256)
+    v = np.arange(256, dtype=np.float64)
+    n = counts.sum(axis=1)
+    mean = (counts @ v) / n / 255.0
+    var = np.maximum((counts @ (v * v)) / n / 65025.0 - mean * mean, 0.0)
+    return [float(m) for m in mean], [float(s) if s > 1e-6 else 1.0 for s in np.sqrt(var)]
 
 
 def _hash_array(h, a):
