@@ -104,6 +104,16 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     command does not take, Interrupted (a KeyboardInterrupt) on Ctrl-C, after
     the step in progress and the checkpoint. model may be a torch.nn.Module
     with example_input: it is exported to ONNX into the run directory.
+
+    data (and test_data) may be a path, or what the notebook holds:
+    (x, y) numpy arrays or CPU torch tensors, images [N, C, H, W],
+    [N, H, W, C] (detected: the last axis 1, 3 or 4 and axis 1 not;
+    layout= says it) or [N, H, W], uint8 or float32, read in place; token ids
+    [N, T] with labels [N] for the text classifiers; or a map-style torch
+    Dataset of (image, label), materialised once into the cache directory
+    (materialise=False: read on the loader's thread every epoch). Keywords
+    for them: classes=, normalize=(mean, std) for uint8 pixels, layout=,
+    vocab=, pad_id=, materialise=. Bad data raises DataError naming the index.
     """
     data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
     display = Display(show=progress is True)  # keeps the log either way
