@@ -272,7 +272,7 @@ std::shared_ptr<ArrayFileDataset> ArrayFileDataset::open(const std::string& path
   pread_all(d->fd_, d->labels_.data(), count * 4, labels_at, path);
   for (size_t i = 0; i < count; ++i)
     if (d->labels_[i] < 0 || d->labels_[i] >= d->classes_)
-      throw DataError(path + ": label " + std::to_string(d->labels_[i]) + " at index " + std::to_string(i) +
+      throw std::runtime_error(path + ": label " + std::to_string(d->labels_[i]) + " at index " + std::to_string(i) +
                       " is outside [0, " + std::to_string(classes) + ")");
   if (d->type_ == ElemType::U8) {
     Normalize n;

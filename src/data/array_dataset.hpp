@@ -139,7 +139,7 @@ class ArrayFileDataset final : public ExternalDataset {
  public:
   // Opens and checks the file (magic, version, sizes against the file's,
   // every label); throws std::runtime_error naming the path and what is
-  // wrong (a DataError for a label out of range).
+  // wrong (the file's fault, as every reader of memfit's files does).
   static std::shared_ptr<ArrayFileDataset> open(const std::string& path, std::string note);
   ~ArrayFileDataset() override;
   ArrayFileDataset(const ArrayFileDataset&) = delete;
