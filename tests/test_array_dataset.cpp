@@ -207,3 +207,41 @@ TEST(ArrayFileDataset, ReadsWhatTheArraysHoldAndChecksItsHeader) {
   EXPECT_NE(e.find("label 9 at index 3"), std::string::npos) << e;
   fs::remove_all(dir);
 }
+
+// Every header byte set to a few hostile values: the reader refuses the file
+// with a std::runtime_error or reads every sample of it; nothing else.
+TEST(ArrayFileDataset, HostileHeadersAreRefusedOrReadWhole) {
+  const fs::path dir = fs::temp_directory_path() / ("memfit-array-hostile-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const Images im;
+  const std::string path = write_cache(dir / "a.mfarr", im, 4, cifar10_normalize());
+  std::string good;
+  {
+    std::ifstream in(path, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  int refused = 0, read = 0;
+  std::vector<float> x(C * H * W);
+  for (size_t at = 0; at < 96 + 8 * C; ++at)
+    for (const unsigned char v : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
+      std::string bytes = good;
+      bytes[at] = static_cast<char>(v);
+      std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+      std::shared_ptr<ArrayFileDataset> f;
+      try {
+        f = ArrayFileDataset::open(path, "");
+      } catch (const std::runtime_error&) {
+        ++refused;
+        continue;
+      }
+      ++read;
+      for (size_t i = 0; i < f->size(); ++i) {
+        int32_t y = -1;
+        f->get(i, x.data(), &y);
+        ASSERT_TRUE(y >= 0 && y < f->num_classes()) << at;
+      }
+    }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(read, 0);  // the fingerprint and the statistics' bytes change nothing the reader trusts
+  fs::remove_all(dir);
+}

@@ -275,6 +275,8 @@ std::shared_ptr<ArrayFileDataset> ArrayFileDataset::open(const std::string& path
       throw std::runtime_error(path + ": label " + std::to_string(d->labels_[i]) + " at index " + std::to_string(i) +
                       " is outside [0, " + std::to_string(classes) + ")");
   if (d->type_ == ElemType::U8) {
+    for (float v : stats)
+      if (!std::isfinite(v)) throw std::runtime_error(path + ": its normalisation holds a value that is not finite");
     Normalize n;
     n.mean.assign(stats.begin(), stats.begin() + int64_t(C));
     n.stddev.assign(stats.begin() + int64_t(C), stats.end());
