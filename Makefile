@@ -69,7 +69,7 @@ GPT2_SHA256 := 306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
 WHISPER_VERSION := 20250625
 
 FUZZ_SECONDS ?= 60
-FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text cifar
+FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text cifar onnx array_cache
 
 BENCH_VENV ?= bench/.venv
 
