@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace memfit::data {
@@ -87,7 +88,18 @@ void channel_luts(const Normalize& n, int channels, std::vector<float>& lut) {
     // The formula of IdxDataset's and CifarDataset's tables, so that the
     // same pixels and statistics give the same floats.
     const float m = n.mean_at(c), inv = 1.0f / n.std_at(c);
-    for (int v = 0; v < 256; ++v) lut[static_cast<size_t>(c) * 256 + static_cast<size_t>(v)] = (float(v) / 255.0f - m) * inv;
+    for (int v = 0; v < 256; ++v) {
+      const float y = (float(v) / 255.0f - m) * inv;
+      // Finite statistics can still make an infinite table: a subnormal
+      // std (1 / 1e-40 is inf in float), or a huge mean over a small std.
+      if (!std::isfinite(y)) {
+        char msg[200];
+        std::snprintf(msg, sizeof(msg), "normalisation of channel %d (mean %g, std %g) takes pixel %d to %g: pass "
+                      "statistics of the data's own scale", c, double(m), double(n.std_at(c)), v, double(y));
+        throw DataError(msg);
+      }
+      lut[static_cast<size_t>(c) * 256 + static_cast<size_t>(v)] = y;
+    }
   }
 }
 
