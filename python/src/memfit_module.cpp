@@ -5,8 +5,12 @@
 // builds the notebook API on top.
 #include <Python.h>
 #include <omp.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
 
 #include <algorithm>
 #include <csignal>
@@ -19,6 +23,8 @@
 #include <vector>
 
 #include "cli/run_args.hpp"
+#include "data/array_dataset.hpp"
+#include "data/cache_file.hpp"
 #include "train/memory.hpp"
 #include "train/report.hpp"
 #include "train/run_report.hpp"
@@ -125,6 +131,104 @@ class PythonLog : public std::streambuf {
   }
 };
 
+// A dataset the package built (from arrays in place, or a cache file), as
+// the Python object memfit passes to train().
+struct DataSource {
+  std::shared_ptr<const data::ExternalDataset> ds;
+};
+
+// An array's buffer, held (and the array with it) until the last dataset
+// reading it goes; released with the GIL, from whichever thread drops it.
+struct HeldBuffer {
+  py::object owner;
+  py::buffer_info info;
+};
+
+data::ArrayView view_of(const py::buffer& b, const char* what) {
+  auto held = std::make_unique<HeldBuffer>();
+  held->owner = b;
+  held->info = b.request();
+  const py::buffer_info& in = held->info;
+  std::string f = in.format;
+  const char kind = f.empty() ? '?' : f.back();
+  data::ArrayView v;
+  if (in.itemsize == 1 && kind == 'B') v.type = data::ElemType::U8;
+  else if (in.itemsize == 4 && kind == 'f') v.type = data::ElemType::F32;
+  else if (in.itemsize == 4 && (kind == 'i' || kind == 'l')) v.type = data::ElemType::I32;
+  else if (in.itemsize == 8 && (kind == 'l' || kind == 'q')) v.type = data::ElemType::I64;
+  else
+    throw data::DataError(std::string(what) + ": elements of format '" + f + "' (" + std::to_string(in.itemsize) +
+                          " bytes): expected uint8 or float32 images, int32 or int64 labels and token ids");
+  v.data = static_cast<const std::byte*>(in.ptr);
+  v.shape.assign(in.shape.begin(), in.shape.end());
+  v.strides.assign(in.strides.begin(), in.strides.end());
+  v.keep_alive = std::shared_ptr<const void>(held.release(), [](const void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<const HeldBuffer*>(p);
+  });
+  return v;
+}
+
+// A map-style torch Dataset read item by item as the loader draws it, on
+// the loader's thread with the GIL taken for each item: `read(i, epoch)`
+// (memfit/_data.py) runs its transforms with the random generators seeded
+// from (the run's seed, epoch, i), so a random augmentation is drawn anew
+// each epoch and yet a resumed run draws what the uninterrupted one did. It
+// returns a float32 C x H x W array and the label, or raises DataError
+// naming the index. The Dataset's own memory is the notebook's (in the
+// measured baseline); each get() holds one item's tensors in Python's heap
+// for a moment (transient_bytes: a few samples' worth).
+class PyItems final : public data::ExternalDataset {
+ public:
+  PyItems(py::object read, data::SampleShape shape, size_t n, int classes, std::string note)
+      : read_(std::make_shared<py::object>(std::move(read))), shape_(shape), n_(n), classes_(classes),
+        note_(std::move(note)) {}
+  ~PyItems() override {
+    py::gil_scoped_acquire gil;
+    read_.reset();
+  }
+  size_t size() const override { return n_; }
+  int num_classes() const override { return classes_; }
+  data::SampleShape sample_shape() const override { return shape_; }
+  void get(size_t i, float* out, int32_t* label) const override { read(i, 0, out, label); }
+  void get_tensors_at(size_t i, uint64_t epoch, void* const* out) const override {
+    read(i, epoch, static_cast<float*>(out[0]), static_cast<int32_t*>(out[1]));
+  }
+  size_t resident_bytes() const override { return 0; }
+  size_t transient_bytes() const override { return 4 * data::sample_numel(shape_) * sizeof(float); }
+  std::string note() const override { return note_; }
+
+ private:
+  void read(size_t i, uint64_t epoch, float* out, int32_t* label) const {
+    if (i >= n_) throw std::out_of_range("PyItems: index " + std::to_string(i) + " >= size " + std::to_string(n_));
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple r = (*read_)(i, epoch);
+      auto a = r[0].cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
+      if (static_cast<size_t>(a.size()) != data::sample_numel(shape_))
+        throw data::DataError("item " + std::to_string(i) + ": " + std::to_string(a.size()) + " values, expected " +
+                              std::to_string(data::sample_numel(shape_)));
+      std::memcpy(out, a.data(), data::sample_numel(shape_) * sizeof(float));
+      const long y = r[1].cast<long>();
+      if (y < 0 || y >= classes_)
+        throw data::DataError("item " + std::to_string(i) + ": label " + std::to_string(y) + " is outside [0, " +
+                              std::to_string(classes_) + ")");
+      *label = static_cast<int32_t>(y);
+    } catch (py::error_already_set& e) {
+      // DataError from read() stays one; anything else names the item.
+      const std::string text = py::str(e.value());
+      if (e.matches(py::module_::import("memfit._memfit").attr("DataError"))) throw data::DataError(text);
+      throw std::runtime_error("item " + std::to_string(i) + " of the Dataset raised " +
+                               std::string(py::str(e.type().attr("__name__"))) + ": " + text);
+    }
+  }
+  std::shared_ptr<py::object> read_;
+  data::SampleShape shape_;
+  size_t n_;
+  int classes_;
+  std::string note_;
+};
+
 // The command's --json result (train::result_json) as a dict.
 py::dict result_dict(const train::TrainResult& r, const train::TrainOptions& o) {
   return py::module_::import("json").attr("loads")(train::result_json(r, o)).cast<py::dict>();
@@ -137,6 +241,101 @@ PYBIND11_MODULE(_memfit, m) {
   // The plan does not fit and nothing does: the message names the
   // predicted peak, its largest parts and the smallest budget that fits.
   py::register_exception<train::BudgetError>(m, "BudgetError", PyExc_RuntimeError);
+  // Bad data from the notebook (data/array_dataset.hpp): the message names
+  // the sample's index.
+  py::register_exception<data::DataError>(m, "DataError", PyExc_ValueError);
+
+  py::class_<DataSource>(m, "DataSource", "A dataset memfit reads: arrays in place, or a cache file.")
+      .def_property_readonly("size", [](const DataSource& d) { return d.ds->size(); })
+      .def_property_readonly("classes", [](const DataSource& d) { return d.ds->num_classes(); })
+      .def_property_readonly("note", [](const DataSource& d) { return d.ds->note(); })
+      .def_property_readonly("file", [](const DataSource& d) { return d.ds->file(); })
+      .def_property_readonly("resident_bytes", [](const DataSource& d) { return d.ds->resident_bytes(); })
+      .def_property_readonly("in_process_bytes", [](const DataSource& d) { return d.ds->in_process_bytes(); })
+      .def_property_readonly("fingerprint",
+                             [](const DataSource& d) {
+                               auto* f = dynamic_cast<const data::ArrayFileDataset*>(d.ds.get());
+                               return f ? f->fingerprint() : std::string();
+                             })
+      .def(
+          "sample",
+          [](const DataSource& d, size_t i) {
+            if (!d.ds->is_image()) throw py::value_error("sample(): an image dataset's");
+            const data::SampleShape sh = d.ds->sample_shape();
+            py::array_t<float> x({sh[0], sh[1], sh[2]});
+            int32_t y = 0;
+            d.ds->get(i, x.mutable_data(), &y);
+            return py::make_tuple(x, y);
+          },
+          py::arg("i"), "Sample i as the loader draws it (before augmentation): (float32 C x H x W, label).");
+
+  m.def(
+      "array_images",
+      [](py::buffer x, py::buffer y, const std::string& layout, int classes, std::vector<float> mean,
+         std::vector<float> stddev, const std::string& note) {
+        data::ArrayView xv = view_of(x, "x"), yv = view_of(y, "y");
+        const size_t axes = layout == "NHW" ? 3 : 4;
+        if (xv.shape.size() != axes)
+          throw data::DataError("x: layout " + layout + " needs " + std::to_string(axes) + " axes, x has " +
+                                std::to_string(xv.shape.size()));
+        if (layout == "NHWC") {
+          xv.shape = {xv.shape[0], xv.shape[3], xv.shape[1], xv.shape[2]};
+          xv.strides = {xv.strides[0], xv.strides[3], xv.strides[1], xv.strides[2]};
+        } else if (layout == "NHW") {
+          xv.shape = {xv.shape[0], 1, xv.shape[1], xv.shape[2]};
+          xv.strides = {xv.strides[0], 0, xv.strides[1], xv.strides[2]};
+        } else if (layout != "NCHW") {
+          throw py::value_error("layout '" + layout + "': expected NCHW, NHWC or NHW");
+        }
+        data::Normalize n;
+        if (!mean.empty()) n.mean = std::move(mean);
+        if (!stddev.empty()) n.stddev = std::move(stddev);
+        DataSource d;
+        py::gil_scoped_release nogil;  // the checks scan every value
+        d.ds = std::make_shared<data::ArrayImages>(std::move(xv), std::move(yv), classes, n, note);
+        return d;
+      },
+      py::arg("x"), py::arg("y"), py::arg("layout"), py::arg("classes"), py::arg("mean"), py::arg("std"),
+      py::arg("note"),
+      "Images read in place (no copy): x uint8 or float32 in LAYOUT, y int labels in [0, classes). uint8 pixels are "
+      "normalised per channel with mean/std; DataError names a bad index.");
+
+  m.def(
+      "array_tokens",
+      [](py::buffer x, py::buffer y, int classes, int64_t vocab, int32_t pad_id, const std::string& note) {
+        data::ArrayView xv = view_of(x, "x"), yv = view_of(y, "y");
+        DataSource d;
+        py::gil_scoped_release nogil;
+        d.ds = std::make_shared<data::ArrayTokens>(std::move(xv), std::move(yv), classes, vocab, pad_id, note);
+        return d;
+      },
+      py::arg("x"), py::arg("y"), py::arg("classes"), py::arg("vocab"), py::arg("pad_id"), py::arg("note"),
+      "Token ids [N, T] (int32/int64) and labels read in place; an example's length is T less its trailing pad_id.");
+
+  m.def(
+      "array_file",
+      [](const std::string& path, const std::string& note) {
+        DataSource d;
+        d.ds = data::ArrayFileDataset::open(path, note);
+        return d;
+      },
+      py::arg("path"), py::arg("note"), "memfit's array cache file (a materialised torch Dataset), checked and opened.");
+
+  m.def(
+      "dataset_items",
+      [](py::object read, std::vector<int> shape, size_t n, int classes, const std::string& note) {
+        if (shape.size() != 3) throw py::value_error("dataset_items: shape is C, H, W");
+        DataSource d;
+        d.ds = std::make_shared<PyItems>(std::move(read), data::SampleShape{shape[0], shape[1], shape[2]}, n, classes,
+                                         note);
+        return d;
+      },
+      py::arg("read"), py::arg("shape"), py::arg("n"), py::arg("classes"), py::arg("note"),
+      "A Dataset read item by item on the loader's thread: read(i, epoch) -> (float32 C x H x W, label).");
+
+  m.def(
+      "default_cache_dir", [] { return data::default_cache_dir(); },
+      "The cache directory when none is given ($MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit, ~/.cache/memfit).");
 
   m.def(
       "usage",
@@ -171,8 +370,10 @@ PYBIND11_MODULE(_memfit, m) {
 
   m.def(
       "plan",
-      [](const std::vector<std::string>& argv) {
-        const train::TrainOptions o = parse("plan", argv).options;
+      [](const std::vector<std::string>& argv, const DataSource* train_data, const DataSource* test_data) {
+        train::TrainOptions o = parse("plan", argv).options;
+        if (train_data) o.train_dataset = train_data->ds;
+        if (test_data) o.test_dataset = test_data->ds;
         std::ostringstream log;
         train::TrainResult r;
         {
@@ -185,13 +386,16 @@ PYBIND11_MODULE(_memfit, m) {
         d["log"] = log.str();
         return d;
       },
-      py::arg("argv"),
+      py::arg("argv"), py::arg("train_data") = nullptr, py::arg("test_data") = nullptr,
       "`memfit plan ARGV --json` in this process: {'json': the plan's JSON text, 'log': what the command prints}.");
 
   m.def(
       "train",
-      [](const std::vector<std::string>& argv, py::object on_text) {
+      [](const std::vector<std::string>& argv, py::object on_text, const DataSource* train_data,
+         const DataSource* test_data) {
         train::TrainOptions o = parse("train", argv).options;
+        if (train_data) o.train_dataset = train_data->ds;
+        if (test_data) o.test_dataset = test_data->ds;
         o.handle_signals = false;  // Python's handlers stay; PythonLog turns Ctrl-C into a stop request
         PythonLog buf(on_text);
         std::ostream log(&buf);
@@ -212,8 +416,8 @@ PYBIND11_MODULE(_memfit, m) {
         d["keyboard_interrupt"] = buf.interrupted();
         return d;
       },
-      py::arg("argv"), py::arg("on_text"),
-      "`memfit train ARGV` in this process, with the GIL released; on_text(str) receives the log at every flush.");
+      py::arg("argv"), py::arg("on_text"), py::arg("train_data") = nullptr, py::arg("test_data") = nullptr,
+      "`memfit train ARGV` in this process (train_data/test_data: DataSources in place of --data's files), with the GIL released; on_text(str) receives the log at every flush.");
 
   m.def(
       "write_report", [](const std::string& dir) { return train::write_run_report(dir); }, py::arg("run_dir"),

@@ -57,7 +57,7 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
   for (auto& m : models::zoo_names()) models += (models.empty() ? "" : "|") + m;
   a.add("model", &o.model, models + "|FILE", "zoo model or model file (default convnet)");
   a.add("data", &o.data, "PATH",
-        "IDX directory or image folder (default Fashion-MNIST); for a language model a text file or a directory of "
+        "IDX directory, CIFAR-10/100 folder (python or binary, or torchvision's root) or image folder (default Fashion-MNIST); for a language model a text file or a directory of "
         "text files (default the English fortunes); for a text classifier .jsonl/.csv or a folder per class");
   a.add("data-in", &o.data_in, "memory|disk|auto",
       "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
@@ -101,8 +101,13 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
         "text models: what to train, checked against --model (default: what the model is; a BERT is a classifier)");
   a.add("max-len", &o.max_len, "T",
         "text classifiers: tokens per example, longer ones truncated (default 128, or the model's limit)");
+  a.add("csv-columns", &o.csv_columns, "ROLES",
+        "text classifiers: a CSV without a header, its columns' roles in order, each label, text (several are "
+        "joined with a space) or -: label,text,text for AG News's train.csv/test.csv");
   a.add("image-size", &o.image_size, "PX", "image folders: resize to PX x PX (default 32)");
   a.add("channels", &o.channels, "1|3", "image folders: channels (default 3)");
+  a.add("cifar100-labels", &o.cifar100_labels, "fine|coarse",
+        "CIFAR-100: train on its 100 classes (fine, default) or its 20 superclasses (coarse)");
   a.add_flag("json", &o.json, "print one JSON object (for plan: the plan; for train: a summary as the last line)");
 }
 
@@ -286,7 +291,7 @@ RunArgs parse_train_args(const std::vector<std::string>& argv) {
     return r;
   }
   for (const char* f : {"data", "subset", "test-subset", "image-size", "channels", "eval-every", "tokenizer",
-                        "block-size", "val-fraction", "max-len"})
+                        "block-size", "val-fraction", "max-len", "csv-columns", "cifar100-labels"})
     if (a.given(f)) o.given.push_back(f);
   if ((r.error = invalid(o))) return r;
   if (o.profile > 0) o.steps = o.profile + 2;

@@ -169,7 +169,11 @@ void Loader::load_sample(uint32_t idx, uint64_t epoch, std::byte* const* rows, f
     return;
   }
   float* dst = reinterpret_cast<float*>(rows[0]);
-  ds_.get(idx, scratch, reinterpret_cast<int32_t*>(rows[1]));
+  // The sample of this epoch (a dataset whose samples vary with the epoch,
+  // such as a torch Dataset's items read per epoch, overrides get_tensors_at;
+  // the others answer with get()).
+  void* sample[2] = {scratch, rows[1]};
+  ds_.get_tensors_at(idx, epoch, sample);
   const int C = shape_[0], H = shape_[1], W = shape_[2], P = opt_.crop_padding;
   const uint64_t key = rng::stream_key(opt_.seed, detail::kAugmentStream, epoch);
   const uint64_t span = uint64_t(2 * P + 1);

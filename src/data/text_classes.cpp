@@ -131,6 +131,30 @@ void read_csv(const std::string& path, LabelledTexts& out) {
   }
 }
 
+// A CSV without a header: every row an example, its columns' roles given.
+void read_csv_columns(const std::string& path, const CsvColumns& columns, LabelledTexts& out) {
+  const std::vector<CsvRow> rows = parse_csv(read_text_file(path), path);
+  for (const CsvRow& row : rows) {
+    const std::string where = path + ":" + std::to_string(row.line);
+    if (row.fields.size() != columns.roles.size())
+      throw std::runtime_error(where + ": " + std::to_string(row.fields.size()) + " fields, --csv-columns names " +
+                               std::to_string(columns.roles.size()));
+    std::string text, label;
+    for (size_t k = 0; k < row.fields.size(); ++k) {
+      if (columns.roles[k] == CsvColumns::Label) {
+        label = row.fields[k];
+      } else if (columns.roles[k] == CsvColumns::Text) {
+        if (!text.empty() && !row.fields[k].empty()) text += ' ';
+        text += row.fields[k];
+      }
+    }
+    if (&row == &rows.front() && lower(label) == "label")
+      throw std::runtime_error(where + ": the first row looks like a header (its label is \"" + label +
+                               "\"); --csv-columns is for CSV files without one: leave it out to read the header");
+    add(out, std::move(text), std::move(label), where);
+  }
+}
+
 void read_folders(const std::string& dir, LabelledTexts& out) {
   std::vector<fs::path> classes;
   for (const fs::directory_entry& e : fs::directory_iterator(dir))
@@ -153,15 +177,44 @@ bool is_integer(const std::string& s) {
 
 }  // namespace
 
-LabelledTexts read_labelled(const std::string& path) {
+CsvColumns parse_csv_columns(const std::string& spec) {
+  CsvColumns c;
+  if (spec.empty()) return c;
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("--csv-columns '" + spec + "': " + why +
+                                 " (expected the roles of a header-less CSV's columns in order, each label, text or "
+                                 "-, with one label and at least one text: e.g. label,text,text for AG News)");
+  };
+  size_t start = 0;
+  for (;;) {
+    const size_t end = std::min(spec.find(',', start), spec.size());
+    const std::string r = lower(spec.substr(start, end - start));
+    if (r == "label") c.roles.push_back(CsvColumns::Label);
+    else if (r == "text") c.roles.push_back(CsvColumns::Text);
+    else if (r == "-" || r == "skip") c.roles.push_back(CsvColumns::Skip);
+    else throw bad("'" + r + "' is not a column role");
+    if (c.roles.size() > 1024) throw bad("more than 1024 columns");
+    if (end == spec.size()) break;
+    start = end + 1;
+  }
+  if (std::count(c.roles.begin(), c.roles.end(), CsvColumns::Label) != 1) throw bad("it needs exactly one label");
+  if (std::count(c.roles.begin(), c.roles.end(), CsvColumns::Text) < 1) throw bad("it needs a text column");
+  return c;
+}
+
+LabelledTexts read_labelled(const std::string& path, const CsvColumns& columns) {
   LabelledTexts out;
   out.source = path;
   std::error_code ec;
+  const std::string ext = lower(fs::path(path).extension().string());
+  if (!columns.empty() && !(ext == ".csv" && fs::is_regular_file(path, ec)))
+    throw std::runtime_error(path + ": --csv-columns describes CSV files without a header; this is not a .csv file "
+                                    "(leave the flag out for JSONL or a folder per class)");
   if (fs::is_directory(path, ec)) {
     read_folders(path, out);
   } else if (fs::is_regular_file(path, ec)) {
-    const std::string ext = lower(fs::path(path).extension().string());
-    if (ext == ".csv") read_csv(path, out);
+    if (ext == ".csv" && !columns.empty()) read_csv_columns(path, columns, out);
+    else if (ext == ".csv") read_csv(path, out);
     else if (ext == ".jsonl" || ext == ".json" || ext == ".ndjson") read_jsonl(path, out);
     else throw std::runtime_error(path + ": labelled text must be .jsonl or .csv (or a folder per class)");
   } else {

@@ -5,7 +5,10 @@
 //               (a label may be a string or an integer; blank lines skipped)
 //   FILE.csv    a header row naming a "text" and a "label" column (any
 //               order, other columns ignored), RFC 4180 quoting ("" inside
-//               quotes, newlines inside quoted fields)
+//               quotes, newlines inside quoted fields); or, with CsvColumns
+//               (--csv-columns label,text,text), no header: every row is an
+//               example whose columns have those roles (AG News, DBpedia,
+//               Yelp as torchtext downloads them)
 //   DIR         a folder per class, each file in it one example
 //               (DIR/sports/0001.txt ...)
 // Every bad row is an error naming the file and line: not JSON, no text or
@@ -29,9 +32,23 @@ struct LabelledTexts {
   size_t size() const { return texts.size(); }
 };
 
+// The columns of a CSV file without a header, in order: each "label" (one),
+// "text" (one or more: joined with a space, as torchtext joins AG News's
+// title and description) or "-" (ignored). Empty: the file has a header.
+struct CsvColumns {
+  enum Role : uint8_t { Label, Text, Skip };
+  std::vector<Role> roles;
+  bool empty() const { return roles.empty(); }
+};
+// Parses "label,text,text" (names case-insensitive, "-" or "skip" for an
+// ignored column); throws std::invalid_argument naming the flag, the text
+// and the accepted form. "" gives the empty CsvColumns.
+CsvColumns parse_csv_columns(const std::string& spec);
+
 // Throws std::runtime_error naming the file and line of a bad row, or the
-// path when there is nothing to read.
-LabelledTexts read_labelled(const std::string& path);
+// path when there is nothing to read. `columns` (when not empty) reads CSV
+// files without a header; it is an error for another kind of source.
+LabelledTexts read_labelled(const std::string& path, const CsvColumns& columns = {});
 
 // The classes of one or more label lists: their distinct labels, sorted
 // (numerically when every label is an integer, so "2" < "10").

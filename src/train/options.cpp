@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "data/text_classes.hpp"
 #include "memfit/recompute.hpp"
 #include "memfit/schedule.hpp"
 
@@ -102,6 +103,10 @@ void validate(const TrainOptions& o) {
   if (!o.task.empty() && o.task != "lm" && o.task != "classify")
     fail("--task expects lm or classify, got '" + o.task + "'");
   if (o.max_len < 0) fail("--max-len must be positive, got " + std::to_string(o.max_len));
+  if (o.cifar100_labels != "fine" && o.cifar100_labels != "coarse")
+    fail("--cifar100-labels expects fine (the 100 classes) or coarse (the 20 superclasses), got '" +
+         o.cifar100_labels + "'");
+  data::parse_csv_columns(o.csv_columns);  // throws std::invalid_argument naming the flag
   if (o.block_size < 0) fail("--block-size must be positive, got " + std::to_string(o.block_size));
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))
     fail("--val-fraction expects a fraction in [0, 1), got " + short_num(o.val_fraction));

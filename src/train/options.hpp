@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
+
+namespace memfit::data {
+class Dataset;
+}
 
 namespace memfit::train {
 
@@ -17,6 +22,11 @@ inline const char* precision_name(DType t) { return t == DType::bf16 ? "bf16" : 
 struct TrainOptions {
   std::string model = "convnet";
   std::string data = "/usr/share/datasets/fashion-mnist";
+  // Datasets the caller already holds (the Python package's data=(x, y), a
+  // torch Dataset's cache file; data/array_dataset.hpp), used in place of
+  // --data's files. `data` then names them: "python:<what>#<fingerprint>",
+  // the identity the checkpoint records and --resume compares.
+  std::shared_ptr<const data::Dataset> train_dataset, test_dataset;
   int64_t epochs = 5;
   int64_t steps = 0;           // > 0: stop after this many optimizer steps
   int64_t batch = 64;          // effective batch of one optimizer step
@@ -69,11 +79,15 @@ struct TrainOptions {
   // shorter ones padded with an attention mask); 0: 128, or the model's
   // max_sequence when that is shorter.
   int64_t max_len = 0;
+  // A header-less CSV's column roles ("label,text,text" for AG News;
+  // data::parse_csv_columns); "": the CSV names its columns in a header.
+  std::string csv_columns;
   // --task: "lm" or "classify", checked against the model ("": what the
   // model is).
   std::string task;
   int64_t image_size = 0;      // image folders: resize to this square size (0: 32)
   int64_t channels = 0;        // image folders: 1 or 3 (0: 3)
+  std::string cifar100_labels = "fine";  // CIFAR-100: its 100 classes (fine) or 20 superclasses (coarse)
   bool augment = false;        // random crop (pad 4) and horizontal flip
   double label_smoothing = 0.0;
   Backend backend = Backend::Cpu;

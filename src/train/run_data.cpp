@@ -8,6 +8,7 @@
 #include <ostream>
 #include <stdexcept>
 
+#include "data/cifar.hpp"
 #include "data/idx.hpp"
 #include "data/image_folder.hpp"
 #include "data/text_classes.hpp"
@@ -15,6 +16,7 @@
 #include "data/tokenizer.hpp"
 #include "memfit/rng.hpp"
 #include "models/model.hpp"
+#include "train/memory.hpp"
 
 namespace fs = std::filesystem;
 
@@ -184,6 +186,7 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
                              (o.data == default_classifier_data() ? ": make deps-text makes it (from the Debian fortune packages), or pass --data"
                                                                   : ": pass --data with a .jsonl or .csv file, or a folder with a folder per class"));
   data::LabelledTexts train, test;
+  const data::CsvColumns columns = data::parse_csv_columns(o.csv_columns);
   bool split = false;
   auto find = [&](std::initializer_list<const char*> names) -> std::string {
     for (const char* n : names)
@@ -192,12 +195,12 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
   };
   const std::string tr = fs::is_directory(o.data) ? find({"train.jsonl", "train.csv", "train"}) : "";
   if (!tr.empty()) {
-    train = data::read_labelled(tr);
+    train = data::read_labelled(tr, columns);
     const std::string te = find({"test.jsonl", "test.csv", "val.jsonl", "val.csv", "test", "val"});
-    if (!te.empty()) test = data::read_labelled(te);
+    if (!te.empty()) test = data::read_labelled(te, columns);
     split = true;
   } else {
-    data::LabelledSplit s = data::split_labelled(data::read_labelled(o.data), o.val_fraction, o.seed);
+    data::LabelledSplit s = data::split_labelled(data::read_labelled(o.data, columns), o.val_fraction, o.seed);
     train = std::move(s.train);
     test = std::move(s.held_out);
   }
@@ -259,13 +262,25 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
                 ", " + vocabulary_note(*d.tokenizer);
 }
 
-// MNIST-style IDX files or an image folder.
+// MNIST-style IDX files, CIFAR's archives or an image folder.
 void open_images(const TrainOptions& o, bool stream, Datasets& d) {
   if (!fs::exists(o.data))
     throw std::runtime_error("dataset not found at " + o.data +
                              (o.data == data::kFashionMnistDir ? ": install the Debian package dataset-fashion-mnist (make run and make deps-run do) or pass --data DIR"
-                                                                : ": pass --data with an IDX directory or an image folder"));
-  if (has_idx(o.data)) {
+                                                                : ": pass --data with an IDX directory, a CIFAR folder or an image folder"));
+  if (std::optional<data::CifarLayout> cifar = data::find_cifar(o.data)) {
+    // 3x32x32 as stored: --image-size and --channels resize image folders only.
+    if ((o.image_size && o.image_size != 32) || (o.channels && o.channels != 3))
+      throw std::invalid_argument(cifar->describe() + " images are 3 x 32 x 32; --image-size and --channels resize "
+                                  "image folders only: leave them out");
+    data::CifarOptions co;
+    co.coarse = o.cifar100_labels == "coarse";
+    if (co.coarse && cifar->kind != data::CifarKind::Cifar100)
+      throw std::invalid_argument("--cifar100-labels coarse: " + cifar->dir + " is CIFAR-10, which has one set of labels");
+    d.train_base = std::make_unique<data::CifarDataset>(data::CifarDataset::open(*cifar, "train", co));
+    d.test_base = std::make_unique<data::CifarDataset>(data::CifarDataset::open(*cifar, "test", co));
+    d.images_note = cifar->describe() + " in memory as uint8";
+  } else if (has_idx(o.data)) {
     d.idx = true;
     if (stream) {
       data::StreamOptions so;
@@ -291,8 +306,10 @@ void open_images(const TrainOptions& o, bool stream, Datasets& d) {
     if (fs::is_directory(test)) d.test_base = std::make_unique<data::ImageFolderDataset>(test.string(), io);
   } else {
     throw std::runtime_error("no dataset recognised at " + o.data +
-                             ": expected MNIST-style IDX files (train-images-idx3-ubyte[.gz], ...) or an image folder "
-                             "with train/<class>/ (and test/<class>/) subfolders");
+                             ": expected MNIST-style IDX files (train-images-idx3-ubyte[.gz], ...), CIFAR-10/100 as "
+                             "their archives unpack (cifar-10-batches-py/, cifar-100-python/, cifar-10-batches-bin/, "
+                             "cifar-100-binary/, or their parent folder), or an image folder with train/<class>/ (and "
+                             "test/<class>/) subfolders");
   }
 }
 
@@ -325,21 +342,52 @@ void check_task(const TrainOptions& o, const models::Model& model) {
       ", or leave --task out");
 }
 
+// The caller's datasets (the Python package's data=): what the model reads
+// must be what they hold.
+void open_external(const TrainOptions& o, const models::Model& model, bool reads_tokens, Datasets& d) {
+  if (model.task == models::Task::LanguageModel)
+    throw std::invalid_argument("model '" + o.model + "' is a language model, which trains on text files: pass data= "
+                                "a path; in-process data is for classifiers (images, or token ids with labels)");
+  for (const auto& ds : {o.train_dataset, o.test_dataset}) {
+    if (!ds) continue;
+    if (reads_tokens && ds->is_image())
+      throw std::invalid_argument("model '" + o.model + "' reads token ids, but data= holds images: pass token ids "
+                                  "[N, T] (int) with labels [N], or an image model");
+    if (!reads_tokens && !ds->is_image())
+      throw std::invalid_argument("model '" + o.model + "' reads images, but data= holds token ids: pass images "
+                                  "[N, C, H, W] or [N, H, W, C], or a text classifier (lstm-classifier, bert-tiny, ...)");
+  }
+  if (o.test_dataset) {
+    const std::string a = describe(o.train_dataset->tensors()), b = describe(o.test_dataset->tensors());
+    if (a != b)
+      throw data::DataError("test_data= holds samples of another shape or type than data=: data= " + a +
+                            "; test_data= " + b);
+  }
+  d.train_held = o.train_dataset;
+  d.test_held = o.test_dataset;
+  d.external = dynamic_cast<const data::ExternalDataset*>(o.train_dataset.get());
+}
+
 Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log) {
   Datasets d;
   const models::Model model = models::resolve(o.model);
   check_task(o, model);
   const bool reads_tokens = std::any_of(model.inputs.begin(), model.inputs.end(),
                                         [](const models::InputDecl& in) { return in.name == "tokens"; });
-  if (model.task == models::Task::LanguageModel) {
+  if (o.train_dataset) {
+    open_external(o, model, reads_tokens, d);
+  } else if (o.data.rfind("python:", 0) == 0) {
+    throw std::invalid_argument("this run's data is '" + o.data + "', data the notebook held (memfit.train(data=...)); "
+                                "pass that same data= again (a path names files)");
+  } else if (model.task == models::Task::LanguageModel) {
     open_text(o, model, d, log);
   } else if (reads_tokens) {
     open_labelled(o, model, d);
   } else {
     open_images(o, stream, d);
   }
-  d.train = d.train_base.get();
-  d.test = d.test_base.get();
+  d.train = d.train_held ? d.train_held.get() : d.train_base.get();
+  d.test = d.train_held ? d.test_held.get() : d.test_base.get();
   if (!o.subset.empty()) {
     d.train_sub = std::make_unique<data::Subset>(data::Subset::from_spec(*d.train, data::parse_subset(o.subset), o.seed));
     d.train = d.train_sub.get();
@@ -365,7 +413,18 @@ void prepare_streams(Datasets& d, std::ostream& log) {
 
 void describe_data(const Datasets& d, MemoryInputs& mi) {
   mi.data_cache.clear();
-  if (d.train_stream) {
+  if (d.external) {
+    // The notebook's arrays are read where they lie: their bytes are the
+    // dataset's resident bytes, which the baseline leaves out and this row
+    // shows (once); a torch Dataset's cache file is streamed from disk.
+    mi.data_cache = d.external->file();
+    mi.data_in = mi.data_cache.empty() ? "memory" : "disk";
+    const size_t own = d.external->in_process_bytes();
+    mi.data_note = d.external->note() +
+                   (own ? " (" + format_bytes(own) + " of the notebook's own memory, read in place)" : "") +
+                   (mi.data_cache.empty() ? "" : " streamed from disk (cache: " + mi.data_cache + ")") +
+                   " + loader buffers";
+  } else if (d.train_stream) {
     mi.data_in = "disk";
     mi.data_cache = d.train_stream->cache_path();
     mi.data_note = mi.data_cache == d.train_stream->images_path()
@@ -378,6 +437,9 @@ void describe_data(const Datasets& d, MemoryInputs& mi) {
   } else if (d.idx) {
     mi.data_in = "memory";
     mi.data_note = "dataset in memory + loader buffers";
+  } else if (!d.images_note.empty()) {
+    mi.data_in = "memory";
+    mi.data_note = d.images_note + " + loader buffers";
   } else {
     mi.data_in.clear();
     mi.data_note = "images decoded from disk + loader buffers";

@@ -1,11 +1,13 @@
 // The datasets of a run and where they live (--data-in): IDX data decoded in
-// memory or streamed from a disk cache, image folders decoded from disk.
+// memory or streamed from a disk cache, CIFAR in memory, image folders
+// decoded from disk.
 #pragma once
 
 #include <cstddef>
 #include <iosfwd>
 #include <memory>
 
+#include "data/array_dataset.hpp"
 #include "data/dataset.hpp"
 #include "data/idx_stream.hpp"
 #include "data/loader.hpp"
@@ -21,12 +23,17 @@ namespace memfit::train {
 // is null when there is no test split. Moving it keeps them valid.
 struct Datasets {
   std::unique_ptr<data::Dataset> train_base, test_base;
+  // The caller's datasets (TrainOptions::train_dataset, test_dataset), held
+  // for the run.
+  std::shared_ptr<const data::Dataset> train_held, test_held;
   std::unique_ptr<data::Subset> train_sub, test_sub;
   const data::Dataset* train = nullptr;
   const data::Dataset* test = nullptr;
   bool idx = false;                                  // IDX files: --data-in applies
   data::StreamedIdxDataset* train_stream = nullptr;  // IDX streamed from disk (else in memory)
   data::StreamedIdxDataset* test_stream = nullptr;
+  const data::ExternalDataset* external = nullptr;  // the caller's training data (in place, or its cache file)
+  std::string images_note;  // images held in memory by another reader (CIFAR), for the plan's data row
   // A language model's text: its tokenizer (saved with the run) and what
   // was read, for the plan's data row.
   std::shared_ptr<const data::Tokenizer> tokenizer;

@@ -108,11 +108,13 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   st_.extra["test_subset"] = o_.test_subset;
   st_.extra["image_size"] = std::to_string(o_.image_size);
   st_.extra["channels"] = std::to_string(o_.channels);
+  st_.extra["cifar100_labels"] = o_.cifar100_labels;
   if (p.data.tokenizer) {
     st_.extra["tokenizer"] = o_.tokenizer;
     st_.extra["block_size"] = std::to_string(o_.block_size);
     st_.extra["val_fraction"] = short_num(o_.val_fraction);
     st_.extra["max_len"] = std::to_string(o_.max_len);
+    st_.extra["csv_columns"] = o_.csv_columns;
   }
   if (!o_.resume.empty()) {
     if (dp_.active()) resume_rank();

@@ -115,6 +115,8 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
                           {"tokenizer", "tokenizer", &o.tokenizer, nullptr},
                           {"block-size", "block_size", nullptr, &o.block_size},
                           {"max-len", "max_len", nullptr, &o.max_len},
+                          {"csv-columns", "csv_columns", &o.csv_columns, nullptr},
+                          {"cifar100-labels", "cifar100_labels", &o.cifar100_labels, nullptr},
                           {"val-fraction", "val_fraction", nullptr, nullptr, &o.val_fraction}};
   std::string taken;
   for (const Field& f : fields) {
@@ -123,6 +125,13 @@ void adopt_resume_options(TrainOptions& o, std::ostream& log) {
     const std::string now = f.s ? *f.s : f.i ? std::to_string(*f.i) : short_num(*f.d);
     if (it->second == now) continue;
     const bool given = std::find(o.given.begin(), o.given.end(), f.flag) != o.given.end();
+    // In-process data (memfit.train(data=...)): `data` is its fingerprint.
+    if (std::string(f.key) == "data" && (it->second.rfind("python:", 0) == 0 || now.rfind("python:", 0) == 0) &&
+        (given || o.train_dataset))
+      throw std::runtime_error("cannot resume from " + o.resume + ": it was trained on " + it->second +
+                               ", this run's data is " + now +
+                               " (different data: another content, shape, dtype, normalisation or transform); "
+                               "resume with the data it was trained on");
     if (given)
       throw std::runtime_error("cannot resume from " + o.resume + ": it was trained with --" + f.flag + " " +
                                (it->second.empty() ? "(not given)" : it->second) + ", this run has --" + f.flag + " " +
