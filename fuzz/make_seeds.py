@@ -587,45 +587,15 @@ def torch_seeds():
 
 
 # Inputs that crash the importer (a signal or an exception that is not
-# memfit's): kept in regressions/onnx_pending/, which no test replays, until
-# models/onnx_*.cpp refuses them; then moved back to regressions/onnx.
-# Found by fuzz_onnx's first replay (the bug each shows, as of notebook-data):
-ONNX_PENDING = {
-    # protobuf's Get(i) past the end (CHECK failed: (index) < (current_size_),
-    # a google::protobuf::FatalException): a node's input(k) or output(0) read
-    # without checking input_size() or output_size()
-    "add_one_input.onnx",          # op_add -> fold_int: n.input(1)
-    "batchnorm_two_inputs.onnx",   # op_batchnorm: n.input(2..4)
-    "concat_nothing.onnx",         # op_concat -> bind_const: n.output(0)
-    "conv_one_input.onnx",         # op_conv: n.input(1)
-    "gather_one_input.onnx",       # op_gather: n.input(1)
-    "logsoftmax_no_output.onnx",   # op_log_softmax: n.output(0)
-    "relu_no_input.onnx",          # op_relu -> value: n.input(0)
-    "relu_no_output.onnx",         # op_relu -> bind: n.output(0)
-    "reshape_one_input.onnx",      # op_reshape -> const_ints -> constant: n.input(1)
-    "erf_no_output.onnx",          # find_gelu: ix.at(k).output(0)
-    "gelu_add_no_output.onnx",     # find_gelu -> gelu_tail: ix.at(plus).output(0)
-    "matmul_no_output.onnx",       # find_matmuls: ix.at(k).output(0)
-    # signals
-    "split_no_outputs.onnx",       # SIGFPE: op_split, xs[axis] % parts with parts = output_size() = 0
-    "fold_int_overflow.onnx",      # SIGFPE: fold_int, INT64_MIN / -1 (and INT64_MAX * 2, signed overflow)
-    "slice_of_wrapped_constant.onnx",  # SIGSEGV: read_tensor accepts dims [2^32, 2^32] with no data
-                                       # (numel wraps to 0); op_slice's slice_const reads 2^32 values of it
-    "squeeze_duplicate_axes.onnx",  # SIGABRT free(): invalid pointer: op_squeeze erases s[4] twice (axes [4, 4])
-    "unsqueeze_duplicate_axes.onnx",  # op_squeeze inserts at 5 into a 4-long Shape (axes [5, 5]): a heap
-                                      # overflow that the replay happens to survive (a garbage dim in the refusal)
-    # Refused in the normal build, but undefined behaviour that UBSan stops
-    # `make fuzz` on (signed overflow, an inf cast to int64):
-    "init_dims_wrap_zero.onnx",    # read_tensor -> numel (src/graph/graph.cpp:45): 2^32 * 2^32; then accepted
-    "init_dims_wrap_as_weight.onnx",  # the same, then refused by the graph
-    "reshape_huge.onnx",           # op_reshape (onnx_ops.cpp:345): known *= to[k] overflows
-    "reshape_wraps_to_numel.onnx",  # the same, the product wrapping to the input's own numel
-    "range_infinite.onnx",         # op_range (onnx_ops.cpp:617): static_cast<int64_t>(inf)
-    "conv_dilation_huge.onnx",     # infer_conv's out_size (src/graph/ops/conv.cpp:9): dil * (k - 1) overflows
-    "conv_pads_huge.onnx",         # the same: 2 * pad overflows
-}
-# Beside them, libFuzzer's finds (make fuzz, 60 s + 60 s in fork mode, all
-# mutations of the seeds), kept by found_by_libfuzzer():
+# memfit's) are kept in regressions/onnx_pending/, which no test replays,
+# until models/onnx_*.cpp refuses them; then moved back to regressions/onnx.
+# None is pending now. The first replay found 24 (each now refused where
+# the file is read: a node's input or output counts against its op's,
+# 64-bit overflow in constant folding, reshape sizes, initializer dims, conv
+# output sizes and numel, a repeated squeeze axis, a non-finite Range):
+ONNX_PENDING = set()
+# libFuzzer's finds (make fuzz, 60 s + 60 s in fork mode, all mutations of
+# the seeds), kept by found_by_libfuzzer() in regressions/onnx:
 #   crash-51278e35...: fold_int reads n.input(1) of an Add of one input
 #   crash-e6803b21...: op_gather reads n.input(1)
 #   crash-82d2bc34..., crash-bcbdadf2...: bind_const writes n.output(0) of a node with none
