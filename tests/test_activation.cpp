@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -72,9 +73,10 @@ Attrs attrs_of(const Kind& k) {
 }
 
 std::string label(const Kind& k) {
-  std::string s = k.name;
-  if (k.params.a != 0.0 || k.params.b != 0.0) s += "(" + std::to_string(k.params.a) + ", " + std::to_string(k.params.b) + ")";
-  return s;
+  std::ostringstream s;
+  s << k.name;
+  if (k.params.a != 0.0 || k.params.b != 0.0) s << "(" << k.params.a << ", " << k.params.b << ")";
+  return s.str();
 }
 
 // x moved 0.1 past any kink it is within 0.05 of.
@@ -240,7 +242,9 @@ TEST(ActivationKernels, LogisticFormsStayFiniteAndExactInTheTails) {
       const double want = std::string(kind) == "tanh" ? std::tanh(double(xs[i])) : sig(xs[i]);
       EXPECT_TRUE(std::isfinite(cpu.out.at(dx)[i])) << xs[i];
       EXPECT_GE(cpu.out.at(dx)[i], 0.0f) << xs[i];
-      if (std::abs(want) > 1e-30) EXPECT_NEAR(cpu.out.at(y)[i] / want, 1.0, 1e-6) << "x = " << xs[i];
+      if (std::abs(want) > 1e-30) {
+        EXPECT_NEAR(cpu.out.at(y)[i] / want, 1.0, 1e-6) << "x = " << xs[i];
+      }
     }
   }
 }
