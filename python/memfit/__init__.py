@@ -80,6 +80,7 @@ def plan(model="convnet", batch=None, memory=None, example_input=None, **options
     """
     data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
     train_src, test_src, options = _data_sources(options, data_kw, print)
+    options = _with_frozen(model, options)
     with tempfile.TemporaryDirectory(prefix="memfit-plan-") as tmp:
         model = _model_arg(model, _example(example_input, train_src), tmp)
         argv = to_argv({"model": model, "batch": batch, "memory": memory, **options})
@@ -103,7 +104,8 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     Raises BudgetError when nothing fits, ValueError for an option the
     command does not take, Interrupted (a KeyboardInterrupt) on Ctrl-C, after
     the step in progress and the checkpoint. model may be a torch.nn.Module
-    with example_input: it is exported to ONNX into the run directory.
+    with example_input: it is exported to ONNX into the run directory; its
+    parameters with requires_grad=False are frozen (added to freeze=).
 
     data (and test_data) may be a path, or what the notebook holds:
     (x, y) numpy arrays or CPU torch tensors, images [N, C, H, W],
@@ -120,6 +122,7 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     say = display if not callable(progress) else (lambda text: (display(text), progress(text)))
     train_src, test_src, rest = _data_sources({"data": data, **options}, data_kw, say)
     data, options = rest.pop("data", None), rest
+    options = _with_frozen(model, options)
     given = {"data": data, "batch": batch, "memory": memory, "steps": steps, "epochs": epochs, "out": out, **options}
     if "progress" in options:
         raise ValueError("memfit.train(progress=...) is True, False or a callable; the command's --progress "
@@ -177,6 +180,20 @@ def _example(example_input, source):
         return torch.zeros((1,) + tuple(x.shape))
     except (ImportError, ValueError):
         return None
+
+
+def _with_frozen(model, options):
+    """options with freeze= extended by a torch module's parameters that do
+    not require gradients (requires_grad=False: how PyTorch users freeze a
+    backbone), by their state_dict names, which the exported file keeps."""
+    if isinstance(model, (str, os.PathLike)) or not hasattr(model, "named_parameters"):
+        return options
+    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+    if not frozen:
+        return options
+    given = options.get("freeze")
+    given = [] if given is None else [given] if isinstance(given, str) else list(given)
+    return {**options, "freeze": given + [f for f in frozen if f not in given]}
 
 
 def _model_arg(model, example_input, folder):

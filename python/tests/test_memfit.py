@@ -187,6 +187,30 @@ def test_a_torch_model_goes_through_onnx(tmp_path):
     assert not torch.equal(trained[0].weight, make()[0].weight)
 
 
+@needs_fashion
+def test_requires_grad_false_freezes_the_parameter(tmp_path):
+    """A module's parameters with requires_grad=False (a frozen backbone, as
+    PyTorch users write it) do not train in memfit; the others do."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(8 * 14 * 14, 10))
+
+    net = make()
+    for p in net[0].parameters():
+        p.requires_grad = False
+    run = memfit.train(model=net, example_input=torch.zeros(1, 1, 28, 28), out=tmp_path / "frozen", progress=False,
+                       memory="512MiB", **dict(SHORT, steps=4))
+    trained = make()
+    run.load_into(trained)
+    untrained = make()
+    assert torch.equal(trained[0].weight, untrained[0].weight) and torch.equal(trained[0].bias, untrained[0].bias)
+    assert not torch.equal(trained[4].weight, untrained[4].weight)
+
+
 def _golden_export_module():
     """tests/golden/export_onnx.py (its TinyGPT: a GPT written as nanoGPT
     writes one), loaded by path."""
