@@ -70,6 +70,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import cpu_name  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 GIB = 1 << 30
@@ -97,16 +100,6 @@ def mib(b):
 def read(path):
     with open(path) as f:
         return f.read()
-
-
-def cpu_name():
-    try:
-        for line in read("/proc/cpuinfo").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # ---------------------------------------------------------------------------

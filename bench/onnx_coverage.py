@@ -37,6 +37,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import cpu_name  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -63,17 +66,6 @@ def make_images(folder, size, per_class):
                     for x in range(size):
                         px[x, y] = ((25 * c + x) % 256, (40 * c + y + rng.randrange(32)) % 256, (c * 60 + i * 7) % 256)
                 im.save(os.path.join(d, f"{i}.png"))
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def first_line_with(text, word):
@@ -182,7 +174,7 @@ def main():
             for f in os.listdir(work):  # the exports and runs take space; keep the images
                 if f.startswith(name + ".") or f == f"run-{name}":
                     subprocess.run(["rm", "-rf", os.path.join(work, f)])
-    stamp = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(),
+    stamp = {"date": datetime.date.today().isoformat(), "cpu": cpu_name(),
              "torch": torch.__version__, "torchvision": torchvision.__version__}
     falling = sum(1 for r in rows if r.get("falling"))
     print(f"<!-- {json.dumps(stamp)} -->")

@@ -1,9 +1,5 @@
 #include "data/cifar.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +9,7 @@
 #include <stdexcept>
 
 #include "data/pickle.hpp"
+#include "data/regular_file.hpp"
 
 namespace memfit::data {
 namespace {
@@ -39,40 +36,7 @@ struct Part {
 
 size_t record_bytes(CifarKind kind) { return (kind == CifarKind::Cifar10 ? 1 : 2) + kCifarImageBytes; }
 
-class Fd {
- public:
-  explicit Fd(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw std::runtime_error(path + ": not a regular file");
-    }
-    size_ = uint64_t(st.st_size);
-  }
-  ~Fd() { ::close(fd_); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  uint64_t size() const { return size_; }
-  void pread_all(void* dst, size_t n, uint64_t off) const {
-    auto* p = static_cast<uint8_t*>(dst);
-    size_t got = 0;
-    while (got < n) {
-      const ssize_t r = ::pread(fd_, p + got, n - got, off_t(off + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) throw std::runtime_error(path_ + ": byte " + std::to_string(off + got) + ": cannot read: " + std::strerror(errno));
-      if (r == 0)
-        throw std::runtime_error(path_ + ": byte " + std::to_string(off + got) + ": the file ends early (it shrank?)");
-      got += size_t(r);
-    }
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
+using Fd = RegularFile;
 
 // A list of ints in [0, classes), as bytes.
 std::vector<uint8_t> int_list(const pickle::Tree& t, const std::string& key, int classes) {

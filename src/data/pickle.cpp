@@ -1,15 +1,13 @@
 #include "data/pickle.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
+
+#include "data/regular_file.hpp"
 
 namespace memfit::data::pickle {
 namespace {
@@ -69,17 +67,7 @@ std::string hex8(uint8_t v) {
 // against what is left before anything is read or skipped.
 class Source {
  public:
-  explicit Source(const std::string& path) : path_(path), buf_(size_t(1) << 16) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw std::runtime_error(path + ": not a regular file");
-    }
-    size_ = uint64_t(st.st_size);
-  }
-  ~Source() { ::close(fd_); }
+  explicit Source(const std::string& path) : file_(path), path_(path), size_(file_.size()), buf_(size_t(1) << 16) {}
   Source(const Source&) = delete;
   Source& operator=(const Source&) = delete;
 
@@ -126,17 +114,12 @@ class Source {
     buf_start_ = pos_;
     buf_len_ = 0;
     const size_t want = size_t(std::min<uint64_t>(buf_.size(), size_ - pos_));
-    while (buf_len_ < want) {
-      const ssize_t r = ::pread(fd_, buf_.data() + buf_len_, want - buf_len_, off_t(pos_ + buf_len_));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) fail(pos_, std::string("cannot read: ") + std::strerror(errno));
-      if (r == 0) fail(pos_ + buf_len_, "the file ended while being read (it shrank?)");
-      buf_len_ += size_t(r);
-    }
+    file_.pread_all(buf_.data(), want, pos_);
+    buf_len_ = want;
   }
 
+  RegularFile file_;
   std::string path_;
-  int fd_ = -1;
   uint64_t size_ = 0, pos_ = 0, buf_start_ = 0;
   size_t buf_len_ = 0;
   std::vector<uint8_t> buf_;  // 64 KiB
