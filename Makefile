@@ -32,6 +32,9 @@ TORCH_PKGS := python3-torch python3-numpy
 # CIFAR10/CIFAR100 datasets test_cifar checks its fake CIFAR folders with
 # (without Recommends: they would add python3-av, FFmpeg's filters and Mesa).
 TORCHVISION_PKGS := python3-torchvision
+# PANDAS_PKGS (`make deps-torch` too): Debian's pandas, for data= a DataFrame
+# in the Python package's tests and the Hugging Face datasets package below.
+PANDAS_PKGS := python3-pandas
 # TEST_PKGS (`make test`, `make bench`): pytest for the Python package's
 # tests; chromium (a 130 MB download) renders the run report in the browser
 # test (tests/report_browser.sh; it skips without it).
@@ -68,12 +71,19 @@ GPT2_RANKS := $(GPT2_DIR)/gpt2.tiktoken
 GPT2_SHA256 := 306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
 WHISPER_VERSION := 20250625
 
+# Hugging Face's datasets (data= a datasets split, in the Python package's
+# tests), from PyPI into a folder of the project: pinned with the pyarrow
+# that still runs on Debian's numpy 1.24, and installed against the numpy and
+# pandas Debian has (pip's own copies of those two are removed, so torch and
+# the engine's extension see one numpy).
+HF_DATASETS_DIR := deps/hf-datasets
+HF_DATASETS_PINS := datasets==3.6.0 "pyarrow>=15,<17"
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text cifar onnx array_cache
 
 BENCH_VENV ?= bench/.venv
 
-.PHONY: deps deps-run deps-text deps-minilm deps-torch deps-test memfit build test run python bench bench-venv asan clang fuzz fuzz-deps clean
+.PHONY: deps deps-run deps-text deps-minilm deps-torch deps-hf hf-datasets deps-test memfit build test run python bench bench-venv asan clang fuzz fuzz-deps clean
 
 # What `make run` needs (RUN_PKGS).
 deps-run:
@@ -96,8 +106,22 @@ deps-torch:
 	$(call install_debs,$(TORCH_PKGS))
 	$(call install_debs,$(TORCHVISION_PKGS),--no-install-recommends)
 
+# Hugging Face's datasets (deps/hf-datasets/), with Debian's numpy and pandas.
+deps-hf: deps-torch
+	$(call install_debs,$(PANDAS_PKGS) python3-pip)
+	@[ -f $(HF_DATASETS_DIR)/.installed ] || $(MAKE) --no-print-directory hf-datasets
+hf-datasets:
+	@echo "memfit: installing Hugging Face datasets 3.6.0 (PyPI, with pyarrow 15-16, about 200 MB) into $(HF_DATASETS_DIR)/"
+	@rm -rf $(HF_DATASETS_DIR)
+	@np=$$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)') && \
+	  pd=$$(/usr/bin/python3 -c 'import pandas; print(pandas.__version__)') && \
+	  /usr/bin/python3 -m pip install -q --disable-pip-version-check --target $(HF_DATASETS_DIR) \
+	    $(HF_DATASETS_PINS) "numpy==$$np" "pandas==$$pd" && \
+	  rm -rf $(HF_DATASETS_DIR)/numpy $(HF_DATASETS_DIR)/numpy.libs $(HF_DATASETS_DIR)/numpy-* \
+	    $(HF_DATASETS_DIR)/pandas $(HF_DATASETS_DIR)/pandas-* $(HF_DATASETS_DIR)/bin && \
+	  PYTHONPATH=$(HF_DATASETS_DIR) /usr/bin/python3 -c 'import datasets' && touch $(HF_DATASETS_DIR)/.installed
 # Everything the test suite and the benches use.
-deps-test: deps-run deps-text deps-minilm deps-torch
+deps-test: deps-run deps-text deps-minilm deps-torch deps-hf
 	$(call install_debs,$(TEST_PKGS))
 
 deps: deps-test

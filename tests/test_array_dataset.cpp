@@ -144,6 +144,44 @@ TEST(ArrayTokens, LengthsAreUpToTheLastIdThatIsNotPadding) {
   EXPECT_NE(e.find("token id 9 at index 1, position 2"), std::string::npos) << e;
 }
 
+// A tokenizer's attention mask (uint8, as numpy's bools are viewed) gives
+// the lengths, whatever the ids after them; right padding only.
+TEST(ArrayTokens, AnAttentionMaskGivesTheLengths) {
+  std::vector<int32_t> t = {5, 6, 7, 1, 1,  //
+                            1, 4, 2, 1, 1};
+  std::vector<int32_t> y = {0, 1};
+  std::vector<uint8_t> m = {1, 1, 1, 1, 0,  //
+                            1, 1, 0, 0, 0};
+  auto tokens = [&] { return view(t.data(), ElemType::I32, {2, 5}, {20, 4}); };
+  auto labels = [&] { return view(y.data(), ElemType::I32, {2}, {4}); };
+  auto mask = [&] { return view(m.data(), ElemType::U8, {2, 5}, {5, 1}); };
+  ArrayTokens d(tokens(), labels(), 2, 8, 0, "t", mask());
+  std::vector<int32_t> tok(5), got(5);
+  int32_t len = 0, label = 0;
+  void* out[] = {tok.data(), got.data(), &len, &label};
+  d.get_tensors(0, out);
+  EXPECT_EQ(len, 4);  // pad id 0 appears nowhere: the mask alone says where each example ends
+  EXPECT_EQ(got, (std::vector<int32_t>{1, 1, 1, 1, 0}));
+  d.get_tensors(1, out);
+  EXPECT_EQ(len, 2);
+  EXPECT_EQ(tok, (std::vector<int32_t>{1, 4, 2, 1, 1}));
+  m[6] = 0;
+  m[8] = 1;  // example 1: 1 0 0 1 0, a token after padding
+  std::string e = error_of([&] { ArrayTokens(tokens(), labels(), 2, 8, 0, "t", mask()); });
+  EXPECT_NE(e.find("attention_mask at index 1: a 1 at position 3 after padding"), std::string::npos) << e;
+  m[8] = 0;
+  m[5] = 0;  // example 1 has no token
+  e = error_of([&] { ArrayTokens(tokens(), labels(), 2, 8, 0, "t", mask()); });
+  EXPECT_NE(e.find("attention_mask at index 1 has no 1"), std::string::npos) << e;
+  m[5] = 1;
+  m[2] = 3;
+  e = error_of([&] { ArrayTokens(tokens(), labels(), 2, 8, 0, "t", mask()); });
+  EXPECT_NE(e.find("attention_mask: 3 at index 0, position 2"), std::string::npos) << e;
+  m[2] = 1;
+  e = error_of([&] { ArrayTokens(tokens(), labels(), 2, 8, 0, "t", view(m.data(), ElemType::U8, {2, 4}, {5, 1})); });
+  EXPECT_NE(e.find("attention_mask: shape [2, 4]"), std::string::npos) << e;
+}
+
 namespace {
 
 // An array cache file as the Python package writes it (memfit/_data.py).

@@ -79,7 +79,7 @@ def plan(model="convnet", batch=None, memory=None, example_input=None, **options
     model may be a torch.nn.Module with example_input (exported to ONNX).
     """
     data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
-    train_src, test_src, options = _data_sources(options, data_kw, print)
+    train_src, test_src, options = _data_sources(options, data_kw, print, batch=batch)
     options = _with_frozen(model, options)
     with tempfile.TemporaryDirectory(prefix="memfit-plan-") as tmp:
         model = _model_arg(model, _example(example_input, train_src), tmp)
@@ -111,16 +111,26 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     (x, y) numpy arrays or CPU torch tensors, images [N, C, H, W],
     [N, H, W, C] (detected: the last axis 1, 3 or 4 and axis 1 not;
     layout= says it) or [N, H, W], uint8 or float32, read in place; token ids
-    [N, T] with labels [N] for the text classifiers; or a map-style torch
-    Dataset of (image, label), materialised once into the cache directory
-    (materialise=False: read on the loader's thread every epoch). Keywords
-    for them: classes=, normalize=(mean, std) for uint8 pixels, layout=,
-    vocab=, pad_id=, materialise=. Bad data raises DataError naming the index.
+    [N, T] (or a tokenizer's output with input_ids and attention_mask) with
+    labels [N] for the text classifiers; (texts, labels), strings the model's
+    tokenizer encodes as it does a JSONL file; a pandas DataFrame, a dict of
+    columns or a Hugging Face datasets split (or DatasetDict: its "train"
+    and "test"/"validation") with text, input_ids or image columns and
+    labels (columns=(x, label) names them); or a map-style torch Dataset of
+    (image, label), cached once into the cache directory or read on the
+    loader's thread every epoch: materialise=None ranks the two (random
+    transforms, or fewer reads than items: per epoch), True or False decides.
+    Keywords for them: classes=, normalize=(mean, std) for uint8 pixels,
+    layout=, vocab=, pad_id=, materialise=, columns=. Bad data raises
+    DataError naming the index.
     """
     data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
+    # Under mpirun, rank 0 speaks for the job; the other ranks show nothing.
+    if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) != "0":
+        progress = False
     display = Display(show=progress is True)  # keeps the log either way
     say = display if not callable(progress) else (lambda text: (display(text), progress(text)))
-    train_src, test_src, rest = _data_sources({"data": data, **options}, data_kw, say)
+    train_src, test_src, rest = _data_sources({"data": data, **options}, data_kw, say, batch=batch, steps=steps)
     data, options = rest.pop("data", None), rest
     options = _with_frozen(model, options)
     given = {"data": data, "batch": batch, "memory": memory, "steps": steps, "epochs": epochs, "out": out, **options}
@@ -149,7 +159,7 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     return run
 
 
-def _data_sources(options, data_kw, say):
+def _data_sources(options, data_kw, say, batch=None, steps=None):
     """data= / test_data= held in the notebook -> (train, test DataSources, options with data= their
     identity); a path (or none) -> (None, None, options as they were)."""
     data, test_data = options.get("data"), options.get("test_data")
@@ -162,10 +172,14 @@ def _data_sources(options, data_kw, say):
         return None, None, options
     options = dict(options)
     options.pop("test_data", None)
-    seed = options.get("seed")
-    seed = int(seed) if seed is not None else _memfit.options("train", [])["seed"]
+    parsed = _memfit.options("train", to_argv({**{k: v for k, v in options.items() if k != "data"},
+                                               "batch": batch, "steps": steps}))
+    # The items the run reads, when it says (steps x batch): with materialise=None, a Dataset read by
+    # fewer items than it holds is read per epoch rather than cached whole.
+    reads = parsed["steps"] * parsed["batch"] if parsed["steps"] > 0 else None
     train_src, test_src, ident = _data.sources(data, test_data, cache_dir=options.get("cache_dir"), say=say,
-                                               resume=options.get("resume"), seed=seed, **data_kw)
+                                               resume=options.get("resume"), seed=parsed["seed"], reads=reads,
+                                               **data_kw)
     options["data"] = ident
     return train_src, test_src, options
 

@@ -25,23 +25,31 @@
   thread instead, each epoch, seeded from (the run's seed, epoch, index):
   drawn anew per epoch, and the same draws on a resumed run.
 
+- (texts, labels), a pandas DataFrame, a dict of columns, a Hugging Face
+  datasets split: memfit/_tables.py finds their columns; texts go to the
+  model's tokenizer in the engine, token ids and images come back here as
+  arrays and a Dataset.
+- materialise=None ranks a Dataset's cache against reading it per epoch
+  (_rank_materialise) and says which it took and why.
+
 Bad data raises DataError (a ValueError) naming the index. The run's data
 option becomes "python:...#<fingerprint>", which the checkpoint records:
 resume= refuses other data.
 """
 import hashlib
 import os
+import shutil
 import struct
 import sys
 import time
 
 import numpy as np
 
-from . import _memfit
+from . import _memfit, _tables
 
 DataError = _memfit.DataError
 
-DATA_KEYWORDS = ("layout", "classes", "normalize", "vocab", "pad_id", "materialise")
+DATA_KEYWORDS = ("layout", "classes", "normalize", "vocab", "pad_id", "materialise", "columns")
 
 
 def is_in_process(data):
@@ -50,21 +58,140 @@ def is_in_process(data):
 
 
 def sources(data, test_data, *, layout=None, classes=None, normalize=None, vocab=None, pad_id=0, cache_dir=None,
-            say=print, resume=None, materialise=True, seed=42):
+            say=print, resume=None, materialise=None, seed=42, columns=None, reads=None):
     """(train DataSource, test DataSource or None, identity) for memfit.train's data= and test_data=.
     resume: the run directory to continue; data other than its checkpoint's is refused before anything
-    is materialised (the engine checks it again)."""
+    is materialised (the engine checks it again). reads: the items the run will read (steps x batch),
+    None when unknown: with materialise=None it ranks caching a Dataset against reading it per epoch."""
     check = _resume_check(resume)
+    if columns is not None and (not isinstance(columns, (tuple, list)) or len(columns) != 2):
+        raise ValueError("columns= is a pair: (the x column: text, token ids or images, the label column)")
+    if _tables.is_hf_dict(data):
+        if "train" not in data:
+            raise DataError(f"data=: a DatasetDict without a 'train' split (it has {list(data.keys())}): pass the "
+                            "split, data=d['...']")
+        if test_data is None:
+            test_data = next((data[k] for k in ("test", "validation") if k in data), None)
+        data = data["train"]
+    if _is_table(data):
+        data, test_data, done = _table_sources(data, test_data, columns, layout, classes, normalize, vocab, pad_id,
+                                               check)
+        if done is not None:
+            return done
+    elif columns is not None:
+        raise ValueError("columns= names a table's columns (a DataFrame, a dict of columns, a Hugging Face split)")
+    if isinstance(data, (tuple, list)) and len(data) == 2 and _tables.is_texts(data[0]):
+        if _is_table(test_data):
+            test_data = _tables.resolve(test_data, "test_data", columns)
+        return _text_sources(_tables.texts_of(data[0], "data"), _tables.labels_as_text(data[1], "data"),
+                             test_data, "texts", layout, classes, normalize, vocab, check)
     if isinstance(data, (tuple, list)):
         train, test, ident = _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id)
         check(ident)
         return train, test, ident
+    if _is_map_dataset(data) and materialise is None:
+        materialise, why = _rank_materialise(data, classes, normalize, cache_dir, reads)
+        say(f"memfit: data=: {why}\n")
     if _is_map_dataset(data) and not materialise:
         return _items_sources(data, test_data, classes, normalize, seed, check)
     if _is_map_dataset(data):
         return _dataset_sources(data, test_data, layout, classes, normalize, cache_dir, say, check)
     raise DataError(f"data={type(data).__name__}: expected a path, a pair (x, y) of numpy arrays or torch tensors, "
-                    "or a map-style torch Dataset (len() and [i] -> (image, label))")
+                    "(texts, labels), a map-style torch Dataset (len() and [i] -> (image, label)), a pandas "
+                    "DataFrame, a dict of columns or a Hugging Face datasets split")
+
+
+def _is_table(d):
+    return _tables.is_hf(d) or _tables.is_frame(d) or _tables.is_column_dict(d)
+
+
+def _table_sources(data, test_data, columns, layout, classes, normalize, vocab, pad_id, check):
+    """A table's columns: (data, test_data, None) to go on with (its images as a Dataset), or
+    (None, None, (train, test, identity)) when done."""
+    what = _tables.resolve(data, "data", columns)
+    if test_data is not None and not _is_table(test_data):
+        raise DataError(f"test_data= is a {type(test_data).__name__} but data= is a table: pass both the same way")
+    test = _tables.resolve(test_data, "test_data", columns) if test_data is not None else None
+    if test is not None and test[0] != what[0]:
+        raise DataError(f"test_data= holds {test[0]} but data= holds {what[0]}: pass both alike")
+    if what[0] == "images":
+        return what[1], test[1] if test is not None else None, None
+    if what[0] == "tokens":
+        _, ids, mask, y, _ = what
+        pair = ({"input_ids": ids, "attention_mask": mask} if mask is not None else ids, y)
+        tpair = None
+        if test is not None:
+            _, tids, tmask, ty, _ = test
+            tpair = ({"input_ids": tids, "attention_mask": tmask} if tmask is not None else tids, ty)
+        train, tsrc, ident = _array_sources(pair, tpair, layout, classes, normalize, vocab, pad_id)
+        check(ident)
+        return None, None, (train, tsrc, ident)
+    _, texts, labels, note = what
+    return None, None, _text_sources(texts, labels, test, note, layout, classes, normalize, vocab, check)
+
+
+def _text_sources(texts, labels, test, what, layout, classes, normalize, vocab, check):
+    """Labelled texts for the model's tokenizer. test: (texts, labels) or a table's resolved texts or None."""
+    for name, given in (("layout", layout), ("classes", classes), ("normalize", normalize), ("vocab", vocab)):
+        if given is not None:
+            raise ValueError(f"{name}= does not go with texts: the model's tokenizer makes the ids (tokenizer=, "
+                             "max_len=) and the labels are the classes")
+    ident = _tables.text_ident(texts, labels, what)
+    check(ident)
+    train = _tables.text_source(texts, labels, "data", what)
+    tsrc = None
+    if test is not None:
+        if isinstance(test, tuple) and len(test) == 4 and test[0] == "texts":
+            ttexts, tlabels = test[1], test[2]
+        elif isinstance(test, (tuple, list)) and len(test) == 2 and _tables.is_texts(test[0]):
+            ttexts, tlabels = _tables.texts_of(test[0], "test_data"), _tables.labels_as_text(test[1], "test_data")
+        else:
+            raise DataError("test_data= is not labelled texts but data= is: pass both the same way")
+        tsrc = _tables.text_source(ttexts, tlabels, "test_data", what)
+    return train, tsrc, ident
+
+
+def _rank_materialise(ds, classes, normalize, cache_dir, reads):
+    """materialise=None: (cache it?, the reason, as a line of the log). Reading per epoch keeps a random
+    transform's per-epoch draws and runs the transforms only for the items the run reads; the cache runs
+    them once for every item, then serves each read from disk in C++ (no Python per item)."""
+    n = len(ds)
+    name = type(ds).__name__
+    if n == 0:
+        return True, f"{name} is empty"  # the cache path names it
+    first, label0, random, reproducible = _probe(ds)
+    streamable = (classes is not None or getattr(ds, "targets", None) is not None
+                  or (isinstance(getattr(ds, "classes", None), (list, tuple)) and ds.classes))
+    if random and streamable:
+        return False, (f"{name}'s transforms are random (item 0 differs under two seeds): read per epoch on the "
+                       "loader's thread, drawn anew each epoch from the run's seed (materialise=True would cache "
+                       "one draw)")
+    if random:
+        return True, (f"{name}'s transforms are random, but it names no classes (.classes, .targets or classes=) "
+                      "to read it per epoch: materialised")
+    last = _seeded_item(ds, n - 1, _item_seed(0, 0, n - 1)) if n > 1 else (first, label0)
+    fp = _fingerprint(ds, (first, label0), last, not reproducible)
+    if normalize is not None:
+        stats = ([float(v) for v in normalize[0]], [float(v) for v in normalize[1]])
+        fp = hashlib.sha256(fp + repr(stats).encode()).digest()
+    folder = os.path.abspath(cache_dir or _memfit.default_cache_dir())
+    if os.path.exists(os.path.join(folder, f"torch-{name}-{fp.hex()[:16]}.mfarr")):
+        return True, f"{name} is in the cache already: read from there"
+    size = n * first.nbytes
+    probe = folder
+    while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    free = shutil.disk_usage(probe).free
+    fmt = _memfit.format_bytes
+    if free < size + (64 << 20) and streamable:
+        return False, (f"caching {name} would take {fmt(size)} and {probe} has {fmt(free)} free: read per epoch "
+                       "on the loader's thread instead")
+    if reads is not None and reads < n and streamable:
+        return False, (f"the run reads {reads} items, fewer than the {n} that caching {name} would transform: read "
+                       "per epoch on the loader's thread (materialise=True caches it)")
+    times = f"{reads / n:.1f} times" if reads is not None else "each epoch"
+    return True, (f"the run reads {name}'s {n} items {times}: its transforms run once into the cache "
+                  f"({fmt(size)}), each read after that comes from disk (materialise=False reads per epoch)")
 
 
 def _checkpoint_data(run_dir):
@@ -104,11 +231,27 @@ def _numpy(a, what):
     raise DataError(f"{what}: a {type(a).__name__}; expected a numpy array or a torch tensor")
 
 
+def _mask(m, role):
+    """An attention mask as the engine reads it: integers, bool viewed as uint8 (no copy)."""
+    m = _numpy(m, f"{role}'s attention_mask")
+    if m.dtype == np.bool_:
+        return m.view(np.uint8)
+    if m.dtype not in (np.uint8, np.int32, np.int64) or not m.dtype.isnative:
+        m = m.astype(np.int32)  # N x T x 4 bytes
+    return m
+
+
 def _pair(data, role):
+    """(x, y, attention mask or None). x may be a tokenizer's output (a mapping with input_ids and
+    optionally attention_mask)."""
     if not isinstance(data, (tuple, list)) or len(data) != 2:
         raise DataError(f"{role}=: expected a pair (x, y), got a {type(data).__name__}"
                         + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))
-    x, y = _numpy(data[0], f"{role}'s x"), _numpy(data[1], f"{role}'s y")
+    x, mask = data[0], None
+    if hasattr(x, "keys") and hasattr(x, "__getitem__") and "input_ids" in x:
+        mask = _mask(x["attention_mask"], role) if "attention_mask" in x else None
+        x = x["input_ids"]
+    x, y = _numpy(x, f"{role}'s x"), _numpy(data[1], f"{role}'s y")
     if y.ndim != 1:
         raise DataError(f"{role}'s y: labels [N] expected, got shape {list(y.shape)}")
     if x.ndim < 1 or x.shape[0] != y.shape[0]:
@@ -121,7 +264,9 @@ def _pair(data, role):
     if len(y) and y.min() < 0:
         i = int(np.flatnonzero(y < 0)[0])
         raise DataError(f"{role}: label {int(y[i])} at index {i} is negative; labels are classes 0, 1, ...")
-    return x, y
+    if mask is not None and x.ndim != 2:
+        raise DataError(f"{role}: an attention_mask goes with token ids [N, T], x has shape {list(x.shape)}")
+    return x, y, mask
 
 
 def _layout(x, layout, role):
@@ -165,7 +310,7 @@ def _hash_array(h, a):
 
 
 def _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id):
-    x, y = _pair(data, "data")
+    x, y, mask = _pair(data, "data")
     if test_data is not None and _is_map_dataset(test_data):
         raise DataError("test_data= is a torch Dataset but data= is arrays: pass both the same way")
     test = _pair(test_data, "test_data") if test_data is not None else None
@@ -178,20 +323,23 @@ def _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id):
                             "(images are [N, C, H, W], [N, H, W, C] or [N, H, W])")
         if vocab is None:
             vocab = int(max(x.max(), test[0].max() if test is not None else 0)) + 1
-        h.update(f"tokens classes={classes} vocab={vocab} pad={pad_id}".encode())
-        for a in (x, y):
+        h.update(f"tokens classes={classes} vocab={vocab} pad={pad_id} mask={mask is not None}".encode())
+        for a in (x, y) if mask is None else (x, y, mask):
             _hash_array(h, a)
         ident = f"python:tokens[{x.shape[0]}x{x.shape[1]} {x.dtype}]#{h.hexdigest()}"
-        note = f"token ids [{x.shape[0]}, {x.shape[1]}] {x.dtype} in place"
-        train = _memfit.array_tokens(x, y, classes, int(vocab), int(pad_id), note)
+        with_mask = ", lengths from the attention mask" if mask is not None else ""
+        note = f"token ids [{x.shape[0]}, {x.shape[1]}] {x.dtype} in place{with_mask}"
+        train = _memfit.array_tokens(x, y, classes, int(vocab), int(pad_id), note, mask)
         tsrc = None
         if test is not None:
-            tx, ty = test
+            tx, ty, tmask = test
             if tx.ndim != 2:
                 raise DataError(f"test_data's x: token ids [N, {x.shape[1]}] expected like data's, got shape {list(tx.shape)}")
             tsrc = _memfit.array_tokens(tx, ty, classes, int(vocab), int(pad_id),
-                                        f"token ids [{tx.shape[0]}, {tx.shape[1]}] in place")
+                                        f"token ids [{tx.shape[0]}, {tx.shape[1]}] in place", tmask)
         return train, tsrc, ident
+    if mask is not None:
+        raise DataError("data's x: an attention_mask goes with token ids [N, T]")
     lay = _layout(x, layout, "data")
     if x.dtype not in (np.uint8, np.float32):
         raise DataError(f"data's x: images of {x.dtype}; expected uint8 or float32 (x.astype(np.float32) makes a "
@@ -210,7 +358,7 @@ def _array_sources(data, test_data, layout, classes, normalize, vocab, pad_id):
     train = _memfit.array_images(x, y, lay, classes, mean, std, f"images [{shape}] {x.dtype} {lay} in place, {how}")
     tsrc = None
     if test is not None:
-        tx, ty = test
+        tx, ty, _ = test
         tlay = _layout(tx, layout, "test_data")
         if tx.dtype != x.dtype:
             raise DataError(f"test_data's x is {tx.dtype}, data's is {x.dtype}: pass both alike")

@@ -10,7 +10,9 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <iostream>
 #include <memory>
+#include <set>
 
 #include <algorithm>
 #include <csignal>
@@ -25,6 +27,8 @@
 #include "cli/run_args.hpp"
 #include "data/array_dataset.hpp"
 #include "data/cache_file.hpp"
+#include "data/text_classes.hpp"
+#include "dist/comm.hpp"
 #include "train/memory.hpp"
 #include "train/report.hpp"
 #include "train/run_report.hpp"
@@ -131,11 +135,35 @@ class PythonLog : public std::streambuf {
   }
 };
 
-// A dataset the package built (from arrays in place, or a cache file), as
-// the Python object memfit passes to train().
+// A dataset the package built (from arrays in place, or a cache file), or
+// labelled texts (a frame's columns) for the model's tokenizer, as the
+// Python object memfit passes to train().
 struct DataSource {
   std::shared_ptr<const data::ExternalDataset> ds;
+  std::shared_ptr<const data::LabelledTexts> texts;
+
+  size_t size() const { return ds ? ds->size() : texts->size(); }
+  int classes() const {
+    if (ds) return ds->num_classes();
+    return static_cast<int>(std::set<std::string>(texts->labels.begin(), texts->labels.end()).size());
+  }
+  // Into the options in place of --data's files.
+  void give(train::TrainOptions& o, bool test) const {
+    if (test && ds) o.test_dataset = ds;
+    else if (ds) o.train_dataset = ds;
+    else if (test) o.test_texts = texts;
+    else o.train_texts = texts;
+  }
 };
+
+// Under mpirun, the process is one rank of the job: the run takes the
+// job's size and this rank, rank 0 speaks for the job and the others write
+// nothing, and a rank that fails ends the whole job (the others would wait
+// for it in their next collective), as the command does.
+struct NullBuf : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+bool g_comm_started = false;  // a run asked for the job (and started MPI under mpirun)
 
 // An array's buffer, held (and the array with it) until the last dataset
 // reading it goes; released with the GIL, from whichever thread drops it.
@@ -246,12 +274,13 @@ PYBIND11_MODULE(_memfit, m) {
   py::register_exception<data::DataError>(m, "DataError", PyExc_ValueError);
 
   py::class_<DataSource>(m, "DataSource", "A dataset memfit reads: arrays in place, or a cache file.")
-      .def_property_readonly("size", [](const DataSource& d) { return d.ds->size(); })
-      .def_property_readonly("classes", [](const DataSource& d) { return d.ds->num_classes(); })
-      .def_property_readonly("note", [](const DataSource& d) { return d.ds->note(); })
-      .def_property_readonly("file", [](const DataSource& d) { return d.ds->file(); })
-      .def_property_readonly("resident_bytes", [](const DataSource& d) { return d.ds->resident_bytes(); })
-      .def_property_readonly("in_process_bytes", [](const DataSource& d) { return d.ds->in_process_bytes(); })
+      .def_property_readonly("size", &DataSource::size)
+      .def_property_readonly("classes", &DataSource::classes)
+      .def_property_readonly("note", [](const DataSource& d) { return d.ds ? d.ds->note() : d.texts->source; })
+      .def_property_readonly("file", [](const DataSource& d) { return d.ds ? d.ds->file() : std::string(); })
+      .def_property_readonly("resident_bytes", [](const DataSource& d) { return d.ds ? d.ds->resident_bytes() : 0; })
+      .def_property_readonly("in_process_bytes",
+                             [](const DataSource& d) { return d.ds ? d.ds->in_process_bytes() : 0; })
       .def_property_readonly("fingerprint",
                              [](const DataSource& d) {
                                auto* f = dynamic_cast<const data::ArrayFileDataset*>(d.ds.get());
@@ -260,7 +289,7 @@ PYBIND11_MODULE(_memfit, m) {
       .def(
           "sample",
           [](const DataSource& d, size_t i) {
-            if (!d.ds->is_image()) throw py::value_error("sample(): an image dataset's");
+            if (!d.ds || !d.ds->is_image()) throw py::value_error("sample(): an image dataset's");
             const data::SampleShape sh = d.ds->sample_shape();
             py::array_t<float> x({sh[0], sh[1], sh[2]});
             int32_t y = 0;
@@ -302,15 +331,45 @@ PYBIND11_MODULE(_memfit, m) {
 
   m.def(
       "array_tokens",
-      [](py::buffer x, py::buffer y, int classes, int64_t vocab, int32_t pad_id, const std::string& note) {
+      [](py::buffer x, py::buffer y, int classes, int64_t vocab, int32_t pad_id, const std::string& note,
+         std::optional<py::buffer> mask) {
         data::ArrayView xv = view_of(x, "x"), yv = view_of(y, "y");
+        std::optional<data::ArrayView> mv;
+        if (mask) mv = view_of(*mask, "attention_mask");
         DataSource d;
         py::gil_scoped_release nogil;
-        d.ds = std::make_shared<data::ArrayTokens>(std::move(xv), std::move(yv), classes, vocab, pad_id, note);
+        d.ds = std::make_shared<data::ArrayTokens>(std::move(xv), std::move(yv), classes, vocab, pad_id, note,
+                                                   std::move(mv));
         return d;
       },
       py::arg("x"), py::arg("y"), py::arg("classes"), py::arg("vocab"), py::arg("pad_id"), py::arg("note"),
-      "Token ids [N, T] (int32/int64) and labels read in place; an example's length is T less its trailing pad_id.");
+      py::arg("mask") = std::nullopt,
+      "Token ids [N, T] (int32/int64) and labels read in place; an example's length is T less its trailing pad_id, "
+      "or, with mask [N, T] (1 for a token, 0 for padding, the ones first), its mask's ones.");
+
+  m.def(
+      "labelled_texts",
+      [](const std::vector<std::string>& texts, const std::vector<std::string>& labels, const std::string& source) {
+        if (texts.size() != labels.size())
+          throw data::DataError(source + ": " + std::to_string(texts.size()) + " texts but " +
+                                std::to_string(labels.size()) + " labels: they must have the same length");
+        if (texts.empty()) throw data::DataError(source + ": no examples");
+        for (size_t i = 0; i < texts.size(); ++i) {
+          if (texts[i].empty()) throw data::DataError(source + ": the text at index " + std::to_string(i) + " is empty");
+          if (labels[i].empty())
+            throw data::DataError(source + ": the label at index " + std::to_string(i) + " is empty");
+        }
+        auto t = std::make_shared<data::LabelledTexts>();
+        t->texts = texts;
+        t->labels = labels;
+        t->source = source;
+        DataSource d;
+        d.texts = std::move(t);
+        return d;
+      },
+      py::arg("texts"), py::arg("labels"), py::arg("source"),
+      "Labelled texts (UTF-8 strings; labels as strings, an integer as its digits) that the model's tokenizer "
+      "encodes as it does a JSONL file's; DataError names an empty text or label.");
 
   m.def(
       "array_file",
@@ -372,8 +431,8 @@ PYBIND11_MODULE(_memfit, m) {
       "plan",
       [](const std::vector<std::string>& argv, const DataSource* train_data, const DataSource* test_data) {
         train::TrainOptions o = parse("plan", argv).options;
-        if (train_data) o.train_dataset = train_data->ds;
-        if (test_data) o.test_dataset = test_data->ds;
+        if (train_data) train_data->give(o, false);
+        if (test_data) test_data->give(o, true);
         std::ostringstream log;
         train::TrainResult r;
         {
@@ -394,11 +453,21 @@ PYBIND11_MODULE(_memfit, m) {
       [](const std::vector<std::string>& argv, py::object on_text, const DataSource* train_data,
          const DataSource* test_data) {
         train::TrainOptions o = parse("train", argv).options;
-        if (train_data) o.train_dataset = train_data->ds;
-        if (test_data) o.test_dataset = test_data->ds;
+        if (train_data) train_data->give(o, false);
+        if (test_data) test_data->give(o, true);
         o.handle_signals = false;  // Python's handlers stay; PythonLog turns Ctrl-C into a stop request
+        dist::Comm& comm = dist::Comm::world();  // MPI_Init under mpirun
+        g_comm_started = true;
+        o.ranks = comm.size();
+        o.rank = comm.rank();
+        try {
+          train::validate(o);  // what several ranks refuse
+        } catch (const std::invalid_argument& e) {
+          throw py::value_error(e.what());
+        }
         PythonLog buf(on_text);
-        std::ostream log(&buf);
+        NullBuf nothing;
+        std::ostream log(comm.rank() > 0 ? static_cast<std::streambuf*>(&nothing) : &buf);
         // The peak RSS a run reports is its own, as for the command's fresh
         // process, not what the notebook's process reached before it.
         train::reset_peak_rss();
@@ -406,10 +475,22 @@ PYBIND11_MODULE(_memfit, m) {
         {
           py::gil_scoped_release nogil;
           CommandThreads threads;
-          r = train::run_training(o, log);
+          try {
+            r = train::run_training(o, log);
+          } catch (const std::exception& e) {
+            if (!comm.distributed()) throw;
+            std::cerr << "memfit (" << comm.describe() << "): " << e.what() << std::endl;
+            comm.abort(1);
+          }
           log.flush();
         }
-        if (buf.failure()) std::rethrow_exception(buf.failure());
+        if (buf.failure()) {
+          if (comm.distributed()) {
+            std::cerr << "memfit (" << comm.describe() << "): the progress callable raised; ending the job" << std::endl;
+            comm.abort(1);
+          }
+          std::rethrow_exception(buf.failure());
+        }
         py::dict d = result_dict(r, o);
         // Ctrl-C was pressed: the run stopped early on it ("interrupted"),
         // or it came as the run was finishing anyway.
@@ -422,6 +503,15 @@ PYBIND11_MODULE(_memfit, m) {
   m.def(
       "write_report", [](const std::string& dir) { return train::write_run_report(dir); }, py::arg("run_dir"),
       "Writes RUN_DIR/report.html again from the run's files (`memfit report`); returns its path.");
+
+  // MPI ends with the interpreter (the job's ranks each finalize once).
+  m.def(
+      "finalize",
+      [] {
+        if (g_comm_started) dist::Comm::world().finalize();
+      },
+      "Ends MPI if a run under mpirun started it.");
+  py::module_::import("atexit").attr("register")(m.attr("finalize"));
 
   m.def("format_bytes", &train::format_bytes, py::arg("n"), "Bytes as the plan prints them: '123.4 MiB'.");
 }

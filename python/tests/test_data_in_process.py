@@ -351,3 +351,151 @@ def test_token_ids_train_a_text_classifier_in_place(tmp_path):
         memfit.train(data=(bad, y), vocab=50, **opts)
     with pytest.raises(ValueError, match="reads images, but data= holds token ids"):
         memfit.train(data=(x, y), **RUN)
+
+
+# ---- labelled texts, tables, attention masks ----
+
+TEXTS = ["the cat sat on the mat", "dogs bark at night", "a kitten and a puppy", "stocks fell sharply today",
+         "the market rose again", "bonds and shares", "my parrot talks", "interest rates went up"]
+TOPICS = ["pets", "pets", "pets", "money", "money", "money", "pets", "money"]
+TEXT_RUN = dict(model="lstm-classifier", batch=8, steps=6, threads=2, seed=3, progress=False)
+
+
+def text_examples(k=12):
+    """k copies of 8 labelled texts, each made distinct by a number."""
+    texts = [f"{t} {i}" for i in range(k) for t in TEXTS]
+    return texts, [lab for _ in range(k) for lab in TOPICS]
+
+
+def test_texts_train_as_the_same_jsonl_file_does_bit_for_bit(tmp_path):
+    import json
+    texts, labels = text_examples()
+    path = tmp_path / "topics.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(texts, labels)))
+    from_file = memfit.train(data=str(path), out=tmp_path / "file", **TEXT_RUN)
+    as_lists = memfit.train(data=(texts, labels), out=tmp_path / "lists", **TEXT_RUN)
+    assert len(losses(from_file)) == 6 and losses(as_lists) == losses(from_file)
+    assert "held out by --val-fraction" in as_lists.log  # the same split of one source as the file's
+    # A dict of columns and a pandas DataFrame (its Series of strings), the same examples.
+    as_dict = memfit.train(data={"text": texts, "label": labels}, out=tmp_path / "dict", **TEXT_RUN)
+    assert losses(as_dict) == losses(from_file)
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"review": texts, "topic": labels, "stars": range(len(texts))})
+    as_frame = memfit.train(data=frame, columns=("review", "topic"), out=tmp_path / "frame", **TEXT_RUN)
+    assert losses(as_frame) == losses(from_file)
+    # Integer labels are classes by value; a test split is used as given (no held-out part).
+    ints = [0 if y == "money" else 1 for y in labels]
+    split = memfit.train(data=(texts[:80], ints[:80]), test_data=(texts[80:], ints[80:]), out=tmp_path / "split",
+                         **TEXT_RUN)
+    assert "80 + 16 examples, 2 classes" in split.log and "held out" not in split.log
+    # Resuming with other texts is refused.
+    with pytest.raises(RuntimeError, match="cannot resume .*different data"):
+        memfit.train(data=(texts[1:], labels[1:]), resume=str(tmp_path / "lists"), **TEXT_RUN)
+
+
+def test_bad_texts_raise_data_error_naming_the_index(tmp_path):
+    texts, labels = text_examples(2)
+    with pytest.raises(memfit.DataError, match="16 texts but 15 labels"):
+        memfit.train(data=(texts, labels[:-1]), **TEXT_RUN)
+    with pytest.raises(memfit.DataError, match="text at index 5 is empty"):
+        memfit.train(data=(texts[:5] + [""] + texts[6:], labels), **TEXT_RUN)
+    with pytest.raises(memfit.DataError, match="label 1.5 at index 3 is not a class"):
+        memfit.train(data={"text": texts, "label": [0, 1, 0, 1.5] + [0] * 12}, **TEXT_RUN)
+    with pytest.raises(memfit.DataError, match="no label column: it has \\['text', 'y'\\]"):
+        memfit.train(data={"text": texts, "y": labels}, **TEXT_RUN)
+    with pytest.raises(ValueError, match="reads images, but data= holds labelled texts"):
+        memfit.train(data=(texts, labels), **dict(TEXT_RUN, model="convnet"))
+    with pytest.raises(ValueError, match="vocab= does not go with texts"):
+        memfit.train(data=(texts, labels), vocab=100, **TEXT_RUN)
+
+
+def test_an_attention_mask_gives_the_lengths(tmp_path):
+    rng = np.random.default_rng(1)
+    n, t = 128, 12
+    lengths = rng.integers(3, t + 1, size=n)
+    mask = (np.arange(t)[None, :] < lengths[:, None])
+    ids = np.where(mask, rng.integers(2, 40, size=(n, t)), 1).astype(np.int64)  # padded with id 1
+    y = (ids[:, 0] % 3).astype(np.int64)
+    opts = dict(TEXT_RUN, vocab=40)
+    by_pad = memfit.train(data=(ids, y), pad_id=1, out=tmp_path / "pad", **opts)
+    # A tokenizer's output: input_ids and a bool attention mask (read as bytes, in place).
+    by_mask = memfit.train(data=({"input_ids": ids, "attention_mask": mask}, y), out=tmp_path / "mask", **opts)
+    assert "lengths from the attention mask" in by_mask.log
+    assert len(losses(by_pad)) == 6 and losses(by_mask) == losses(by_pad)
+    # Without the mask, pad id 0 is not padding here: other lengths, other losses (the oracle can fail).
+    assert losses(memfit.train(data=(ids, y), out=tmp_path / "none", **opts)) != losses(by_pad)
+    left = mask[:, ::-1].copy()
+    with pytest.raises(memfit.DataError, match="attention_mask at index 0: a 1 at position .* after padding"):
+        memfit.train(data=({"input_ids": ids, "attention_mask": left}, y), **opts)
+    two = mask.astype(np.int32)
+    two[5, 0] = 2
+    with pytest.raises(memfit.DataError, match="attention_mask: 2 at index 5, position 0"):
+        memfit.train(data=({"input_ids": ids, "attention_mask": two}, y), **opts)
+
+
+class Labelled(Deterministic):
+    """Deterministic, with its labels as torchvision's datasets have them (.targets): readable per epoch."""
+
+    @property
+    def targets(self):
+        return list(self.y)
+
+
+def test_materialise_none_ranks_the_cache_against_reading_per_epoch(tmp_path):
+    pytest.importorskip("torch")
+    x, y = arrays("train")  # 160 items
+    cache = tmp_path / "cache"
+    opts = dict(RUN, cache_dir=str(cache))
+    # 8 steps x 16 = 128 reads, fewer than the 160 items a cache would transform: read per epoch.
+    few = memfit.train(data=Labelled(x, y, Scale(1 / 255)), out=tmp_path / "few", **opts)
+    assert "the run reads 128 items, fewer than the 160" in few.log and cached(cache) == []
+    # 40 steps: 640 reads, 4 per item: cached once, then read from disk.
+    many = memfit.train(data=Labelled(x, y, Scale(1 / 255)), out=tmp_path / "many", **dict(opts, steps=40))
+    assert "items 4.0 times: its transforms run once into the cache" in many.log and len(cached(cache)) == 1
+    # A random transform keeps its per-epoch draws, however many reads.
+    rnd = memfit.train(data=Labelled(x, y, Jitter(1 / 255)), out=tmp_path / "rnd", **dict(opts, steps=40))
+    assert "transforms are random (item 0 differs under two seeds): read per epoch" in rnd.log
+    assert len(cached(cache)) == 1
+    # materialise= decides when given.
+    forced = memfit.train(data=Labelled(x, y, Scale(1 / 255)), materialise=True, out=tmp_path / "forced", **opts)
+    assert "the run reads" not in forced.log and len(losses(forced)) == 8
+
+
+def test_ranks_under_mpirun_share_in_process_arrays(tmp_path):
+    """2 ranks x 16 samples of the notebook's arrays take the steps 1 process takes with 32 of them (to
+    the summation order of the gradient reduction: the command's data-parallel test's tolerance)."""
+    import shutil
+    import subprocess
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (openmpi-bin)")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_train_arrays.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def run(np_, batch, out):
+        cmd = [sys.executable, script, str(batch), str(out)]
+        if np_:
+            cmd = [mpirun, "--oversubscribe", "-np", str(np_), "--mca", "btl_vader_single_copy_mechanism", "none"] \
+                + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + cmd
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+    run(0, 32, tmp_path / "one")
+    two = run(2, 16, tmp_path / "two")
+    import json
+    a = [json.loads(s) for s in open(tmp_path / "one" / "steps.jsonl")]
+    b = [json.loads(s) for s in open(tmp_path / "two" / "steps.jsonl")]
+    la = [s["train_loss"] for s in a if "train_loss" in s]
+    lb = [s["train_loss"] for s in b if "train_loss" in s]
+    assert len(la) == 10 and len(lb) == 10
+    for p, q in zip(la, lb):
+        assert abs(p - q) <= 1e-5 * abs(p), (la, lb)
+    assert two.stdout.split() == ["rank", "0", "of", "2"], two.stdout  # rank 0 printed; rank 1 nothing
+    # A rank whose data is bad ends the whole job (no hang: mpirun stops the others), naming the sample.
+    bad = subprocess.run([mpirun, "--oversubscribe", "-np", "2", "--mca", "btl_vader_single_copy_mechanism", "none"]
+                         + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+                         + [sys.executable, script, "16", str(tmp_path / "bad"), "--bad-on-rank-1"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0
+    assert "token id 99 at index 3, position 2" in bad.stderr, bad.stderr

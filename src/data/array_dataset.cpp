@@ -62,6 +62,11 @@ int64_t index_of(ElemType t, const std::byte* p) {
   return x;
 }
 
+// An attention mask's value: uint8 (numpy's bool viewed as bytes), int32 or int64.
+int64_t mask_value(ElemType t, const std::byte* p) {
+  return t == ElemType::U8 ? static_cast<int64_t>(std::to_integer<uint8_t>(*p)) : index_of(t, p);
+}
+
 }  // namespace
 
 size_t elem_size(ElemType t) { return t == ElemType::U8 ? 1 : t == ElemType::I64 ? 8 : 4; }
@@ -167,9 +172,10 @@ float ArrayImages::fill_value(int c) const {
 
 // ---- ArrayTokens ----
 
-ArrayTokens::ArrayTokens(ArrayView tokens, ArrayView labels, int classes, int64_t vocab, int32_t pad_id, std::string note)
-    : tokens_(std::move(tokens)), labels_(std::move(labels)), vocab_(vocab), classes_(classes), pad_(pad_id),
-      note_(std::move(note)) {
+ArrayTokens::ArrayTokens(ArrayView tokens, ArrayView labels, int classes, int64_t vocab, int32_t pad_id, std::string note,
+                         std::optional<ArrayView> mask)
+    : tokens_(std::move(tokens)), labels_(std::move(labels)), mask_(std::move(mask)), vocab_(vocab), classes_(classes),
+      pad_(pad_id), note_(std::move(note)) {
   check_view(tokens_, 2, "tokens");
   if (tokens_.type != ElemType::I32 && tokens_.type != ElemType::I64)
     throw DataError(std::string("token ids: expected int32 or int64, got ") + elem_name(tokens_.type));
@@ -186,6 +192,51 @@ ArrayTokens::ArrayTokens(ArrayView tokens, ArrayView labels, int classes, int64_
         throw DataError("token id " + std::to_string(id) + " at index " + std::to_string(i) + ", position " +
                         std::to_string(t) + " is outside [0, " + std::to_string(vocab_) + ")");
     }
+  if (!mask_) return;
+  check_view(*mask_, 2, "attention_mask");
+  if (mask_->type == ElemType::F32)
+    throw DataError("attention_mask: expected integers (uint8, bool, int32 or int64), got float32");
+  if (mask_->shape[0] != tokens_.shape[0] || mask_->shape[1] != t_)
+    throw DataError("attention_mask: shape [" + std::to_string(mask_->shape[0]) + ", " + std::to_string(mask_->shape[1]) +
+                    "], the token ids' is [" + std::to_string(n_) + ", " + std::to_string(t_) + "]");
+  for (size_t i = 0; i < n_; ++i) {
+    const std::byte* row = mask_->data + int64_t(i) * mask_->strides[0];
+    bool padding = false;
+    for (int64_t t = 0; t < t_; ++t) {
+      const std::byte* p = row + t * mask_->strides[1];
+      const int64_t m = mask_value(mask_->type, p);
+      if (m != 0 && m != 1)
+        throw DataError("attention_mask: " + std::to_string(m) + " at index " + std::to_string(i) + ", position " +
+                        std::to_string(t) + "; expected 0 or 1");
+      if (m == 1 && padding)
+        throw DataError("attention_mask at index " + std::to_string(i) + ": a 1 at position " + std::to_string(t) +
+                        " after padding; memfit reads right-padded examples (the tokens first, then the padding: "
+                        "tokenizer padding_side='right')");
+      if (m == 0) padding = true;
+    }
+    const std::byte* first = row;
+    const int64_t m0 = mask_value(mask_->type, first);
+    if (m0 == 0) throw DataError("attention_mask at index " + std::to_string(i) + " has no 1: an empty example");
+  }
+}
+
+int64_t ArrayTokens::length(size_t i) const {
+  if (mask_) {
+    const std::byte* row = mask_->data + int64_t(i) * mask_->strides[0];
+    int64_t len = 0;
+    for (int64_t t = 0; t < t_; ++t) {
+      const std::byte* p = row + t * mask_->strides[1];
+      const int64_t m = mask_value(mask_->type, p);
+      if (m == 0) break;
+      len = t + 1;
+    }
+    return len;
+  }
+  const std::byte* row = tokens_.data + int64_t(i) * tokens_.strides[0];
+  int64_t len = 0;
+  for (int64_t t = 0; t < t_; ++t)
+    if (index_of(tokens_.type, row + t * tokens_.strides[1]) != pad_) len = t + 1;  // up to the last id not padding
+  return len;
 }
 
 std::vector<TensorSpec> ArrayTokens::tensors() const {
@@ -200,11 +251,8 @@ void ArrayTokens::get_tensors(size_t i, void* const* out) const {
   auto* tok = static_cast<int32_t*>(out[0]);
   auto* mask = static_cast<int32_t*>(out[1]);
   const std::byte* row = tokens_.data + int64_t(i) * tokens_.strides[0];
-  int64_t len = 0;
-  for (int64_t t = 0; t < t_; ++t) {
-    tok[t] = static_cast<int32_t>(index_of(tokens_.type, row + t * tokens_.strides[1]));
-    if (tok[t] != pad_) len = t + 1;  // the length: up to the last id that is not padding
-  }
+  for (int64_t t = 0; t < t_; ++t) tok[t] = static_cast<int32_t>(index_of(tokens_.type, row + t * tokens_.strides[1]));
+  const int64_t len = length(i);
   for (int64_t t = 0; t < t_; ++t) mask[t] = t < len ? 1 : 0;
   *static_cast<int32_t*>(out[2]) = static_cast<int32_t>(len);
   *static_cast<int32_t*>(out[3]) = static_cast<int32_t>(label_at(labels_, i));

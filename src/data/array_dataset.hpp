@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -103,18 +104,26 @@ class ArrayImages final : public ExternalDataset {
 class ArrayTokens final : public ExternalDataset {
  public:
   // tokens: N x T, I32 or I64, each id in [0, vocab); labels as ArrayImages.
-  ArrayTokens(ArrayView tokens, ArrayView labels, int classes, int64_t vocab, int32_t pad_id, std::string note);
+  // mask (optional): N x T, U8, I32 or I64, an attention mask as tokenizers
+  // make it: 1 for each of the example's tokens, then 0 for its padding. It
+  // gives the lengths (its ones) in place of trailing pad ids; a mask with a
+  // 0 before a 1 (left padding), a value other than 0 and 1, or no 1 at all
+  // is refused naming the index.
+  ArrayTokens(ArrayView tokens, ArrayView labels, int classes, int64_t vocab, int32_t pad_id, std::string note,
+              std::optional<ArrayView> mask = std::nullopt);
 
   size_t size() const override { return n_; }
   int num_classes() const override { return classes_; }
   std::vector<TensorSpec> tensors() const override;
   void get_tensors(size_t i, void* const* out) const override;
-  size_t resident_bytes() const override { return tokens_.bytes() + labels_.bytes(); }
+  size_t resident_bytes() const override { return tokens_.bytes() + labels_.bytes() + (mask_ ? mask_->bytes() : 0); }
   size_t in_process_bytes() const override { return resident_bytes(); }
   std::string note() const override { return note_; }
 
  private:
+  int64_t length(size_t i) const;  // example i's tokens
   ArrayView tokens_, labels_;
+  std::optional<ArrayView> mask_;
   size_t n_ = 0;
   int64_t t_ = 0, vocab_ = 0;
   int classes_ = 0;

@@ -12,6 +12,7 @@
 
 namespace memfit::data {
 class Dataset;
+struct LabelledTexts;
 }
 
 namespace memfit::train {
@@ -27,6 +28,12 @@ struct TrainOptions {
   // --data's files. `data` then names them: "python:<what>#<fingerprint>",
   // the identity the checkpoint records and --resume compares.
   std::shared_ptr<const data::Dataset> train_dataset, test_dataset;
+  // Labelled texts the caller holds (a pandas frame's or a Hugging Face
+  // split's text and label columns, a list of strings): tokenized by the
+  // model's tokenizer exactly as a JSONL or CSV file of the same examples
+  // is, in place of --data's files (test_texts: the held-out split; without
+  // it --val-fraction holds some out, as for one file).
+  std::shared_ptr<const data::LabelledTexts> train_texts, test_texts;
   int64_t epochs = 5;
   int64_t steps = 0;           // > 0: stop after this many optimizer steps
   int64_t batch = 64;          // effective batch of one optimizer step

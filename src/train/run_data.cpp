@@ -176,18 +176,36 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, s
   set_text(o, block, std::move(tok), std::move(c.train), std::move(c.held_out), files, documents, held_out, d);
 }
 
+void open_labelled_texts(const TrainOptions& o, const models::Model& model, data::LabelledTexts train,
+                         data::LabelledTexts test, bool split, Datasets& d);
+
 // A text classifier's data: labelled texts (data/text_classes.hpp). A file
 // is split by --val-fraction; a folder holding train.jsonl or train.csv
 // (and test.* or val.*) is taken as split; another folder is a folder per
 // class, split by --val-fraction, or train/ and test/ folders per class.
 void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& d) {
+  data::LabelledTexts train, test;
+  bool split = false;
+  if (o.train_texts) {
+    // The caller's texts: copied (tokenizing consumes its copy), the
+    // caller's own stay as they are.
+    if (o.test_texts) {
+      train = *o.train_texts;
+      test = *o.test_texts;
+      split = true;
+    } else {
+      data::LabelledSplit s = data::split_labelled(*o.train_texts, o.val_fraction, o.seed);
+      train = std::move(s.train);
+      test = std::move(s.held_out);
+    }
+    open_labelled_texts(o, model, std::move(train), std::move(test), split, d);
+    return;
+  }
   if (!fs::exists(o.data))
     throw std::runtime_error("no labelled text at " + o.data +
                              (o.data == default_classifier_data() ? ": make deps-text makes it (from the Debian fortune packages), or pass --data"
                                                                   : ": pass --data with a .jsonl or .csv file, or a folder with a folder per class"));
-  data::LabelledTexts train, test;
   const data::CsvColumns columns = data::parse_csv_columns(o.csv_columns);
-  bool split = false;
   auto find = [&](std::initializer_list<const char*> names) -> std::string {
     for (const char* n : names)
       if (fs::exists(fs::path(o.data) / n)) return (fs::path(o.data) / n).string();
@@ -204,6 +222,11 @@ void open_labelled(const TrainOptions& o, const models::Model& model, Datasets& 
     train = std::move(s.train);
     test = std::move(s.held_out);
   }
+  open_labelled_texts(o, model, std::move(train), std::move(test), split, d);
+}
+
+void open_labelled_texts(const TrainOptions& o, const models::Model& model, data::LabelledTexts train,
+                         data::LabelledTexts test, bool split, Datasets& d) {
   const std::vector<std::string> names = data::class_names_of({&train, &test});
   if (names.size() < 2)
     throw std::runtime_error(o.data + ": the examples have " + std::to_string(names.size()) +
@@ -376,6 +399,13 @@ Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log) {
                                         [](const models::InputDecl& in) { return in.name == "tokens"; });
   if (o.train_dataset) {
     open_external(o, model, reads_tokens, d);
+  } else if (o.train_texts) {
+    if (model.task == models::Task::LanguageModel || !reads_tokens)
+      throw std::invalid_argument("model '" + o.model + "' " +
+                                  (reads_tokens ? "is a language model, which trains on text files: pass data= a path"
+                                                : "reads images, but data= holds labelled texts") +
+                                  "; labelled texts train a text classifier (lstm-classifier, bert-tiny, minilm, ...)");
+    open_labelled(o, model, d);
   } else if (o.data.rfind("python:", 0) == 0) {
     throw std::invalid_argument("this run's data is '" + o.data + "', data the notebook held (memfit.train(data=...)); "
                                 "pass that same data= again (a path names files)");
