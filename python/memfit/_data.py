@@ -241,6 +241,19 @@ def _mask(m, role):
     return m
 
 
+def _lengths_mask(lengths, ids, role):
+    """Lengths [N] as the mask the engine reads: a bool [N, T] made here (N x T bytes)."""
+    n = _numpy(lengths, f"{role}'s lengths")
+    t = _numpy(ids, f"{role}'s x").shape[-1]
+    if n.ndim != 1 or not np.issubdtype(n.dtype, np.integer):
+        raise DataError(f"{role}'s lengths: integers [N] expected, got {n.dtype} of shape {list(n.shape)}")
+    bad = np.flatnonzero((n < 1) | (n > t))
+    if len(bad):
+        i = int(bad[0])
+        raise DataError(f"{role}'s lengths: {int(n[i])} at index {i} is outside [1, {t}]")
+    return (np.arange(t)[None, :] < n[:, None]).view(np.uint8)
+
+
 def _pair(data, role):
     """(x, y, attention mask or None). x may be a tokenizer's output (a mapping with input_ids and
     optionally attention_mask)."""
@@ -249,7 +262,10 @@ def _pair(data, role):
                         + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))
     x, mask = data[0], None
     if hasattr(x, "keys") and hasattr(x, "__getitem__") and "input_ids" in x:
-        mask = _mask(x["attention_mask"], role) if "attention_mask" in x else None
+        if "attention_mask" in x:
+            mask = _mask(x["attention_mask"], role)
+        elif "lengths" in x:
+            mask = _lengths_mask(x["lengths"], x["input_ids"], role)
         x = x["input_ids"]
     x, y = _numpy(x, f"{role}'s x"), _numpy(data[1], f"{role}'s y")
     if y.ndim != 1:

@@ -94,6 +94,17 @@ def test_the_plan_shows_the_notebooks_arrays_and_the_peak_stays_within_it(tmp_pa
     assert abs(peak - planned) <= 0.03 * planned, (peak, planned)
 
 
+def test_a_cached_dataset_is_streamed_within_the_plan(tmp_path):
+    pytest.importorskip("torch")
+    x = np.random.default_rng(0).integers(0, 256, size=(4096, 3, 32, 32), dtype=np.uint8)
+    y = (np.arange(4096) % 10).astype(np.int64)
+    run = memfit.train(data=Deterministic(x, y, Scale(1 / 255)), materialise=True, cache_dir=str(tmp_path / "c"),
+                       batch=32, steps=20, threads=2, progress=False, out=tmp_path / "run")
+    assert "streamed from disk (cache: " in run.log
+    planned, peak = run.result["planned_peak_bytes"], run.result["peak_rss_bytes"]
+    assert abs(peak - planned) <= 0.03 * planned, (peak, planned)  # test_plan_accuracy's bound
+
+
 class Deterministic:
     """A map-style Dataset over arrays with a deterministic transform, as torchvision's are."""
 
@@ -422,6 +433,11 @@ def test_an_attention_mask_gives_the_lengths(tmp_path):
     by_mask = memfit.train(data=({"input_ids": ids, "attention_mask": mask}, y), out=tmp_path / "mask", **opts)
     assert "lengths from the attention mask" in by_mask.log
     assert len(losses(by_pad)) == 6 and losses(by_mask) == losses(by_pad)
+    # Or the lengths themselves.
+    by_lengths = memfit.train(data=({"input_ids": ids, "lengths": lengths}, y), out=tmp_path / "len", **opts)
+    assert losses(by_lengths) == losses(by_pad)
+    with pytest.raises(memfit.DataError, match=r"lengths: 13 at index 4 is outside \[1, 12\]"):
+        memfit.train(data=({"input_ids": ids, "lengths": np.where(np.arange(n) == 4, 13, lengths)}, y), **opts)
     # Without the mask, pad id 0 is not padding here: other lengths, other losses (the oracle can fail).
     assert losses(memfit.train(data=(ids, y), out=tmp_path / "none", **opts)) != losses(by_pad)
     left = mask[:, ::-1].copy()
