@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
     }
     const size_t colon = pol.find(':');
     s.optimizer.kind = pol.substr(0, colon);
-    if (colon != std::string::npos) s.optimizer.state = pol.substr(colon + 1);
+    if (colon != std::string::npos) s.optimizer_state = pol.substr(colon + 1);
     s.optimizer.weight_decay = 0.1;
     const auto sg = train::build_step_graph(s);
     const Graph& g = sg->g;

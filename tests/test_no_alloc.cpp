@@ -281,7 +281,7 @@ class StepRunner {
     spec.saved = saved;
     spec.optimizer.kind = optimizer;
     spec.optimizer.momentum = 0.9;
-    spec.optimizer.state = state;
+    spec.optimizer_state = state;
     if (model == "lstm-classifier")  // tokens [T = 50] of a 500-word vocabulary, with lengths
       spec.data = {{"tokens", DType::i32, {50}, 0.0, 500}, {"lengths", DType::i32, {}, 0.0, 51},
                    {"labels", DType::i32, {}, -1.0, 10}};

@@ -225,8 +225,11 @@ TEST(Onnx, ActivationsMatchPyTorch) {
     if (n.op == "activation" && n.phase == Phase::Forward) kinds.insert(n.attrs.s("kind"));
   EXPECT_EQ(kinds, (std::multiset<std::string>{"clip", "hardswish", "silu", "hardsigmoid", "leaky_relu", "elu", "tanh",
                                                "hardsigmoid", "sigmoid"}));
-  for (const Node& n : sg->g.nodes())
-    if (n.op == "conv2d" && n.layer == "dw") EXPECT_EQ(n.attrs.i("groups"), 4);
+  for (const Node& n : sg->g.nodes()) {
+    if (n.op == "conv2d" && n.layer == "dw") {
+      EXPECT_EQ(n.attrs.i("groups"), 4);
+    }
+  }
 }
 
 // Each activation node imports with its attributes; Clip's bounds come from

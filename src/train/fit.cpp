@@ -9,21 +9,10 @@
 namespace memfit::train {
 
 std::string FitCandidate::describe() const {
-  const char* data = data_in == "disk" ? ", dataset streamed from disk" : data_in == "memory" ? ", dataset in memory" : "";
-  char buf[240];
-  const char* prec = precision == DType::bf16 ? ", bf16"
-                     : precision == DType::f16 ? ", fp16"
-                     : saved == DType::bf16    ? ", fp32 with bf16 saved activations"
-                                               : ", fp32";
-  const std::string state =
-      (optimizer_state.empty() || optimizer_state == "fp32" ? "" : ", " + optimizer_state + " optimizer state") +
-      std::string(master_weights == DType::bf16 ? ", bf16 master weights" : "");
-  std::snprintf(buf, sizeof buf, "micro-batch %lld x %lld%s, recompute %s%s%s%s: %.1f MiB, ~%.2f s/step",
-                static_cast<long long>(micro), static_cast<long long>(accumulate), prec, recompute.c_str(),
-                update_in_backward ? ", update in backward" : shard_gradients ? ", sharded gradients" : "",
-                state.c_str(), data,
-                static_cast<double>(total_bytes) / (1 << 20), predicted_seconds);
-  return buf;
+  char buf[80];
+  std::snprintf(buf, sizeof buf, ": %.1f MiB, ~%.2f s/step", static_cast<double>(total_bytes) / (1 << 20),
+                predicted_seconds);
+  return policy.describe() + buf;
 }
 
 double predict_step_seconds(double flops_per_second, double flops_per_micro, int64_t rows, int64_t accumulate,
@@ -81,9 +70,8 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   r.smallest.total_bytes = SIZE_MAX;
   const std::vector<FitPrecision> precisions =
       precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
-  const bool searched_state = !states_in.empty();
   const std::vector<FitState> states =
-      searched_state ? states_in : std::vector<FitState>{{base.optimizer.state, base.master_weights, 0.0}};
+      states_in.empty() ? std::vector<FitState>{{base.effective_state(), base.master_weights, 0.0}} : states_in;
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitState& st : states)
@@ -100,39 +88,33 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16)) continue;
       if (zero2 && (k > 1 || base.optimizer.shards < 2)) continue;
       if (fp.precision == DType::f16 && base.ranks > 1) continue;  // loss scaling decides per rank
+      StepPolicy p;
+      p.batch = batch / k;
+      p.accumulation = k;
+      p.recompute = rc;
+      p.update_in_backward = uib;
+      p.shard_gradients = zero2 || (base.shard_gradients && k == 1);
+      p.precision = fp.precision;
+      p.saved = fp.saved;
+      p.optimizer_state = st.state;
+      p.master_weights = st.weights;
       StepSpec s = base;
-      s.batch = batch / k;
-      s.accumulation = k;
-      s.recompute = rc;
-      s.update_in_backward = uib;
-      s.shard_gradients = zero2 || (base.shard_gradients && k == 1);
-      s.precision = fp.precision;
-      s.saved = fp.saved;
-      s.optimizer.state = st.state;
-      s.master_weights = st.weights;
+      s.policy() = p;
       auto sg = build_step_graph(s);
       // The plan alone: no executor, and each distinct layer's kernel is
       // built once across all candidates (plan_for's cache).
       const Plan plan = plan_for(sg->g, cfg);
       const double flops = graph_flops(sg->g);
       double trainable = 0;
-      for (ValueId p : sg->g.trainable_params()) trainable += static_cast<double>(numel(sg->g.value(p).shape));
+      for (ValueId v : sg->g.trainable_params()) trainable += static_cast<double>(numel(sg->g.value(v).shape));
       const double seconds =
-          fp.time_factor * predict_step_seconds(flops_per_second, flops, s.batch * rows_per_sample(base), k,
+          fp.time_factor * predict_step_seconds(flops_per_second, flops, p.batch * rows_per_sample(base), k,
                                                 sg->g.num_nodes()) +
           st.seconds_per_param * trainable;
       for (const FitData& d : data) {
         FitCandidate cand;
-        cand.micro = s.batch;
-        cand.accumulate = k;
-        cand.recompute = rc;
-        cand.update_in_backward = uib;
-        cand.shard_gradients = s.shard_gradients;
-        cand.precision = fp.precision;
-        cand.saved = fp.saved;
-        cand.optimizer_state = searched_state ? st.state : "";
-        cand.master_weights = st.weights;
-        cand.data_in = data.size() > 1 ? d.data_in : "";
+        cand.policy = p;
+        cand.policy.data_in = data.size() > 1 ? d.data_in : "";
         cand.total_bytes = d.fixed_bytes + plan.total_bytes();
         cand.step_flops = flops * static_cast<double>(k);
         cand.predicted_seconds = seconds + d.seconds_per_sample * static_cast<double>(batch);

@@ -16,20 +16,13 @@
 
 namespace memfit::train {
 
+// One policy the search tried, with what the plan and the cost model say of it.
 struct FitCandidate {
-  int64_t micro = 0, accumulate = 1;
-  std::string recompute = "auto";
-  bool update_in_backward = false;  // StepSpec::update_in_backward (accumulate 1 only)
-  bool shard_gradients = false;     // StepSpec::shard_gradients (several ranks, sharded state, accumulate 1)
-  std::string data_in;           // "memory" | "disk" when residency was searched, else ""
-  DType precision = DType::f32;  // activations (StepSpec::precision)
-  DType saved = DType::f32;      // saved-activation storage (StepSpec::saved)
-  std::string optimizer_state;   // OptimizerConfig::state when searched (an approximation), else ""
-  DType master_weights = DType::f32;  // StepSpec::master_weights (bf16: an approximation)
+  StepPolicy policy;             // data_in "" unless residency was searched
   size_t total_bytes = 0;        // predicted peak of the whole process
   double step_flops = 0;         // per optimizer step, recomputation included
   double predicted_seconds = 0;  // cost model, per optimizer step
-  std::string describe() const;
+  std::string describe() const;  // the policy's, its peak and step time
 };
 
 struct FitResult {
@@ -113,8 +106,8 @@ std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_f
 
 // base: the run's step spec (its batch is the effective batch).
 // data: the ways to hold the data, in order of preference (first wins a tie).
-// Every plan is tried with every entry; FitCandidate::data_in names the one
-// used when there is more than one.
+// Every plan is tried with every entry; the candidate's policy.data_in
+// names the one used when there is more than one.
 // precisions: the storage choices to try; empty = base's own.
 // states: the optimizer-state storages to try; empty = base's own.
 // flops_per_second: the machine profile's rate (predict_step_seconds).

@@ -126,4 +126,32 @@ std::string halved_note(const TrainOptions& h) {
          std::to_string(h.batch) + " unchanged)";
 }
 
+StepPolicy policy_of(const TrainOptions& o) {
+  StepPolicy p;
+  p.batch = micro_batch(o);
+  p.accumulation = o.accumulate;
+  p.recompute = o.recompute;
+  p.update_in_backward = o.update_in_backward;
+  p.shard_gradients = o.ranks > 1 && o.shard_optimizer && o.shard_gradients && o.accumulate == 1;
+  p.precision = o.precision;
+  p.saved = o.saved_activations;
+  p.optimizer_state = o.optimizer.state;
+  p.master_weights = o.master_weights;
+  p.data_in = o.data_in == "auto" ? "" : o.data_in;
+  return p;
+}
+
+TrainOptions with_policy(TrainOptions o, const StepPolicy& p) {
+  o.accumulate = p.accumulation;
+  o.recompute = p.recompute;
+  o.update_in_backward = p.update_in_backward;
+  o.shard_gradients = p.shard_gradients;
+  o.precision = p.precision;
+  o.saved_activations = p.saved;
+  if (!p.optimizer_state.empty()) o.optimizer.state = p.optimizer_state;
+  o.master_weights = p.master_weights;
+  if (!p.data_in.empty()) o.data_in = p.data_in;
+  return o;
+}
+
 }  // namespace memfit::train

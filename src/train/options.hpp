@@ -9,6 +9,7 @@
 
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
+#include "train/step_policy.hpp"
 
 namespace memfit::data {
 class Dataset;
@@ -17,8 +18,6 @@ struct LabelledTexts;
 
 namespace memfit::train {
 
-// The --precision spelling of an activation type.
-inline const char* precision_name(DType t) { return t == DType::bf16 ? "bf16" : t == DType::f16 ? "fp16" : "fp32"; }
 
 struct TrainOptions {
   std::string model = "convnet";
@@ -151,6 +150,14 @@ void validate(const TrainOptions& o);
 
 // The micro-batch of one forward and backward pass.
 inline int64_t micro_batch(const TrainOptions& o) { return o.batch / o.accumulate; }
+
+// The policy these options ask for: the one place the flags become a
+// StepPolicy (gradients are sharded only with several ranks, sharded
+// optimizer state and one micro-batch).
+StepPolicy policy_of(const TrainOptions& o);
+// The same options running `p` (a re-plan: what the fit chose); the
+// effective batch stays o.batch.
+TrainOptions with_policy(TrainOptions o, const StepPolicy& p);
 
 // Half the micro-batch, twice the accumulation: the effective batch, the
 // schedule and the step count stay as they were (update in backward, which

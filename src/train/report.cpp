@@ -194,7 +194,9 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   if (!r.cpu_model.empty()) {
     o << "  cpu: " << r.cpu_model << "; oneDNN " << r.onednn << " " << r.onednn_isa << " ("
       << (r.bf16_compute ? "bf16 compute" : "no bf16 compute") << "); memfit loops " << r.vector_isa << "\n";
-    if (!r.products.empty()) o << "  " << r.precision << " convolutions and linear layers: " << r.products << "\n";
+    if (!r.products.empty())
+      o << "  " << precision_name(r.policy ? r.policy->precision : DType::f32) << " convolutions and linear layers: "
+        << r.products << "\n";
   }
   if (!r.speed_source.empty()) {
     char buf[200];
@@ -320,12 +322,12 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                             {"bytes_per_parameter", r.trainable ? static_cast<double>(r.optstate) / static_cast<double>(r.trainable) : 0.0},
                             {"fp32_bytes", r.optstate_fp32}};
   o["master_weights"] = r.master_weights;
-  if (!r.precision.empty()) o["precision"] = r.precision;
-  if (!r.saved_activations.empty()) o["saved_precision"] = r.saved_activations;
-  if (r.micro_batch) {
-    o["micro_batch"] = r.micro_batch;
-    o["accumulate"] = r.accumulate;
-    o["recompute"] = r.recompute;
+  if (r.policy) {
+    o["precision"] = precision_name(r.policy->precision);
+    o["saved_precision"] = precision_name(r.policy->saved);
+    o["micro_batch"] = r.policy->batch;
+    o["accumulate"] = r.policy->accumulation;
+    o["recompute"] = r.policy->recompute;
     o["update_in_backward"] = r.update_in_backward;
     o["fitted"] = r.fitted;
   }

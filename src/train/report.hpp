@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "memfit/graph.hpp"
 #include "memfit/plan.hpp"
 #include "train/memory.hpp"
+#include "train/step_policy.hpp"
 
 namespace memfit {
 class Device;  // runtime/device.hpp
@@ -62,10 +64,7 @@ struct MemoryReport {
   int rank = 0, ranks = 1;
   bool sharded = false;
   std::string data_in, data_note, data_cache;  // as in MemoryInputs
-  std::string precision;        // "fp32" | "bf16" | "fp16" (activation storage)
-  std::string saved_activations;  // "fp32" | "bf16"
-  int64_t micro_batch = 0, accumulate = 1;  // the policy this plan runs with
-  std::string recompute = "auto";
+  std::optional<StepPolicy> policy;  // the policy this plan runs with (none: a bare graph's plan)
   bool fitted = false;            // chosen by the fit (over budget as asked)
   // The machine the plan is for: its processor, the instruction set oneDNN
   // and memfit's own loops run, and (bf16/fp16 runs) how the convolutions

@@ -23,26 +23,17 @@ namespace {
 // The training step of these options over the dataset's tensors.
 StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   StepSpec spec;
+  spec.policy() = policy_of(o);
   spec.data = train.tensors();
   spec.model = o.model;
-  spec.batch = micro_batch(o);
-  spec.accumulation = o.accumulate;
-  spec.update_in_backward = o.update_in_backward;
   spec.freeze = o.freeze;
   spec.bias_only = o.bias_only;
-  spec.recompute = o.recompute;
-  spec.precision = o.precision;
-  spec.saved = o.saved_activations;
-  spec.master_weights = o.master_weights;
   spec.classes = train.num_classes();
   spec.optimizer = o.optimizer;
   spec.ranks = o.ranks;
   if (o.ranks > 1 && o.shard_optimizer) {
     spec.optimizer.shard = o.rank;
     spec.optimizer.shards = o.ranks;
-    // (A fit that chose accumulation keeps the gradients whole: they must
-    // wait for the group's micro-batches.)
-    spec.shard_gradients = o.shard_gradients && o.accumulate == 1;
   }
   spec.label_smoothing = o.label_smoothing;
   return spec;
@@ -254,11 +245,7 @@ class Planner {
                     tg.updates_in_backward);
       log_ << buf;
     }
-    rep.precision = precision_name(o_.precision);
-    rep.saved_activations = precision_name(o_.saved_activations);
-    rep.micro_batch = spec_.batch;
-    rep.accumulate = o_.accumulate;
-    rep.recompute = o_.recompute;
+    rep.policy = spec_.policy();
     rep.fitted = o_.fitted;
     describe_machine(rep, device_for(o_.backend), o_.precision);
     describe_speed(rep);
@@ -314,8 +301,8 @@ class Planner {
       if (!a.fitting.empty()) {
         const FitCandidate& c = a.fitting[0];
         std::string flags;
-        if (c.optimizer_state != base.optimizer.state) flags += " --optimizer-state " + c.optimizer_state;
-        if (c.master_weights != base.master_weights) flags += " --master-weights bf16";
+        if (c.policy.optimizer_state != base.effective_state()) flags += " --optimizer-state " + c.policy.optimizer_state;
+        if (c.policy.master_weights != base.master_weights) flags += " --master-weights bf16";
         m << " It would fit with compact optimizer state or bf16 master weights, which change the numerics: "
              "--allow-approx lets the fit choose "
           << c.describe() << " (" << under(c) << "; or pass" << flags << " yourself).";
@@ -327,7 +314,7 @@ class Planner {
     if (base.optimizer.kind == "adam" || base.optimizer.kind == "adamw") {
       StepSpec f = base;
       f.optimizer.kind = "adafactor";
-      f.optimizer.state = "fp32";
+      f.optimizer.state = f.optimizer_state = "fp32";
       const FitResult a = search_fit(f, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions);
       if (!a.fitting.empty())
         m << " --optimizer adafactor (factored second moments, no first moment; a different optimizer) would fit: "
@@ -360,16 +347,7 @@ class Planner {
     log_ << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
          << "; fitting it (effective batch " << o_.batch << " unchanged):\n  chosen:    " << fr.fitting[0].describe() << "\n";
     if (fr.fitting.size() > 1) log_ << "  runner-up: " << fr.fitting[1].describe() << "\n";
-    TrainOptions next = o_;
-    next.accumulate = fr.fitting[0].accumulate;
-    next.recompute = fr.fitting[0].recompute;
-    next.update_in_backward = fr.fitting[0].update_in_backward;
-    next.shard_gradients = fr.fitting[0].shard_gradients;
-    next.precision = fr.fitting[0].precision;
-    next.saved_activations = fr.fitting[0].saved;
-    if (!fr.fitting[0].optimizer_state.empty()) next.optimizer.state = fr.fitting[0].optimizer_state;
-    next.master_weights = fr.fitting[0].master_weights;
-    if (!fr.fitting[0].data_in.empty()) next.data_in = fr.fitting[0].data_in;
+    TrainOptions next = with_policy(o_, fr.fitting[0].policy);
     next.auto_fit = false;
     next.fitted = true;
     return Replan{next};

@@ -125,7 +125,11 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   if (s.training) {
     sg->backward = build_backward(g, sg->loss);
     if (s.accumulation > 1) add_gradient_accumulation(g);
-    if (s.with_update) append_optimizer(g, s.optimizer);
+    if (s.with_update) {
+      OptimizerConfig oc = s.optimizer;
+      oc.state = s.effective_state();
+      append_optimizer(g, oc);
+    }
     sg->recompute = apply_recompute_policy(g, s.recompute);
     if (s.saved != DType::f32) sg->compress = compress_saved(g, s.saved);
     // Last: it places the updates among the nodes the passes above made.

@@ -12,15 +12,17 @@
 #include "memfit/recompute.hpp"
 #include "memfit/tensor_spec.hpp"
 #include "models/model.hpp"
+#include "train/step_policy.hpp"
 
 namespace memfit::train {
 
-struct StepSpec {
+// A step to build: the policy it runs with (micro-batch, accumulation,
+// precision, recomputation, ...; train/step_policy.hpp) and what it runs on.
+struct StepSpec : StepPolicy {
   std::string model = "convnet";
   // The model itself, when not found by name (programs and tests that
   // build their own); `model` then only names it.
   std::shared_ptr<const models::Model> model_def;
-  int64_t batch = 64;
   // The tensors one sample of the data holds (data::Dataset::tensors()).
   // Empty: an image [channels, height, width] and a label of `classes`.
   std::vector<TensorSpec> data;
@@ -28,6 +30,8 @@ struct StepSpec {
   int64_t classes = 10;
   bool training = true;
   double label_smoothing = 0.0;
+  // The optimizer; its state storage is the policy's optimizer_state where
+  // that is set.
   OptimizerConfig optimizer;
   bool with_update = true;  // append the optimizer update (training only)
   // Transfer learning: parameters whose names match one of these patterns
@@ -35,35 +39,19 @@ struct StepSpec {
   // frozen; bias_only freezes every parameter that is not a bias.
   std::vector<std::string> freeze;
   bool bias_only = false;
-  std::string recompute = "auto";  // none | auto | cheap | segments (memfit/recompute.hpp)
-  int64_t accumulation = 1; // > 1: `batch` is a micro-batch; gradients accumulate over this many
-  // One update per parameter inside backward, as soon as its gradient is
-  // complete (memfit/optim.hpp update_in_backward): gradients become
-  // transients. Not with accumulation or global-norm clipping.
-  bool update_in_backward = false;
   bool with_loss = true;    // false: no loss (evaluation)
   // Evaluation: xent_metrics over the logits and the target as outputs
   // (StepGraph::metrics), the logits then not kept as an output.
   bool with_metrics = false;
-  // Mixed precision: the type activations (and their gradients) are stored
-  // in between the model's input and its logits. Parameters, their
-  // gradients, optimizer state, batch-norm statistics and the loss stay f32.
-  DType precision = DType::f32;
-  // bf16: keep f32 values saved for backward as bf16 in between (lossy
-  // compression, memfit/recompute.hpp compress_saved); f32: as computed.
-  DType saved = DType::f32;
-  // bf16 master weights (Graph::weight_storage): every weight of rank >= 2
-  // is stored in bf16 and updated from its f32 gradient with stochastic
-  // rounding; vectors (biases, norms) stay f32. An approximation: the
-  // weights carry 8 significant bits.
-  DType master_weights = DType::f32;
   // Data parallelism: the ranks the gradients are averaged over (the update
   // waits for that, so never inside backward); the optimizer's shards
   // (OptimizerConfig::shard) say which parameters this rank updates.
   int ranks = 1;
-  // With the optimizer state sharded (optimizer.shards > 1): the gradients
-  // too (ZeRO stage 2; memfit/optim.hpp shard_gradients).
-  bool shard_gradients = false;
+
+  StepPolicy& policy() { return *this; }
+  const StepPolicy& policy() const { return *this; }
+  // The state storage the optimizer gets: the policy's, else the optimizer's own.
+  const std::string& effective_state() const { return optimizer_state.empty() ? optimizer.state : optimizer_state; }
 };
 
 // One named input of a step: a model input or the target.

@@ -51,12 +51,7 @@ void initialise_weights(RunPlan& p, std::ostream& log) {
 void check_same_plan(const RunPlan& p) {
   dist::Comm& c = dist::Comm::world();
   if (!c.distributed()) return;
-  const TrainOptions& o = p.options;
-  const std::string mine = "micro-batch " + std::to_string(micro_batch(o)) + " x " + std::to_string(o.accumulate) +
-                           ", recompute " + o.recompute + ", precision " + precision_name(o.precision) +
-                           ", saved " + precision_name(o.saved_activations) + ", optimizer state " + o.optimizer.state +
-                           ", master weights " + precision_name(o.master_weights) + ", gradients " +
-                           (o.shard_gradients && o.shard_optimizer && o.accumulate == 1 ? "sharded" : "whole");
+  const std::string mine = policy_of(p.options).key();
   const uint64_t h = rng::fnv1a(rng::kFnvOffset, mine.data(), mine.size());
   const std::vector<uint64_t> all = c.allgather(h);
   for (uint64_t x : all)
