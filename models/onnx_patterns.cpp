@@ -1,6 +1,7 @@
 // Patterns of several ONNX nodes that become one memfit op (onnx_import.hpp):
 // the GELU torch writes out with Erf or Tanh, SiLU as x * Sigmoid(x), MatMuls whose operands come
-// through Transposes (and nn.Linear's MatMul + bias Add), and attention as
+// through Transposes (and nn.Linear's MatMul + bias Add), the Transposes around a
+// recurrent layer (RNN, GRU, LSTM), and attention as
 // torch exports it from q @ k.transpose(-2, -1). Found once, when the file is
 // read: each match records its inputs by ONNX name, and its nodes are
 // skipped when the graph is converted. A pattern matches only where each
@@ -316,10 +317,58 @@ void find_matmuls(OnnxFile& f, Index& ix) {
   }
 }
 
+// The Transposes (and Y's Squeeze) around each RNN, GRU and LSTM node
+// (RecurrentMatch). Squeeze's axes are checked when the match is converted.
+void find_recurrent(OnnxFile& f, Index& ix) {
+  const Shape swap01{1, 0, 2};
+  for (int k = 0; k < ix.nodes.size(); ++k) {
+    const onnx::NodeProto& n = ix.at(k);
+    if (n.op_type() != "RNN" && n.op_type() != "GRU" && n.op_type() != "LSTM") continue;
+    RecurrentMatch m;
+    if (n.input_size() > 0) {
+      const int t = ix.made_by(n.input(0), "Transpose");
+      if (t >= 0 && ix.perm(t) == swap01 && ix.single(n.input(0)) && ix.at(t).input_size() == 1) {
+        m.x = ix.at(t).input(0);
+        ix.take({t});
+      }
+    }
+    if (n.output_size() > 0 && !n.output(0).empty()) {
+      const int sq = ix.only_reader(n.output(0), "Squeeze");
+      const int tr = sq >= 0 ? ix.only_reader(ix.at(sq).output(0), "Transpose") : -1;
+      if (tr >= 0 && ix.perm(tr) == swap01) {
+        m.squeeze = sq, m.transpose_y = tr;
+        ix.take({sq, tr});
+      }
+    }
+    if (!m.x.empty() || m.squeeze >= 0) f.recurrent_at[static_cast<size_t>(k)] = m;
+    std::vector<std::string> todo;
+    for (int i = 1; i <= 3 && i < n.input_size(); ++i) todo.push_back(n.input(i));
+    for (size_t guard = 0; !todo.empty() && guard < 4096; ++guard) {
+      const std::string v = todo.back();
+      todo.pop_back();
+      if (auto it = f.initializers.find(v); it != f.initializers.end()) {
+        if (it->second.is_float) f.recurrent_weights.insert(v);
+        continue;
+      }
+      auto p = ix.producer.find(v);
+      if (p == ix.producer.end()) continue;
+      const onnx::NodeProto& w = ix.at(p->second);
+      const std::string& op = w.op_type();
+      if (op == "Concat") {
+        for (const auto& i : w.input()) todo.push_back(i);
+      } else if ((op == "Slice" || op == "Unsqueeze" || op == "Reshape" || op == "Squeeze" || op == "Identity") &&
+                 w.input_size() > 0) {
+        todo.push_back(w.input(0));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars) {
   Index ix(f, scalars, f.fused);
+  find_recurrent(f, ix);
   find_gelu(f, ix);
   find_silu(f, ix);
   find_attention(f, ix);

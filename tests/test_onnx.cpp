@@ -753,3 +753,246 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
             std::string::npos)
       << model_error(ceil);
 }
+
+// ------------------------------------------------------ recurrent layers ----
+//
+// Text classifiers written with nn.RNN, nn.GRU and nn.LSTM as courses write
+// them (tests/golden/export_onnx.py's export_recurrent: batch_first=True, no
+// initial state, so the exporter writes a ConstantOfShape zero state, the
+// gate reordering as Slice/Concat of the parameters and Transposes around
+// the node), against PyTorch in float64 on the same float32 weights and
+// batch: step-0 logits (1e-4 of the largest), loss (1e-5 relative) and every
+// parameter gradient (1e-3 in relative L2), as check_against_pytorch; then
+// the losses of 5 plain SGD steps at lr 0.5 within 1e-4 relative (f32
+// sums of <= 40 terms per gate over 12 steps of a contracting recurrence
+// stay near 1e-6 relative; the updates compound them over 5 steps, as the
+// LSTM golden's 4-step losses do at the same bound in test_lstm).
+namespace {
+constexpr int64_t kRnnT = 12, kRnnVocab = 100, kRnnClasses = 4;
+
+train::StepSpec recurrent_spec(const std::string& name) {
+  train::StepSpec spec;
+  spec.model = exported().dir + "/" + name + ".onnx";
+  spec.batch = 4;
+  spec.data = {{"tokens", DType::i32, {kRnnT}, 0.0, kRnnVocab}, {"labels", DType::i32, {}, -1.0, kRnnClasses}};
+  spec.classes = kRnnClasses;
+  spec.optimizer.kind = "sgd";
+  spec.optimizer.momentum = 0.0;
+  return spec;
+}
+
+// `op` the memfit op the layer became (cell: rnn's attribute, "" for lstm).
+void check_recurrent(const std::string& name, const std::string& op, const std::string& cell) {
+  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/" + name + ".safetensors");
+  auto sg = train::build_step_graph(recurrent_spec(name));
+  const Graph& g = sg->g;
+  int layers = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op != op || n.phase != Phase::Forward) continue;
+    ++layers;
+    if (!cell.empty()) {
+      EXPECT_EQ(n.attrs.s("cell"), cell);
+    }
+    // Read batch first from the embedding: the exporter's Transposes are gone.
+    EXPECT_EQ(g.node(g.value(n.inputs[0]).producer).op, "embedding");
+  }
+  EXPECT_EQ(layers, 1) << "no " << op << " node: the import took another path";
+  // The state_dict's parameters, under their names and shapes.
+  const int64_t G = op == "lstm" ? 96 : cell == "gru" ? 72 : 24;
+  for (auto [p, s] : std::vector<std::pair<std::string, Shape>>{{"embedding.weight", {kRnnVocab, 16}},
+                                                                {"rnn.weight_ih_l0", {G, 16}},
+                                                                {"rnn.weight_hh_l0", {G, 24}},
+                                                                {"rnn.bias_ih_l0", {G}},
+                                                                {"rnn.bias_hh_l0", {G}},
+                                                                {"fc.weight", {kRnnClasses, 24}},
+                                                                {"fc.bias", {kRnnClasses}}}) {
+    const ValueId v = g.find(p);
+    ASSERT_NE(v, kNone) << p;
+    EXPECT_EQ(g.value(v).shape, s) << p;
+    EXPECT_TRUE(g.value(v).trainable) << p;
+  }
+  EXPECT_EQ(g.trainable_params().size(), 7u);
+
+  Executor ex(g, ExecConfig{});
+  ex.init_params(42);
+  const io::TensorInfo& xt = f.at("input");
+  ASSERT_EQ(xt.nbytes(), size_t(4 * kRnnT * 4));
+  std::memcpy(ex.data(sg->x), f.data(xt), xt.nbytes());
+  const io::TensorInfo& lt = f.at("labels");
+  std::memcpy(ex.data(sg->labels), f.data(lt), lt.nbytes());
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  ctx.lr = std::stod(f.metadata().at("lr"));
+  const size_t n_nodes = g.num_nodes();
+  ASSERT_EQ(g.node(static_cast<NodeId>(n_nodes - 1)).phase, Phase::Update);
+  ex.run_nodes(0, n_nodes - 1, ctx);  // all but the update
+  auto ref = f32(f, "logits");
+  double mx = 0;
+  for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+  const float* l = ex.ptr<float>(sg->logits);
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
+  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], f32(f, "loss")[0], 1e-5 * f32(f, "loss")[0]);
+  for (ValueId v : g.trainable_params()) {
+    const Value& val = g.value(v);
+    auto want = f32(f, "grad." + val.name);
+    const float* got = ex.ptr<float>(val.grad);
+    ASSERT_EQ(want.size(), static_cast<size_t>(numel(val.shape))) << val.name;
+    double d = 0, r = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      r += static_cast<double>(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
+  }
+  ex.run_nodes(n_nodes - 1, n_nodes, ctx);  // the step-0 update
+  auto losses = f32(f, "losses");
+  ASSERT_EQ(losses.size(), 5u);
+  for (int t = 1; t < 5; ++t) {
+    ctx.step = t;
+    ex.run(ctx);
+    EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], losses[size_t(t)], 1e-4 * losses[size_t(t)]) << name << " loss at step " << t;
+  }
+}
+
+// The exported file `name` with its RNN, GRU or LSTM node changed by `edit`,
+// written beside it as `to`.
+std::string edited(const std::string& name, const std::string& to,
+                   const std::function<void(onnx::GraphProto&, onnx::NodeProto&)>& edit) {
+  onnx::ModelProto m;
+  {
+    std::ifstream in(exported().dir + "/" + name + ".onnx", std::ios::binary);
+    EXPECT_TRUE(m.ParseFromIstream(&in));
+  }
+  onnx::GraphProto& g = *m.mutable_graph();
+  for (auto& n : *g.mutable_node())
+    if (n.op_type() == "RNN" || n.op_type() == "GRU" || n.op_type() == "LSTM") edit(g, n);
+  const std::string path = memfit::testing::temp_dir("onnx-rnn") + "/" + to + ".onnx";
+  std::ofstream out(path, std::ios::binary);
+  EXPECT_TRUE(m.SerializeToOstream(&out));
+  return path;
+}
+}  // namespace
+
+TEST(OnnxRecurrent, RnnClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("rnn_classifier", "rnn", "tanh");
+}
+TEST(OnnxRecurrent, GruClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("gru_classifier", "rnn", "gru");
+}
+TEST(OnnxRecurrent, LstmClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("lstm_classifier", "lstm", "");
+}
+
+// What memfit's layers cannot be is refused before training, naming the
+// node and the attribute or input: two directions, a nonzero or computed
+// initial state, clipping, another activation, the GRU of
+// linear_before_reset=0, sequence lengths. nn.RNN(nonlinearity="relu")
+// (activations [Relu]) imports as the relu cell.
+TEST(OnnxRecurrent, WhatTheLayersCannotBeIsRefusedByName) {
+  NEED_EXPORT();
+  auto set_s = [](onnx::NodeProto& n, const char* name, const std::string& v) {
+    auto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::STRING);
+    a.set_s(v);
+  };
+  auto refusal = [&](const std::string& name, const std::string& to, const std::function<void(onnx::GraphProto&, onnx::NodeProto&)>& edit) {
+    return model_error(edited(name, to, edit));
+  };
+  auto expect = [](const std::string& err, const std::string& want) {
+    EXPECT_NE(err.find(want), std::string::npos) << err;
+  };
+  expect(refusal("gru_classifier", "bidirectional", [&](onnx::GraphProto&, onnx::NodeProto& n) { set_s(n, "direction", "bidirectional"); }),
+         "(GRU): attribute direction=bidirectional: memfit imports forward layers only");
+  // A zero state of ones: the ConstantOfShape's value.
+  const std::string ones = refusal("lstm_classifier", "h0-ones", [&](onnx::GraphProto& g, onnx::NodeProto& n) {
+    for (auto& k : *g.mutable_node())
+      if (k.op_type() == "ConstantOfShape" && k.output(0) == n.input(5)) {
+        auto& t = *k.mutable_attribute(0)->mutable_t();
+        t.clear_raw_data();
+        t.clear_float_data();
+        t.add_float_data(1.0f);
+      }
+  });
+  expect(ones, "(LSTM): its initial_h ('");
+  expect(ones, "') is not zero: memfit's recurrent layers start from a zero state");
+  const std::string computed = refusal("rnn_classifier", "h0-computed", [&](onnx::GraphProto&, onnx::NodeProto& n) { n.set_input(5, n.input(0)); });
+  expect(computed, "(RNN): its initial_h ('");
+  expect(computed, "') is computed by the graph: memfit's recurrent layers start from a zero state");
+  expect(refusal("lstm_classifier", "clip", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           auto& a = *n.add_attribute();
+           a.set_name("clip");
+           a.set_type(onnx::AttributeProto::FLOAT);
+           a.set_f(3.0f);
+         }),
+         "(LSTM): attribute clip");
+  expect(refusal("gru_classifier", "lbr0", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           for (auto& a : *n.mutable_attribute())
+             if (a.name() == "linear_before_reset") a.set_i(0);
+         }),
+         "(GRU): attribute linear_before_reset=0");
+  expect(refusal("rnn_classifier", "sigmoid", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           for (auto& a : *n.mutable_attribute())
+             if (a.name() == "activations") a.set_strings(0, "Sigmoid");
+         }),
+         "(RNN): attribute activations [Sigmoid]: memfit's RNN takes [Tanh] or [Relu]");
+  expect(refusal("rnn_classifier", "lengths", [&](onnx::GraphProto&, onnx::NodeProto& n) { n.set_input(4, n.input(5)); }),
+         "(RNN): has sequence_lens");
+  // Relu imports as the relu cell.
+  const std::string relu = edited("rnn_classifier", "relu", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+    for (auto& a : *n.mutable_attribute())
+      if (a.name() == "activations") a.set_strings(0, "Relu");
+  });
+  train::StepSpec spec = recurrent_spec("rnn_classifier");
+  spec.model = relu;
+  auto sg = train::build_step_graph(spec);
+  int cells = 0;
+  for (const Node& n : sg->g.nodes())
+    if (n.op == "rnn") cells += n.attrs.s("cell") == "relu";
+  EXPECT_EQ(cells, 1);
+}
+
+// ConstantOfShape and Expand fold on constants (here into a scalar factor);
+// an Expand that leaves a tensor of the graph as it is passes, one that
+// would grow it is refused.
+TEST(Onnx, ConstantOfShapeAndExpandFold) {
+  auto ints = [](onnx::GraphProto& g, const std::string& name, std::vector<int64_t> v) {
+    onnx::TensorProto& t = *g.add_initializer();
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::INT64);
+    t.add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t.add_int64_data(x);
+  };
+  const std::string path = write_tiny("cos-expand", [&](onnx::GraphProto& g) {
+    ints(g, "one", {1});
+    ints(g, "row", {1, 32});
+    auto& c = add_node(g, "ConstantOfShape", "/cos", "one", "k");  // [1] of 2.5
+    auto& a = *c.add_attribute();
+    a.set_name("value");
+    a.set_type(onnx::AttributeProto::TENSOR);
+    a.mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    a.mutable_t()->add_dims(1);
+    a.mutable_t()->add_float_data(2.5f);
+    add_node(g, "Expand", "/ek", "k", "k1").add_input("one");    // still [1] of 2.5
+    add_node(g, "Expand", "/ex", "flat", "e").add_input("row");  // [N, 32] as it is
+    add_node(g, "Mul", "/mul", "e", "y").add_input("k1");
+  });
+  Graph g;
+  Builder b(g);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {3, 1, 4, 4});
+  models::resolve(path).build(b, in, 32);
+  std::vector<double> scales;
+  for (const Node& n : g.nodes())
+    if (n.op == "scale") scales.push_back(n.attrs.f("alpha"));
+  EXPECT_EQ(scales, std::vector<double>{2.5});
+  const std::string grow = write_tiny("expand-grow", [&](onnx::GraphProto& g) {
+    ints(g, "to", {2, 1, 32});
+    add_node(g, "Expand", "/grow", "flat", "y").add_input("to");
+  });
+  const std::string e = model_error(grow);
+  EXPECT_NE(e.find("node '/grow' (Expand): expands a tensor of the graph from [1, 32] to [2, 1, 32]"), std::string::npos) << e;
+}
