@@ -575,7 +575,7 @@ constexpr int64_t kMaxFolded = int64_t(1) << 24;
 int64_t folded_count(Env& e, const onnx::NodeProto& n, const Shape& dims) {
   int64_t count = 1;
   for (int64_t d : dims) {
-    if (d < 0) refuse(e.f, n, "shape " + shape_str(dims) + " has a negative entry");
+    if (d < 1) refuse(e.f, n, "shape " + shape_str(dims) + " has an entry below 1: memfit's tensors are never empty");
     if (__builtin_mul_overflow(count, d, &count) || count > kMaxFolded)
       refuse(e.f, n, "makes a constant of shape " + shape_str(dims) + ": memfit folds constants of up to 2^24 elements");
   }

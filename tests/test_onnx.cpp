@@ -996,3 +996,41 @@ TEST(Onnx, ConstantOfShapeAndExpandFold) {
   const std::string e = model_error(grow);
   EXPECT_NE(e.find("node '/grow' (Expand): expands a tensor of the graph from [1, 32] to [2, 1, 32]"), std::string::npos) << e;
 }
+
+// The command trains each classifier on labelled text (4 classes of 12
+// letters, told apart by one letter), and its saved weights are the
+// module's state_dict: PyTorch's load_state_dict(strict=True) takes every
+// tensor with its shape (export_onnx.py --check-state-dict).
+TEST(OnnxRecurrent, ClassifiersTrainOnTextAndTheirWeightsLoadBack) {
+  NEED_EXPORT();
+  const std::string dir = memfit::testing::temp_dir("onnx-rnn-text");
+  uint64_t s = 7;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return s >> 33;
+  };
+  for (const char* part : {"train", "test"}) {
+    std::ofstream f(dir + "/" + std::string(part) + ".jsonl");
+    for (int i = 0; i < 64; ++i) {
+      const int c = static_cast<int>(next() % 4);
+      std::string t;
+      for (int k = 0; k < kRnnT; ++k) t += "abcdefg "[next() % 8];
+      t[next() % kRnnT] = "wxyz"[c];
+      f << "{\"text\": \"" << t << "\", \"label\": \"c" << c << "\"}\n";
+    }
+  }
+  for (const char* name : {"rnn_classifier", "gru_classifier", "lstm_classifier"}) {
+    SCOPED_TRACE(name);
+    const std::string out = dir + "/" + name;
+    auto r = run_memfit("train --model " + exported().dir + "/" + name + ".onnx --data " + dir +
+                        " --batch 8 --steps 3 --threads 2 --out " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::set<std::string> saved;
+    for (const auto& n : io::SafetensorsFile::load(out + "/model.safetensors").names()) saved.insert(n);
+    EXPECT_EQ(saved, (std::set<std::string>{"embedding.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0",
+                                            "rnn.bias_hh_l0", "fc.weight", "fc.bias"}));
+    auto check = run_cmd(kPython + " " + MEMFIT_TEST_DATA + "/golden/export_onnx.py --check-state-dict " + name + " " + out +
+                         "/model.safetensors");
+    EXPECT_EQ(check.code, 0) << check.out;
+  }
+}

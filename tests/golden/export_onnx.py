@@ -38,7 +38,7 @@ weights, written as nanoGPT writes one (TinyGPT below), for memfit to
 reproduce gpt_tiny.safetensors through the file.
 
 The second form loads memfit's saved weights (model.safetensors) into the
-PyTorch model (convnet, resnet18 or gpt_tiny) with load_state_dict(strict=True)
+PyTorch model (convnet, resnet18, gpt_tiny or {rnn,gru,lstm}_classifier) with load_state_dict(strict=True)
 and exits non-zero unless every tensor is taken, with its shape.
 
 Needs python3-torch and python3-numpy only (torch.onnx.export does not need
@@ -346,8 +346,11 @@ def export_recurrent(model_class, name, out_dir):
     print(f"{name}: {os.path.getsize(path)} bytes -> {path}")
 
 
+RECURRENT = {"rnn_classifier": RNNClassifier, "gru_classifier": GRUClassifier, "lstm_classifier": LSTMClassifier}
+
+
 def check_state_dict(name, weights):
-    model = gpt_from_fixture() if name == "gpt_tiny" else build(name)
+    model = gpt_from_fixture() if name == "gpt_tiny" else RECURRENT[name]() if name in RECURRENT else build(name)
     tensors = {k: torch.from_numpy(v) for k, v in read_safetensors(weights).items()}
     # The package's completion: the tied head and the mask buffers memfit
     # reads as constants come from the module; anything else missing raises.
