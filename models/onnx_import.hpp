@@ -70,14 +70,17 @@ struct AttentionMatch {
 
 // An ONNX RNN, GRU or LSTM node with the Transposes torch's exporter puts
 // around it for batch_first=True: X = Transpose(x, [1, 0, 2]), and Y [T, 1,
-// N, H] read by Squeeze(axis 1) and Transpose([1, 0, 2]) back to [N, T, H].
-// memfit's rnn and lstm ops are batch first: the match reads x and writes
-// the batch-first y under the last Transpose's output, with no copies either
-// way. Each side matches alone; the recurrent node itself is converted, its
-// Transposes and Squeeze are skipped.
+// N, H] read by Squeeze(axis 1), whose readers are Transposes([1, 0, 2])
+// back to [N, T, H] and, between the layers of one module (num_layers > 1),
+// the next layer's X. memfit's rnn and lstm ops are batch first: the match
+// reads x and binds the batch-first y under the Transposes' outputs and the
+// next layer's x, with no copies either way. Each side matches alone; the
+// recurrent node itself is converted, the Transposes and Squeeze skipped.
 struct RecurrentMatch {
-  std::string x;                       // the batch-first input; "" where X is read as it is
-  int squeeze = -1, transpose_y = -1;  // Y's Squeeze and Transpose; -1 where Y is read as it is
+  std::string x;                 // the batch-first input; "" where X is read as it is
+  int squeeze = -1;              // Y's Squeeze; -1 where Y is read as it is
+  std::vector<int> transposes;   // the Transposes after it
+  std::string chain;             // the next layer's batch-first x ("" for none)
 };
 
 struct OnnxFile {

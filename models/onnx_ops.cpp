@@ -998,20 +998,27 @@ void emit_recurrent(Env& e, const onnx::NodeProto& n, const RecurrentMatch& m) {
   const std::vector<ValueId> outs = lstm ? e.b.g.add_node("lstm", ins, {}, layer_of(e, n))
                                          : e.b.g.add_node("rnn", ins, {{"cell", cell}}, layer_of(e, n));
   auto read = [&](int o) { return n.output_size() > o && !n.output(o).empty() && (!e.used || e.used->count(n.output(o))); };
-  // Y [T, 1, N, H]; batch first [N, T, H] where its Squeeze and Transpose matched.
+  // Y [T, 1, N, H]; batch first [N, T, H] where its Squeeze and what reads it matched.
   bool y_done = false;
   if (m.squeeze >= 0) {
     const onnx::NodeProto& sq = e.f.graph.node(m.squeeze);
     const std::vector<int64_t> axes = has_input(sq, 1) ? ints_ahead(e, sq, sq.input(1)) : attr_ints(sq, "axes", {});
     if (axes == std::vector<int64_t>{1} || axes == std::vector<int64_t>{-3}) {
-      e.values[e.f.graph.node(m.transpose_y).output(0)] = outs[0];
+      for (int t : m.transposes) e.values[e.f.graph.node(t).output(0)] = outs[0];
+      if (!m.chain.empty()) e.values[m.chain] = outs[0];
       y_done = true;
     }
   }
   if (!y_done && (read(0) || m.squeeze >= 0)) bind(e, n, reshape(e.b, permute(e.b, outs[0], {1, 0, 2}), {T, 1, N, H}), 0);
   if (!y_done && m.squeeze >= 0) {  // Squeeze of other axes: converted as they are
-    op_squeeze(e, e.f.graph.node(m.squeeze));
-    op_transpose(e, e.f.graph.node(m.transpose_y));
+    const onnx::NodeProto& sq = e.f.graph.node(m.squeeze);
+    op_squeeze(e, sq);
+    for (int t : m.transposes) op_transpose(e, e.f.graph.node(t));
+    if (!m.chain.empty()) {  // the next layer reads it batch first
+      const ValueId s = e.values.at(sq.output(0));
+      if (shape_of(e, s).size() != 3) refuse(e.f, sq, "squeezes the layer's Y to " + shape_str(shape_of(e, s)) + ", not [T, N, H], for the next layer");
+      e.values[m.chain] = permute(e.b, s, {1, 0, 2});
+    }
   }
   if (read(1)) bind(e, n, reshape(e.b, outs[1], {1, N, H}), 1);
   if (lstm && read(2)) bind(e, n, reshape(e.b, outs[2], {1, N, H}), 2);

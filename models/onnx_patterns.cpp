@@ -8,6 +8,7 @@
 // intermediate result is read by the pattern alone (and is no graph
 // output), so skipping its nodes loses nothing; shapes and constant values
 // are checked when the match is converted (onnx_ops.cpp).
+#include <algorithm>
 #include <cmath>
 
 #include "models/onnx_import.hpp"
@@ -319,13 +320,15 @@ void find_matmuls(OnnxFile& f, Index& ix) {
 
 // The Transposes (and Y's Squeeze) around each RNN, GRU and LSTM node
 // (RecurrentMatch). Squeeze's axes are checked when the match is converted.
+bool recurrent_op(const onnx::NodeProto& n) { return n.op_type() == "RNN" || n.op_type() == "GRU" || n.op_type() == "LSTM"; }
+
 void find_recurrent(OnnxFile& f, Index& ix) {
   const Shape swap01{1, 0, 2};
   for (int k = 0; k < ix.nodes.size(); ++k) {
     const onnx::NodeProto& n = ix.at(k);
-    if (n.op_type() != "RNN" && n.op_type() != "GRU" && n.op_type() != "LSTM") continue;
-    RecurrentMatch m;
-    if (n.input_size() > 0) {
+    if (!recurrent_op(n)) continue;
+    RecurrentMatch& m = f.recurrent_at[static_cast<size_t>(k)];  // x may be set already: the layer below's y
+    if (m.x.empty() && n.input_size() > 0) {
       const int t = ix.made_by(n.input(0), "Transpose");
       if (t >= 0 && ix.perm(t) == swap01 && ix.single(n.input(0)) && ix.at(t).input_size() == 1) {
         m.x = ix.at(t).input(0);
@@ -334,13 +337,31 @@ void find_recurrent(OnnxFile& f, Index& ix) {
     }
     if (n.output_size() > 0 && !n.output(0).empty()) {
       const int sq = ix.only_reader(n.output(0), "Squeeze");
-      const int tr = sq >= 0 ? ix.only_reader(ix.at(sq).output(0), "Transpose") : -1;
-      if (tr >= 0 && ix.perm(tr) == swap01) {
-        m.squeeze = sq, m.transpose_y = tr;
-        ix.take({sq, tr});
+      const std::string sq_out = sq >= 0 ? ix.at(sq).output(0) : "";
+      std::vector<int> transposes;
+      int next = -1;
+      bool all = sq >= 0 && !ix.outputs.count(sq_out) && ix.readers.count(sq_out);
+      for (int r : all ? ix.readers.at(sq_out) : std::vector<int>{}) {
+        const onnx::NodeProto& rn = ix.at(r);
+        if (ix.free(r) && rn.op_type() == "Transpose" && ix.perm(r) == swap01) {
+          transposes.push_back(r);
+        } else if (next < 0 && r > k && recurrent_op(rn) && rn.input(0) == sq_out &&
+                   std::count(rn.input().begin(), rn.input().end(), sq_out) == 1) {
+          next = r;
+        } else {
+          all = false;
+        }
+      }
+      if (all) {
+        m.squeeze = sq, m.transposes = transposes;
+        ix.take({sq});
+        for (int t : transposes) ix.take({t});
+        if (next >= 0) {
+          m.chain = sq_out + "#batch_first";
+          f.recurrent_at[static_cast<size_t>(next)].x = m.chain;
+        }
       }
     }
-    if (!m.x.empty() || m.squeeze >= 0) f.recurrent_at[static_cast<size_t>(k)] = m;
     std::vector<std::string> todo;
     for (int i = 1; i <= 3 && i < n.input_size(); ++i) todo.push_back(n.input(i));
     for (size_t guard = 0; !todo.empty() && guard < 4096; ++guard) {

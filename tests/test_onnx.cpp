@@ -781,37 +781,39 @@ train::StepSpec recurrent_spec(const std::string& name) {
   return spec;
 }
 
-// `op` the memfit op the layer became (cell: rnn's attribute, "" for lstm).
-void check_recurrent(const std::string& name, const std::string& op, const std::string& cell) {
+// `layers`: the memfit op each layer became, in order ("lstm", or rnn's
+// cell: "tanh", "gru"); the state_dict's parameters are checked by name and
+// shape for the one-layer classifiers (module `rnn`).
+void check_recurrent(const std::string& name, const std::vector<std::string>& layers, size_t params) {
   io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/" + name + ".safetensors");
   auto sg = train::build_step_graph(recurrent_spec(name));
   const Graph& g = sg->g;
-  int layers = 0;
+  std::vector<std::string> found;
   for (const Node& n : g.nodes()) {
-    if (n.op != op || n.phase != Phase::Forward) continue;
-    ++layers;
-    if (!cell.empty()) {
-      EXPECT_EQ(n.attrs.s("cell"), cell);
+    if ((n.op != "rnn" && n.op != "lstm") || n.phase != Phase::Forward) continue;
+    found.push_back(n.op == "lstm" ? "lstm" : n.attrs.s("cell"));
+    // Read batch first from the embedding or the layer below: the
+    // exporter's Transposes are gone.
+    const std::string& below = g.node(g.value(n.inputs[0]).producer).op;
+    EXPECT_TRUE(below == "embedding" || below == "rnn" || below == "lstm") << below;
+  }
+  EXPECT_EQ(found, layers) << "the import took another path";
+  EXPECT_EQ(g.trainable_params().size(), params);
+  if (layers.size() == 1) {
+    const int64_t G = layers[0] == "lstm" ? 96 : layers[0] == "gru" ? 72 : 24;
+    for (auto [p, s] : std::vector<std::pair<std::string, Shape>>{{"embedding.weight", {kRnnVocab, 16}},
+                                                                  {"rnn.weight_ih_l0", {G, 16}},
+                                                                  {"rnn.weight_hh_l0", {G, 24}},
+                                                                  {"rnn.bias_ih_l0", {G}},
+                                                                  {"rnn.bias_hh_l0", {G}},
+                                                                  {"fc.weight", {kRnnClasses, 24}},
+                                                                  {"fc.bias", {kRnnClasses}}}) {
+      const ValueId v = g.find(p);
+      ASSERT_NE(v, kNone) << p;
+      EXPECT_EQ(g.value(v).shape, s) << p;
+      EXPECT_TRUE(g.value(v).trainable) << p;
     }
-    // Read batch first from the embedding: the exporter's Transposes are gone.
-    EXPECT_EQ(g.node(g.value(n.inputs[0]).producer).op, "embedding");
   }
-  EXPECT_EQ(layers, 1) << "no " << op << " node: the import took another path";
-  // The state_dict's parameters, under their names and shapes.
-  const int64_t G = op == "lstm" ? 96 : cell == "gru" ? 72 : 24;
-  for (auto [p, s] : std::vector<std::pair<std::string, Shape>>{{"embedding.weight", {kRnnVocab, 16}},
-                                                                {"rnn.weight_ih_l0", {G, 16}},
-                                                                {"rnn.weight_hh_l0", {G, 24}},
-                                                                {"rnn.bias_ih_l0", {G}},
-                                                                {"rnn.bias_hh_l0", {G}},
-                                                                {"fc.weight", {kRnnClasses, 24}},
-                                                                {"fc.bias", {kRnnClasses}}}) {
-    const ValueId v = g.find(p);
-    ASSERT_NE(v, kNone) << p;
-    EXPECT_EQ(g.value(v).shape, s) << p;
-    EXPECT_TRUE(g.value(v).trainable) << p;
-  }
-  EXPECT_EQ(g.trainable_params().size(), 7u);
 
   Executor ex(g, ExecConfig{});
   ex.init_params(42);
@@ -875,15 +877,21 @@ std::string edited(const std::string& name, const std::string& to,
 
 TEST(OnnxRecurrent, RnnClassifierMatchesPyTorch) {
   NEED_EXPORT();
-  check_recurrent("rnn_classifier", "rnn", "tanh");
+  check_recurrent("rnn_classifier", {"tanh"}, 7);
 }
 TEST(OnnxRecurrent, GruClassifierMatchesPyTorch) {
   NEED_EXPORT();
-  check_recurrent("gru_classifier", "rnn", "gru");
+  check_recurrent("gru_classifier", {"gru"}, 7);
 }
 TEST(OnnxRecurrent, LstmClassifierMatchesPyTorch) {
   NEED_EXPORT();
-  check_recurrent("lstm_classifier", "lstm", "");
+  check_recurrent("lstm_classifier", {"lstm"}, 7);
+}
+// Two GRU layers (one ONNX node each) under an LSTM; the GRU's h_n[-1] and
+// the LSTM's y[:, -1] both read.
+TEST(OnnxRecurrent, StackedLayersMatchPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("stacked_classifier", {"gru", "gru", "lstm"}, 15);  // embedding, 3 layers x 4, fc 2
 }
 
 // What memfit's layers cannot be is refused before training, naming the

@@ -31,7 +31,8 @@ LeakyReLU, ELU, Tanh, Hardsigmoid, Sigmoid).
 
 And DIR/{rnn,gru,lstm}_classifier.onnx and .safetensors: text classifiers
 with nn.RNN, nn.GRU and nn.LSTM as courses write them, with PyTorch's
-logits, loss, gradients and a few SGD steps' losses for one batch.
+logits, loss, gradients and a few SGD steps' losses for one batch; and
+DIR/stacked_classifier.*, the same for two GRU layers under an LSTM.
 
 And DIR/gpt_tiny.onnx: make_gpt_golden.py's GPT with the fixture's initial
 weights, written as nanoGPT writes one (TinyGPT below), for memfit to
@@ -311,6 +312,24 @@ class LSTMClassifier(nn.Module):
         return self.fc(h[-1])
 
 
+class StackedClassifier(nn.Module):
+    """Two nn.GRU layers then an nn.LSTM, the LSTM's last output plus the
+    GRU's last layer's state: layers reading layers, Y and Y_h read at once,
+    and x[:, -1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(RNN_VOCAB, RNN_EMBED)
+        self.gru = nn.GRU(RNN_EMBED, RNN_HIDDEN, num_layers=2, batch_first=True)
+        self.lstm = nn.LSTM(RNN_HIDDEN, RNN_HIDDEN, batch_first=True)
+        self.fc = nn.Linear(RNN_HIDDEN, RNN_CLASSES)
+
+    def forward(self, x):
+        x, h = self.gru(self.embedding(x))
+        x, _ = self.lstm(x)
+        return self.fc(x[:, -1] + h[-1])
+
+
 def export_recurrent(model_class, name, out_dir):
     """model_class's model (seed 0) exported, with PyTorch's logits, loss and
     gradients for one batch and the losses of RNN_STEPS plain SGD steps
@@ -379,6 +398,7 @@ def main():
     export_recurrent(RNNClassifier, "rnn_classifier", args.out)
     export_recurrent(GRUClassifier, "gru_classifier", args.out)
     export_recurrent(LSTMClassifier, "lstm_classifier", args.out)
+    export_recurrent(StackedClassifier, "stacked_classifier", args.out)
 
 
 if __name__ == "__main__":
