@@ -81,6 +81,11 @@ struct RecurrentMatch {
   int squeeze = -1;              // Y's Squeeze; -1 where Y is read as it is
   std::vector<int> transposes;   // the Transposes after it
   std::string chain;             // the next layer's batch-first x ("" for none)
+  // Where W, R and B are made from the module's parameters only by the
+  // Slice/Concat/Unsqueeze nodes of the exporter's gate reordering, and that
+  // reordering is the inverse of memfit's: the parameters themselves (by
+  // initializer name), read as they are, the reordering nodes skipped.
+  std::string w_ih, w_hh, b_ih, b_hh;
 };
 
 struct OnnxFile {

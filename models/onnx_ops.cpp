@@ -978,23 +978,32 @@ void emit_recurrent(Env& e, const onnx::NodeProto& n, const RecurrentMatch& m) {
   const int64_t T = xs[batch_first ? 1 : 0], N = xs[batch_first ? 0 : 1], I = xs[2];
   if (!batch_first) x = permute(e.b, x, {1, 0, 2});
   const int64_t H = attr_i(n, "hidden_size", 0);
-  const ValueId W = value(e, n, 1), R = value(e, n, 2), B = value(e, n, 3);
-  auto want = [&](ValueId v, const char* what, const Shape& s) {
+  auto want = [&](ValueId v, const std::string& what, const Shape& s) {
     if (shape_of(e, v) != s)
-      refuse(e.f, n, std::string("its ") + what + " is " + shape_str(shape_of(e, v)) + ", not " + shape_str(s) +
+      refuse(e.f, n, "its " + what + " is " + shape_str(shape_of(e, v)) + ", not " + shape_str(s) +
                      " (one direction, hidden_size " + std::to_string(H) + ", " + std::to_string(I) + " input features)");
   };
   if (H < 1) refuse(e.f, n, "has no hidden_size");
-  want(W, "W", {1, k * H, I});
-  want(R, "R", {1, k * H, H});
-  want(B, "B", {1, 2 * k * H});
-  const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 2, 3, 1} : gru ? std::vector<int64_t>{1, 0, 2} : std::vector<int64_t>{0};
-  const ValueId bflat = reshape(e.b, B, {2 * k * H});
-  const ValueId w_ih = gate_rows(e, reshape(e.b, W, {k * H, I}), H, order);
-  const ValueId w_hh = gate_rows(e, reshape(e.b, R, {k * H, H}), H, order);
-  const ValueId b_ih = gate_rows(e, slice(e.b, bflat, 0, 0, k * H), H, order);
-  const ValueId b_hh = gate_rows(e, slice(e.b, bflat, 0, k * H, k * H), H, order);
-  const std::vector<ValueId> ins{x, w_ih, w_hh, b_ih, b_hh};
+  std::vector<ValueId> ins{x};
+  if (!m.w_ih.empty()) {  // the parameters themselves: the exporter's reordering undoes memfit's
+    const std::vector<std::pair<const std::string*, Shape>> ps{
+        {&m.w_ih, {k * H, I}}, {&m.w_hh, {k * H, H}}, {&m.b_ih, {k * H}}, {&m.b_hh, {k * H}}};
+    for (const auto& [name, s] : ps) {
+      ins.push_back(value_named(e, n, *name));
+      want(ins.back(), "W, R or B's parameter '" + *name + "'", s);
+    }
+  } else {
+    const ValueId W = value(e, n, 1), R = value(e, n, 2), B = value(e, n, 3);
+    want(W, "W", {1, k * H, I});
+    want(R, "R", {1, k * H, H});
+    want(B, "B", {1, 2 * k * H});
+    const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 2, 3, 1} : gru ? std::vector<int64_t>{1, 0, 2} : std::vector<int64_t>{0};
+    const ValueId bflat = reshape(e.b, B, {2 * k * H});
+    ins.push_back(gate_rows(e, reshape(e.b, W, {k * H, I}), H, order));
+    ins.push_back(gate_rows(e, reshape(e.b, R, {k * H, H}), H, order));
+    ins.push_back(gate_rows(e, slice(e.b, bflat, 0, 0, k * H), H, order));
+    ins.push_back(gate_rows(e, slice(e.b, bflat, 0, k * H, k * H), H, order));
+  }
   const std::vector<ValueId> outs = lstm ? e.b.g.add_node("lstm", ins, {}, layer_of(e, n))
                                          : e.b.g.add_node("rnn", ins, {{"cell", cell}}, layer_of(e, n));
   auto read = [&](int o) { return n.output_size() > o && !n.output(o).empty() && (!e.used || e.used->count(n.output(o))); };

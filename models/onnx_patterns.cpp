@@ -322,6 +322,117 @@ void find_matmuls(OnnxFile& f, Index& ix) {
 // (RecurrentMatch). Squeeze's axes are checked when the match is converted.
 bool recurrent_op(const onnx::NodeProto& n) { return n.op_type() == "RNN" || n.op_type() == "GRU" || n.op_type() == "LSTM"; }
 
+// The integers of an integer initializer or Constant node `name`.
+bool ints_of(const OnnxFile& f, const Index& ix, const std::string& name, std::vector<int64_t>& out) {
+  if (auto it = f.initializers.find(name); it != f.initializers.end()) {
+    if (it->second.is_float) return false;
+    out = it->second.i;
+    return true;
+  }
+  auto p = ix.producer.find(name);
+  if (p == ix.producer.end() || ix.at(p->second).op_type() != "Constant") return false;
+  for (const auto& a : ix.at(p->second).attribute())
+    if (a.name() == "value") {
+      const Const c = read_tensor(f, a.t(), "node '" + ix.at(p->second).name() + "''s value");
+      if (c.is_float) return false;
+      out = c.i;
+      return true;
+    }
+  return false;
+}
+
+// The rows (first axis) of v, each as (float initializer, its row), through
+// Concat and Slice (steps 1) along axis 0; false where v is made another
+// way. `nodes` gathers the nodes passed through.
+using Rows = std::vector<std::pair<std::string, int64_t>>;
+bool rows_of(const OnnxFile& f, const Index& ix, const std::string& v, Rows& out, std::vector<int>& nodes, int depth = 0) {
+  if (depth > 16) return false;
+  if (auto it = f.initializers.find(v); it != f.initializers.end()) {
+    if (!it->second.is_float || it->second.dims.empty()) return false;
+    for (int64_t r = 0; r < it->second.dims[0]; ++r) out.push_back({v, r});
+    return true;
+  }
+  auto p = ix.producer.find(v);
+  if (p == ix.producer.end() || !ix.free(p->second)) return false;
+  const onnx::NodeProto& n = ix.at(p->second);
+  auto attr_ints = [&](const char* name, std::vector<int64_t>& to) {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) {
+        to.assign(a.ints().begin(), a.ints().end());
+        return true;
+      }
+    return false;
+  };
+  if (n.op_type() == "Concat") {
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis" && a.i() != 0) return false;
+    for (const auto& i : n.input())
+      if (!rows_of(f, ix, i, out, nodes, depth + 1)) return false;
+  } else if (n.op_type() == "Slice" && n.input_size() >= 1) {
+    std::vector<int64_t> st, en, ax{0}, steps{1};
+    const bool inputs = n.input_size() >= 3;
+    if (inputs ? !ints_of(f, ix, n.input(1), st) || !ints_of(f, ix, n.input(2), en) : !attr_ints("starts", st) || !attr_ints("ends", en))
+      return false;
+    if (inputs && n.input_size() > 3 && !n.input(3).empty() && !ints_of(f, ix, n.input(3), ax)) return false;
+    if (!inputs) attr_ints("axes", ax);
+    if (inputs && n.input_size() > 4 && !n.input(4).empty() && !ints_of(f, ix, n.input(4), steps)) return false;
+    if (st.size() != 1 || en.size() != 1 || ax != std::vector<int64_t>{0} || steps != std::vector<int64_t>{1}) return false;
+    Rows all;
+    if (!rows_of(f, ix, n.input(0), all, nodes, depth + 1)) return false;
+    const auto d = static_cast<int64_t>(all.size());
+    auto clampi = [&](int64_t x) { return std::clamp(x < 0 ? x + d : x, int64_t(0), d); };
+    for (int64_t r = clampi(st[0]); r < clampi(en[0]); ++r) out.push_back(all[static_cast<size_t>(r)]);
+  } else {
+    return false;
+  }
+  nodes.push_back(p->second);
+  return true;
+}
+
+// The parameters W, R and B of recurrent node k are made of, where its gate
+// reordering undoes the exporter's (RecurrentMatch::w_ih ...): `order` is
+// the ONNX block of each of memfit's gates, H the hidden size.
+void direct_weights(const OnnxFile& f, Index& ix, int k, const std::vector<int64_t>& order, int64_t H, RecurrentMatch& m) {
+  const onnx::NodeProto& n = ix.at(k);
+  if (n.input_size() < 4 || H < 1) return;
+  const auto G = static_cast<int64_t>(order.size()) * H;
+  std::vector<int> nodes;
+  // The rows of input i past its Unsqueeze(axes [0]).
+  auto rows = [&](int i, Rows& out) {
+    const int u = ix.made_by(n.input(i), "Unsqueeze");
+    if (u < 0 || !ix.single(n.input(i)) || ix.at(u).input_size() < 1) return false;
+    std::vector<int64_t> axes;
+    bool have = false;
+    for (const auto& a : ix.at(u).attribute())
+      if (a.name() == "axes") axes.assign(a.ints().begin(), a.ints().end()), have = true;
+    if (!have && (ix.at(u).input_size() < 2 || !ints_of(f, ix, ix.at(u).input(1), axes))) return false;
+    if (axes != std::vector<int64_t>{0}) return false;
+    nodes.push_back(u);
+    return rows_of(f, ix, ix.at(u).input(0), out, nodes);
+  };
+  // The parameter whose rows, in order, are memfit's rows of block `from`.
+  auto param = [&](const Rows& r, int64_t from) -> std::string {
+    if (static_cast<int64_t>(r.size()) < from + G) return "";
+    const std::string& p = r[static_cast<size_t>(from)].first;
+    if (f.initializers.at(p).dims[0] != G) return "";
+    for (int64_t j = 0; j < G; ++j) {
+      const auto& src = r[static_cast<size_t>(from + order[static_cast<size_t>(j / H)] * H + j % H)];
+      if (src.first != p || src.second != j) return "";
+    }
+    return p;
+  };
+  Rows w, rr, b;
+  if (!rows(1, w) || !rows(2, rr) || !rows(3, b) || w.size() != size_t(G) || rr.size() != size_t(G) || b.size() != size_t(2 * G)) return;
+  const std::string wi = param(w, 0), wh = param(rr, 0), bi = param(b, 0), bh = param(b, G);
+  if (wi.empty() || wh.empty() || bi.empty() || bh.empty()) return;
+  // Every node passed through must feed this one alone.
+  for (int x : nodes)
+    for (const auto& o : ix.at(x).output())
+      if (!ix.single(o)) return;
+  m.w_ih = wi, m.w_hh = wh, m.b_ih = bi, m.b_hh = bh;
+  for (int x : nodes) ix.take({x});
+}
+
 void find_recurrent(OnnxFile& f, Index& ix) {
   const Shape swap01{1, 0, 2};
   for (int k = 0; k < ix.nodes.size(); ++k) {
@@ -362,6 +473,13 @@ void find_recurrent(OnnxFile& f, Index& ix) {
         }
       }
     }
+    int64_t H = 0;
+    for (const auto& a : n.attribute())
+      if (a.name() == "hidden_size") H = a.i();
+    const std::vector<int64_t> order = n.op_type() == "LSTM" ? std::vector<int64_t>{0, 2, 3, 1}
+                                       : n.op_type() == "GRU" ? std::vector<int64_t>{1, 0, 2}
+                                                               : std::vector<int64_t>{0};
+    direct_weights(f, ix, k, order, H, m);
     std::vector<std::string> todo;
     for (int i = 1; i <= 3 && i < n.input_size(); ++i) todo.push_back(n.input(i));
     for (size_t guard = 0; !todo.empty() && guard < 4096; ++guard) {

@@ -796,7 +796,13 @@ void check_recurrent(const std::string& name, const std::vector<std::string>& la
     // exporter's Transposes are gone.
     const std::string& below = g.node(g.value(n.inputs[0]).producer).op;
     EXPECT_TRUE(below == "embedding" || below == "rnn" || below == "lstm") << below;
+    // The module's parameters themselves: the exporter's gate reordering
+    // and memfit's cancel, and neither is computed.
+    for (size_t i = 1; i < 5; ++i) EXPECT_EQ(g.value(n.inputs[i]).cls, VClass::Param) << g.value(n.inputs[i]).name;
   }
+  for (const Node& n : g.nodes())
+    if (n.op == "concat" || n.op == "slice")
+      for (ValueId v : n.inputs) EXPECT_NE(g.value(v).cls, VClass::Param) << n.op << " of " << g.value(v).name;
   EXPECT_EQ(found, layers) << "the import took another path";
   EXPECT_EQ(g.trainable_params().size(), params);
   if (layers.size() == 1) {
@@ -892,6 +898,114 @@ TEST(OnnxRecurrent, LstmClassifierMatchesPyTorch) {
 TEST(OnnxRecurrent, StackedLayersMatchPyTorch) {
   NEED_EXPORT();
   check_recurrent("stacked_classifier", {"gru", "gru", "lstm"}, 15);  // embedding, 3 layers x 4, fc 2
+}
+
+// An LSTM whose W, R and B are initializers in ONNX's own layout (gates i,
+// o, f, c; B = [Wb, Rb]), as an exporter that folds the reordering writes
+// them: memfit reorders the rows in the graph, the parameters keep ONNX's
+// names and layout, and the model is the LSTM classifier's: PyTorch's
+// logits, loss and 5 SGD losses (a row permutation of the weights changes
+// no sum, and plain SGD is elementwise), and W's, R's and B's gradients are
+// PyTorch's in ONNX's row order (the same tolerances as check_recurrent).
+TEST(OnnxRecurrent, LstmWeightsInOnnxLayoutAreReorderedInTheGraph) {
+  NEED_EXPORT();
+  const int64_t H = 24, I = 16;
+  const std::vector<int64_t> torch_block{0, 3, 1, 2};  // of ONNX's blocks i, o, f, c
+  // Rows of a torch [4H, ...] tensor in ONNX's gate order.
+  auto onnx_rows = [&](const std::vector<float>& t, int64_t cols) {
+    std::vector<float> r;
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t j = 0; j < H * cols; ++j) r.push_back(t[static_cast<size_t>(torch_block[b] * H * cols + j)]);
+    return r;
+  };
+  std::map<std::string, std::vector<float>> torch_init;
+  const std::string path = edited("lstm_classifier", "onnx-layout", [&](onnx::GraphProto& g, onnx::NodeProto& n) {
+    for (const auto& t : g.initializer()) {
+      std::vector<float> v(t.raw_data().size() / 4);
+      std::memcpy(v.data(), t.raw_data().data(), v.size() * 4);
+      torch_init[t.name()] = v;
+    }
+    auto add = [&](const std::string& name, Shape dims, std::vector<float> v) {
+      onnx::TensorProto& t = *g.add_initializer();
+      t.set_name(name);
+      t.set_data_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : dims) t.add_dims(d);
+      for (float x : v) t.add_float_data(x);
+    };
+    add("W", {1, 4 * H, I}, onnx_rows(torch_init.at("rnn.weight_ih_l0"), I));
+    add("R", {1, 4 * H, H}, onnx_rows(torch_init.at("rnn.weight_hh_l0"), H));
+    std::vector<float> b = onnx_rows(torch_init.at("rnn.bias_ih_l0"), 1), bh = onnx_rows(torch_init.at("rnn.bias_hh_l0"), 1);
+    b.insert(b.end(), bh.begin(), bh.end());
+    add("B", {1, 8 * H}, b);
+    n.set_input(1, "W");
+    n.set_input(2, "R");
+    n.set_input(3, "B");
+    // The exporter's reordering nodes, now read by nothing, go.
+    for (bool removed = true; removed;) {
+      removed = false;
+      std::set<std::string> used{g.output(0).name()};
+      for (const auto& k : g.node())
+        for (const auto& i : k.input()) used.insert(i);
+      for (int k = 0; k < g.node_size(); ++k) {
+        bool read = false;
+        for (const auto& o : g.node(k).output()) read = read || used.count(o);
+        if (!read) {
+          g.mutable_node()->DeleteSubrange(k, 1);
+          removed = true;
+          break;
+        }
+      }
+    }
+    for (int k = g.initializer_size(); k-- > 0;)
+      if (g.initializer(k).name().rfind("rnn.", 0) == 0) g.mutable_initializer()->DeleteSubrange(k, 1);
+  });
+  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/lstm_classifier.safetensors");
+  train::StepSpec spec = recurrent_spec("lstm_classifier");
+  spec.model = path;
+  auto sg = train::build_step_graph(spec);
+  const Graph& g = sg->g;
+  for (auto [p, s] : std::vector<std::pair<std::string, Shape>>{{"W", {1, 4 * H, I}}, {"R", {1, 4 * H, H}}, {"B", {1, 8 * H}}}) {
+    const ValueId v = g.find(p);
+    ASSERT_NE(v, kNone) << p;
+    EXPECT_EQ(g.value(v).shape, s) << p;
+    EXPECT_TRUE(g.value(v).trainable) << p;
+  }
+  EXPECT_EQ(g.trainable_params().size(), 6u);  // embedding, W, R, B, fc
+  Executor ex(g, ExecConfig{});
+  ex.init_params(42);
+  std::memcpy(ex.data(sg->x), f.data(f.at("input")), f.at("input").nbytes());
+  std::memcpy(ex.data(sg->labels), f.data(f.at("labels")), f.at("labels").nbytes());
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  ctx.lr = std::stod(f.metadata().at("lr"));
+  const size_t n_nodes = g.num_nodes();
+  ex.run_nodes(0, n_nodes - 1, ctx);
+  auto ref = f32(f, "logits");
+  double mx = 0;
+  for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(ex.ptr<float>(sg->logits)[i], ref[i], 1e-4 * mx) << "logit " << i;
+  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], f32(f, "loss")[0], 1e-5 * f32(f, "loss")[0]);
+  auto close = [&](const std::string& p, const std::vector<float>& want) {
+    const float* got = ex.ptr<float>(g.value(g.find(p)).grad);
+    double d = 0, r = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      r += static_cast<double>(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << p << " gradient differs";
+  };
+  close("W", onnx_rows(f32(f, "grad.rnn.weight_ih_l0"), I));
+  close("R", onnx_rows(f32(f, "grad.rnn.weight_hh_l0"), H));
+  std::vector<float> gb = onnx_rows(f32(f, "grad.rnn.bias_ih_l0"), 1), gbh = onnx_rows(f32(f, "grad.rnn.bias_hh_l0"), 1);
+  gb.insert(gb.end(), gbh.begin(), gbh.end());
+  close("B", gb);
+  ex.run_nodes(n_nodes - 1, n_nodes, ctx);
+  auto losses = f32(f, "losses");
+  for (int t = 1; t < 5; ++t) {
+    ctx.step = t;
+    ex.run(ctx);
+    EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], losses[size_t(t)], 1e-4 * losses[size_t(t)]) << "loss at step " << t;
+  }
 }
 
 // What memfit's layers cannot be is refused before training, naming the
