@@ -348,7 +348,10 @@ using Rows = std::vector<std::pair<std::string, int64_t>>;
 bool rows_of(const OnnxFile& f, const Index& ix, const std::string& v, Rows& out, std::vector<int>& nodes, int depth = 0) {
   if (depth > 16) return false;
   if (auto it = f.initializers.find(v); it != f.initializers.end()) {
-    if (!it->second.is_float || it->second.dims.empty()) return false;
+    // (a weight's rows; a [2^40, 0] tensor holds no data but as many rows)
+    if (!it->second.is_float || it->second.dims.empty() || it->second.dims[0] > (int64_t(1) << 20) ||
+        out.size() > (size_t(1) << 20))
+      return false;
     for (int64_t r = 0; r < it->second.dims[0]; ++r) out.push_back({v, r});
     return true;
   }
