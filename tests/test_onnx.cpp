@@ -1011,8 +1011,8 @@ TEST(OnnxRecurrent, LstmWeightsInOnnxLayoutAreReorderedInTheGraph) {
 // What memfit's layers cannot be is refused before training, naming the
 // node and the attribute or input: two directions, a nonzero or computed
 // initial state, clipping, another activation, the GRU of
-// linear_before_reset=0, sequence lengths. nn.RNN(nonlinearity="relu")
-// (activations [Relu]) imports as the relu cell.
+// linear_before_reset=0, sequence lengths, batch-first X (layout=1).
+// nn.RNN(nonlinearity="relu") (activations [Relu]) imports as the relu cell.
 TEST(OnnxRecurrent, WhatTheLayersCannotBeIsRefusedByName) {
   NEED_EXPORT();
   auto set_s = [](onnx::NodeProto& n, const char* name, const std::string& v) {
@@ -1063,6 +1063,13 @@ TEST(OnnxRecurrent, WhatTheLayersCannotBeIsRefusedByName) {
          "(RNN): attribute activations [Sigmoid]: memfit's RNN takes [Tanh] or [Relu]");
   expect(refusal("rnn_classifier", "lengths", [&](onnx::GraphProto&, onnx::NodeProto& n) { n.set_input(4, n.input(5)); }),
          "(RNN): has sequence_lens");
+  expect(refusal("lstm_classifier", "layout1", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           auto& a = *n.add_attribute();
+           a.set_name("layout");
+           a.set_type(onnx::AttributeProto::INT);
+           a.set_i(1);
+         }),
+         "(LSTM): attribute layout=1: memfit imports layout 0");
   // Relu imports as the relu cell.
   const std::string relu = edited("rnn_classifier", "relu", [&](onnx::GraphProto&, onnx::NodeProto& n) {
     for (auto& a : *n.mutable_attribute())

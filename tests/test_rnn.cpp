@@ -1,8 +1,8 @@
 // The RNN family (src/ops/rnn/op.cpp): the Elman cells (tanh, relu) and the
 // GRU. Gradient checks in double against finite differences, the fast CPU
-// kernels against the reference, and shape inference's refusals. Against
-// PyTorch: test_onnx's RNN and GRU classifiers (torch's nn.RNN and nn.GRU
-// through their ONNX export).
+// kernels against the reference, shape inference's refusals, and a timing
+// print. Against PyTorch: test_onnx's RNN and GRU classifiers (torch's
+// nn.RNN and nn.GRU through their ONNX export).
 #include <gtest/gtest.h>
 
 #include <chrono>
