@@ -32,7 +32,8 @@ LeakyReLU, ELU, Tanh, Hardsigmoid, Sigmoid).
 And DIR/{rnn,gru,lstm}_classifier.onnx and .safetensors: text classifiers
 with nn.RNN, nn.GRU and nn.LSTM as courses write them, with PyTorch's
 logits, loss, gradients and a few SGD steps' losses for one batch; and
-DIR/stacked_classifier.*, the same for two GRU layers under an LSTM.
+DIR/stacked_classifier.* and DIR/relu_rnn_classifier.*, the same for two
+GRU layers under an LSTM and for nn.RNN(nonlinearity="relu").
 
 And DIR/gpt_tiny.onnx: make_gpt_golden.py's GPT with the fixture's initial
 weights, written as nanoGPT writes one (TinyGPT below), for memfit to
@@ -297,6 +298,18 @@ class GRUClassifier(RNNClassifier):
         super().__init__("GRU")
 
 
+class ReluRNNClassifier(RNNClassifier):
+    """nn.RNN(nonlinearity="relu"), its last state h[-1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(RNN_EMBED, RNN_HIDDEN, nonlinearity="relu", batch_first=True)
+
+    def forward(self, x):
+        x, h = self.rnn(self.embedding(x))
+        return self.fc(h[-1])
+
+
 class LSTMClassifier(nn.Module):
     """nn.LSTM, its last hidden state h[-1]."""
 
@@ -399,6 +412,7 @@ def main():
     export_recurrent(GRUClassifier, "gru_classifier", args.out)
     export_recurrent(LSTMClassifier, "lstm_classifier", args.out)
     export_recurrent(StackedClassifier, "stacked_classifier", args.out)
+    export_recurrent(ReluRNNClassifier, "relu_rnn_classifier", args.out)
 
 
 if __name__ == "__main__":
