@@ -146,6 +146,7 @@ TEST(RnnCpu, MatchesReference) {
   const std::vector<Case> cases = {
       {1, 1, 1, 1, "tanh"}, {3, 7, 5, 17, "tanh"}, {4, 6, 9, 24, "relu"}, {1, 1, 1, 1, "gru"},
       {3, 7, 5, 17, "gru"}, {64, 9, 16, 24, "gru"}, {64, 9, 16, 24, "tanh"},
+      {3, 5, 4, 160, "gru"}, {3, 5, 4, 160, "relu"},  // H > 128: one oneDNN product per step
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(std::string(k.cell) + " N" + std::to_string(k.N) + " T" + std::to_string(k.T) + " I" +
