@@ -523,8 +523,9 @@ def onnx_seeds():
 
 def torch_seeds():
     """Real exports (torch.onnx.export through python/memfit/_onnx.py, as the
-    package and tests/golden/export_onnx.py export): a small CNN and a GPT
-    block with the attention pattern memfit fuses. Skipped without torch."""
+    package and tests/golden/export_onnx.py export): a small CNN, a GPT
+    block with the attention pattern memfit fuses, and a GRU and an LSTM
+    layer. Skipped without torch."""
     try:
         import torch
         import torch.nn as nn
@@ -576,10 +577,29 @@ def torch_seeds():
             x = x + self.mlp(F.gelu(self.fc(x), approximate="tanh"))
             return self.head(x)
 
-    torch.manual_seed(0)
+    class Recurrent(nn.Module):
+        """nn.GRU then nn.LSTM, batch first, as text classifiers write them
+        (ConstantOfShape zero states, Transposes around each layer)."""
+
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(10, 4)
+            self.gru = nn.GRU(4, 6, batch_first=True)
+            self.lstm = nn.LSTM(6, 6, batch_first=True)
+            self.fc = nn.Linear(6, 10)
+
+        def forward(self, idx):
+            x, _ = self.gru(self.embedding(idx))
+            x, (h, c) = self.lstm(x)
+            return self.fc(h[-1] + x.mean(dim=1))
+
     with tempfile.TemporaryDirectory() as tmp:
-        for name, model, example, opset in (("torch_cnn.onnx", Cnn(), torch.zeros(2, 1, 8, 8), 14),
-                                            ("torch_gpt.onnx", Gpt(), torch.zeros(2, 16, dtype=torch.long), 17)):
+        torch.manual_seed(0)
+        cnn, gpt = Cnn(), Gpt()  # drawn first, as before the recurrent seed was added
+        torch.manual_seed(0)
+        for name, model, example, opset in (("torch_cnn.onnx", cnn, torch.zeros(2, 1, 8, 8), 14),
+                                            ("torch_gpt.onnx", gpt, torch.zeros(2, 16, dtype=torch.long), 17),
+                                            ("torch_recurrent.onnx", Recurrent(), torch.zeros(2, 16, dtype=torch.long), 17)):
             path = os.path.join(tmp, name)
             kw = {"input_name": "tokens"} if example.dtype == torch.long else {}
             ox.export_training(model, example, path, opset, **kw)

@@ -68,6 +68,26 @@ struct AttentionMatch {
   int split = -1, reshape_q = -1;
 };
 
+// An ONNX RNN, GRU or LSTM node with the Transposes torch's exporter puts
+// around it for batch_first=True: X = Transpose(x, [1, 0, 2]), and Y [T, 1,
+// N, H] read by Squeeze(axis 1), whose readers are Transposes([1, 0, 2])
+// back to [N, T, H] and, between the layers of one module (num_layers > 1),
+// the next layer's X. memfit's rnn and lstm ops are batch first: the match
+// reads x and binds the batch-first y under the Transposes' outputs and the
+// next layer's x, with no copies either way. Each side matches alone; the
+// recurrent node itself is converted, the Transposes and Squeeze skipped.
+struct RecurrentMatch {
+  std::string x;                 // the batch-first input; "" where X is read as it is
+  int squeeze = -1;              // Y's Squeeze; -1 where Y is read as it is
+  std::vector<int> transposes;   // the Transposes after it
+  std::string chain;             // the next layer's batch-first x ("" for none)
+  // Where W, R and B are made from the module's parameters only by the
+  // Slice/Concat/Unsqueeze nodes of the exporter's gate reordering, and that
+  // reordering is the inverse of memfit's: the parameters themselves (by
+  // initializer name), read as they are, the reordering nodes skipped.
+  std::string w_ih, w_hh, b_ih, b_hh;
+};
+
 struct OnnxFile {
   std::string path;
   onnx::GraphProto graph;                   // nodes and the input/output types; initializers moved out
@@ -84,6 +104,12 @@ struct OnnxFile {
   std::map<size_t, SiluMatch> silu_at;
   std::map<size_t, MatMulMatch> matmul_at;
   std::map<size_t, AttentionMatch> attention_at;
+  std::map<size_t, RecurrentMatch> recurrent_at;  // by the RNN, GRU or LSTM node itself
+  // Float initializers that reach a recurrent layer's W, R or B through the
+  // Slice, Concat and Unsqueeze nodes torch writes its gate reordering with:
+  // parameters, which those nodes read as tensors of the graph (elsewhere a
+  // float initializer they read is a constant, such as an attention mask).
+  std::set<std::string> recurrent_weights;
   std::set<size_t> fused;
 };
 
@@ -100,6 +126,7 @@ struct Env {
   std::map<std::string, Const> consts;    // import-time constants by name
   std::set<std::string> layers;           // layer names given out
   int64_t batch = 0;                      // memfit's batch (the input's axis 0)
+  const std::set<std::string>* used = nullptr;  // the names some node or the graph's output reads
 };
 
 using Handler = void (*)(Env&, const onnx::NodeProto&);

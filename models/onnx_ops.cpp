@@ -51,7 +51,9 @@ Shape attr_ints(const onnx::NodeProto& n, const std::string& name, Shape dflt) {
 }
 
 bool has_input(const onnx::NodeProto& n, int k) { return n.input_size() > k && !n.input(k).empty(); }
-bool is_const(Env& e, const std::string& name) { return e.consts.count(name) || (!e.values.count(name) && e.f.initializers.count(name)); }
+bool is_const(Env& e, const std::string& name) {
+  return e.consts.count(name) || (!e.values.count(name) && e.f.initializers.count(name) && !e.f.recurrent_weights.count(name));
+}
 
 const Const& constant(Env& e, const onnx::NodeProto& n, int k) {
   const std::string& name = n.input(k);
@@ -111,7 +113,8 @@ void bind_const(Env& e, const onnx::NodeProto& n, Const c, int k = 0) { e.consts
 // Outputs past the first must be unused (a pool's indices, dropout's mask,
 // batch-norm's updated statistics: memfit keeps those itself).
 void first_output_only(Env& e, const onnx::NodeProto& n, const std::set<std::string>& used) {
-  if (n.op_type() == "Split") return;  // gives them all
+  const std::string& op = n.op_type();
+  if (op == "Split" || op == "RNN" || op == "GRU" || op == "LSTM") return;  // give them all
   for (int k = 1; k < n.output_size(); ++k)
     if (!n.output(k).empty() && used.count(n.output(k)))
       refuse(e.f, n, "its output " + std::to_string(k) + " ('" + n.output(k) + "') is read by the graph; memfit "
@@ -565,6 +568,88 @@ void op_slice(Env& e, const onnx::NodeProto& n) {
   bind(e, n, y);
 }
 
+// The most elements a folded constant (ConstantOfShape, Expand) may have.
+constexpr int64_t kMaxFolded = int64_t(1) << 24;
+
+// The element count of dims, refused past kMaxFolded.
+int64_t folded_count(Env& e, const onnx::NodeProto& n, const Shape& dims) {
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 1) refuse(e.f, n, "shape " + shape_str(dims) + " has an entry below 1: memfit's tensors are never empty");
+    if (__builtin_mul_overflow(count, d, &count) || count > kMaxFolded)
+      refuse(e.f, n, "makes a constant of shape " + shape_str(dims) + ": memfit folds constants of up to 2^24 elements");
+  }
+  return count;
+}
+
+// ConstantOfShape(shape): a constant of that shape, every element `value`
+// (a one-number tensor; float 0 without it), as torch writes a recurrent
+// layer's zero initial state. Its shape is known at import (memfit's shapes
+// are static), so it is folded.
+void op_constant_of_shape(Env& e, const onnx::NodeProto& n) {
+  const Shape dims = const_ints(e, n, 0);
+  const int64_t count = folded_count(e, n, dims);
+  Const fill;
+  if (const auto* a = attr(n, "value")) {
+    fill = read_tensor(e.f, a->t(), "node '" + n.name() + "''s value");
+    if (fill.size() != 1) refuse(e.f, n, "its value must hold one number, got " + std::to_string(fill.size()));
+  } else {
+    fill.is_float = true;
+    fill.f = std::make_shared<std::vector<float>>(1, 0.0f);
+  }
+  Const c;
+  c.dims = dims;
+  c.is_float = fill.is_float;
+  if (c.is_float) c.f = std::make_shared<std::vector<float>>(static_cast<size_t>(count), (*fill.f)[0]);
+  else c.i.assign(static_cast<size_t>(count), fill.i[0]);
+  bind_const(e, n, std::move(c));
+}
+
+// Expand(x, shape): x broadcast to shape (numpy's rule, either side's 1s
+// stretched). A constant is folded. A tensor of the graph passes where the
+// result has its shape; memfit broadcasts inside the op that reads a tensor
+// (add_broadcast, binary), so an Expand that grows one is refused.
+void op_expand(Env& e, const onnx::NodeProto& n) {
+  const bool on_const = is_const(e, n.input(0));
+  const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
+  const Shape to = const_ints(e, n, 1);
+  const size_t r = std::max(xs.size(), to.size());
+  Shape out(r);
+  for (size_t k = 0; k < r; ++k) {
+    const int64_t a = k + xs.size() >= r ? xs[k + xs.size() - r] : 1;
+    const int64_t b = k + to.size() >= r ? to[k + to.size() - r] : 1;
+    if (a != b && a != 1 && b != 1) refuse(e.f, n, "cannot broadcast " + shape_str(xs) + " to " + shape_str(to));
+    out[k] = a == 1 ? b : a;
+  }
+  const int64_t count = folded_count(e, n, out);
+  if (!on_const) {
+    if (out != xs)
+      refuse(e.f, n, "expands a tensor of the graph from " + shape_str(xs) + " to " + shape_str(out) +
+                     ": memfit broadcasts inside the op that reads it (Add, Mul, ...), not as a copy");
+    return bind(e, n, value(e, n, 0));
+  }
+  const Const& c = constant(e, n, 0);
+  Const y;
+  y.dims = out;
+  y.is_float = c.is_float;
+  std::vector<float> f;
+  std::vector<int64_t> at(r, 0);
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t src = 0;
+    for (size_t a = r - xs.size(); a < r; ++a) {
+      const int64_t d = xs[a - (r - xs.size())];
+      src = src * d + (d == 1 ? 0 : at[a]);
+    }
+    if (c.is_float) f.push_back((*c.f)[static_cast<size_t>(src)]);
+    else y.i.push_back(c.i[static_cast<size_t>(src)]);
+    for (size_t a = r; a-- > 0;)
+      if (++at[a] < out[a]) break;
+      else at[a] = 0;
+  }
+  if (c.is_float) y.f = std::make_shared<std::vector<float>>(std::move(f));
+  bind_const(e, n, std::move(y));
+}
+
 void op_softmax(Env& e, const onnx::NodeProto& n) {
   const ValueId x = value(e, n, 0);
   const size_t r = shape_of(e, x).size();
@@ -600,6 +685,30 @@ void op_dropout(Env& e, const onnx::NodeProto& n) {
   bind(e, n, train ? dropout(e.b, x, p, layer_of(e, n)) : x);
 }
 
+// Gather of one entry along an axis of a tensor of the graph by a constant
+// index (h_n[-1] of a recurrent layer, [1, N, H] -> [N, H]): a slice, the
+// axis dropped for a scalar index. A 2-d table's row along axis 0 is
+// op_gather's. Returns false where this is not that gather.
+bool gather_one(Env& e, const onnx::NodeProto& n) {
+  if (is_const(e, n.input(0)) || !is_const(e, n.input(1))) return false;
+  const Const& c = constant(e, n, 1);
+  if (c.is_float || c.size() != 1 || c.dims.size() > 1) return false;
+  const ValueId x = value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  const auto axis = static_cast<size_t>(axis_in(e, n, attr_i(n, "axis", 0), xs.size()));
+  if (xs.size() == 2 && axis == 0) return false;
+  const int64_t d = xs[axis];
+  int64_t i = c.i[0];
+  if (i < -d || i >= d) refuse(e.f, n, "index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) + " of " + shape_str(xs));
+  if (i < 0) i += d;
+  const ValueId y = d == 1 ? x : slice(e.b, x, static_cast<int64_t>(axis), i, 1);
+  Shape out = xs;
+  if (c.dims.empty()) out.erase(out.begin() + static_cast<int64_t>(axis));
+  else out[axis] = 1;
+  bind(e, n, out == shape_of(e, y) ? y : reshape(e.b, y, out));
+  return true;
+}
+
 // Gather from a float table by token ids: an embedding (the table a
 // parameter). On constants: a shape's entries.
 void op_gather(Env& e, const onnx::NodeProto& n) {
@@ -613,6 +722,7 @@ void op_gather(Env& e, const onnx::NodeProto& n) {
     r.dims = constant(e, n, 1).dims;
     return bind_const(e, n, std::move(r));
   }
+  if (gather_one(e, n)) return;
   if (attr_i(n, "axis", 0) != 0) refuse(e.f, n, "gathers along axis " + std::to_string(attr_i(n, "axis", 0)) + ": memfit gathers table rows only (an embedding)");
   const ValueId table = value(e, n, 0);
   if (is_const(e, n.input(1))) {
@@ -763,6 +873,167 @@ void op_equal(Env& e, const onnx::NodeProto& n) {
   for (int64_t k = 0; k < a.size(); ++k) r.i.push_back(at(a, k) == at(b, b.size() == 1 ? 0 : k));
   bind_const(e, n, std::move(r));
 }
+
+// ------------------------------------------------------- recurrent layers ----
+//
+// ONNX's RNN, GRU and LSTM nodes (one layer, forward, zero initial state) as
+// memfit's rnn and lstm ops, which are PyTorch's nn.RNN, nn.GRU and nn.LSTM,
+// batch first, h0 = c0 = 0. ONNX holds one direction's weights as W [1, G,
+// I], R [1, G, H] and B [1, 2G] (W's biases, then R's), G = k H, in its own
+// gate order: LSTM i, o, f, c where memfit (and PyTorch) has i, f, g, o; GRU
+// z, r, h where it has r, z, n. torch's exporter writes W, R and B from the
+// module's parameters with Slice and Concat nodes of the graph, so the
+// parameters stay the state_dict's tensors (saved back under their names);
+// here the gate rows are put back in memfit's order by slices and a concat
+// of those values, graph ops too, through which the gradients reach the
+// same parameters. An initializer W, R or B (another exporter) becomes a
+// parameter in ONNX's own layout and name, reordered the same way.
+
+// v [k H, ...] with its blocks of H rows in the order `blocks` (the ONNX
+// block of each of memfit's gates); runs of consecutive blocks are one slice.
+ValueId gate_rows(Env& e, ValueId v, int64_t H, const std::vector<int64_t>& blocks) {
+  std::vector<ValueId> parts;
+  for (size_t k = 0; k < blocks.size();) {
+    size_t run = 1;
+    while (k + run < blocks.size() && blocks[k + run] == blocks[k] + static_cast<int64_t>(run)) ++run;
+    const int64_t rows = static_cast<int64_t>(run) * H;
+    parts.push_back(rows == shape_of(e, v)[0] ? v : slice(e.b, v, 0, blocks[k] * H, rows));
+    k += run;
+  }
+  return parts.size() == 1 ? parts[0] : concat(e.b, parts, 0);
+}
+
+// The integers of `name` for node n: an import-time constant, or the value
+// of a Constant node that comes later in the file (not converted yet).
+std::vector<int64_t> ints_ahead(Env& e, const onnx::NodeProto& n, const std::string& name) {
+  if (is_const(e, name)) {
+    const Const& c = e.consts.count(name) ? e.consts.at(name) : e.f.initializers.at(name);
+    if (!c.is_float) return c.i;
+  }
+  for (const auto& k : e.f.graph.node())
+    if (k.op_type() == "Constant" && k.output_size() == 1 && k.output(0) == name)
+      if (const auto* a = attr(k, "value")) {
+        const Const c = read_tensor(e.f, a->t(), "node '" + k.name() + "''s value");
+        if (!c.is_float) return c.i;
+      }
+  refuse(e.f, n, "reads '" + name + "' as constant integers, which it is not");
+}
+
+// Input k, an initial state: absent, or a constant of zeros.
+void zero_state(Env& e, const onnx::NodeProto& n, int k, const std::string& what) {
+  if (!has_input(n, k)) return;
+  if (!is_const(e, n.input(k)))
+    refuse(e.f, n, "its " + what + " ('" + n.input(k) + "') is computed by the graph: memfit's recurrent layers start "
+                   "from a zero state (the module called without an initial state)");
+  const Const& c = constant(e, n, k);
+  bool zero = true;
+  for (int64_t i = 0; i < c.size(); ++i) zero = zero && (c.is_float ? (*c.f)[static_cast<size_t>(i)] == 0.0f : c.i[static_cast<size_t>(i)] == 0);
+  if (!zero) refuse(e.f, n, "its " + what + " ('" + n.input(k) + "') is not zero: memfit's recurrent layers start from a zero state");
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return "[" + s + "]";
+}
+
+void emit_recurrent(Env& e, const onnx::NodeProto& n, const RecurrentMatch& m) {
+  const std::string& op = n.op_type();
+  const bool lstm = op == "LSTM", gru = op == "GRU";
+  const int64_t k = lstm ? 4 : gru ? 3 : 1;
+  const std::string dir = attr_s(n, "direction", "forward");
+  if (dir != "forward")
+    refuse(e.f, n, "attribute direction=" + dir + ": memfit imports forward layers only (a module with "
+                   "bidirectional=False; num_layers > 1 exports one node per layer)");
+  if (attr_i(n, "layout", 0) != 0) refuse(e.f, n, "attribute layout=" + std::to_string(attr_i(n, "layout", 0)) + ": memfit imports layout 0 (X as [T, N, I], as torch exports)");
+  if (attr(n, "clip")) refuse(e.f, n, "attribute clip: memfit's recurrent cells do not clip their gates");
+  if (attr(n, "activation_alpha") || attr(n, "activation_beta"))
+    refuse(e.f, n, "attributes activation_alpha/activation_beta: memfit's recurrent cells take the default activations");
+  if (lstm && attr_i(n, "input_forget", 0) != 0) refuse(e.f, n, "attribute input_forget=1 (coupled input and forget gates) is not supported");
+  if (gru && attr_i(n, "linear_before_reset", 0) != 1)
+    refuse(e.f, n, "attribute linear_before_reset=0: memfit's GRU is PyTorch's, which applies the reset gate to the "
+                   "recurrent product (linear_before_reset=1, as torch exports nn.GRU)");
+  std::string cell = gru ? "gru" : "tanh";
+  if (const auto* a = attr(n, "activations")) {
+    const std::vector<std::string> acts(a->strings().begin(), a->strings().end());
+    const std::vector<std::string> want = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                               : std::vector<std::string>{"Sigmoid", "Tanh"};
+    if (!lstm && !gru && acts == std::vector<std::string>{"Relu"}) cell = "relu";
+    else if (!lstm && !gru && acts != std::vector<std::string>{"Tanh"})
+      refuse(e.f, n, "attribute activations " + joined(acts) + ": memfit's RNN takes [Tanh] or [Relu]");
+    else if ((lstm || gru) && acts != want)
+      refuse(e.f, n, "attribute activations " + joined(acts) + ": memfit's " + op + " takes " + joined(want));
+  }
+  if (has_input(n, 4))
+    refuse(e.f, n, "has sequence_lens ('" + n.input(4) + "'): memfit's " + op + " runs every sequence to its full length");
+  if (lstm && has_input(n, 7)) refuse(e.f, n, "has peephole weights P ('" + n.input(7) + "'): memfit's LSTM has none");
+  if (!has_input(n, 3)) refuse(e.f, n, "has no bias B (a layer made with bias=False): memfit's recurrent layers have biases");
+  zero_state(e, n, 5, "initial_h");
+  if (lstm) zero_state(e, n, 6, "initial_c");
+
+  const bool batch_first = !m.x.empty();
+  ValueId x = batch_first ? value_named(e, n, m.x) : value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  if (xs.size() != 3) refuse(e.f, n, "its X is " + shape_str(xs) + ", not [T, N, I]");
+  const int64_t T = xs[batch_first ? 1 : 0], N = xs[batch_first ? 0 : 1], I = xs[2];
+  if (!batch_first) x = permute(e.b, x, {1, 0, 2});
+  const int64_t H = attr_i(n, "hidden_size", 0);
+  auto want = [&](ValueId v, const std::string& what, const Shape& s) {
+    if (shape_of(e, v) != s)
+      refuse(e.f, n, "its " + what + " is " + shape_str(shape_of(e, v)) + ", not " + shape_str(s) +
+                     " (one direction, hidden_size " + std::to_string(H) + ", " + std::to_string(I) + " input features)");
+  };
+  if (H < 1) refuse(e.f, n, "has no hidden_size");
+  std::vector<ValueId> ins{x};
+  if (!m.w_ih.empty()) {  // the parameters themselves: the exporter's reordering undoes memfit's
+    const std::vector<std::pair<const std::string*, Shape>> ps{
+        {&m.w_ih, {k * H, I}}, {&m.w_hh, {k * H, H}}, {&m.b_ih, {k * H}}, {&m.b_hh, {k * H}}};
+    for (const auto& [name, s] : ps) {
+      ins.push_back(value_named(e, n, *name));
+      want(ins.back(), "W, R or B's parameter '" + *name + "'", s);
+    }
+  } else {
+    const ValueId W = value(e, n, 1), R = value(e, n, 2), B = value(e, n, 3);
+    want(W, "W", {1, k * H, I});
+    want(R, "R", {1, k * H, H});
+    want(B, "B", {1, 2 * k * H});
+    const std::vector<int64_t> order = lstm ? std::vector<int64_t>{0, 2, 3, 1} : gru ? std::vector<int64_t>{1, 0, 2} : std::vector<int64_t>{0};
+    const ValueId bflat = reshape(e.b, B, {2 * k * H});
+    ins.push_back(gate_rows(e, reshape(e.b, W, {k * H, I}), H, order));
+    ins.push_back(gate_rows(e, reshape(e.b, R, {k * H, H}), H, order));
+    ins.push_back(gate_rows(e, slice(e.b, bflat, 0, 0, k * H), H, order));
+    ins.push_back(gate_rows(e, slice(e.b, bflat, 0, k * H, k * H), H, order));
+  }
+  const std::vector<ValueId> outs = lstm ? e.b.g.add_node("lstm", ins, {}, layer_of(e, n))
+                                         : e.b.g.add_node("rnn", ins, {{"cell", cell}}, layer_of(e, n));
+  auto read = [&](int o) { return n.output_size() > o && !n.output(o).empty() && (!e.used || e.used->count(n.output(o))); };
+  // Y [T, 1, N, H]; batch first [N, T, H] where its Squeeze and what reads it matched.
+  bool y_done = false;
+  if (m.squeeze >= 0) {
+    const onnx::NodeProto& sq = e.f.graph.node(m.squeeze);
+    const std::vector<int64_t> axes = has_input(sq, 1) ? ints_ahead(e, sq, sq.input(1)) : attr_ints(sq, "axes", {});
+    if (axes == std::vector<int64_t>{1} || axes == std::vector<int64_t>{-3}) {
+      for (int t : m.transposes) e.values[e.f.graph.node(t).output(0)] = outs[0];
+      if (!m.chain.empty()) e.values[m.chain] = outs[0];
+      y_done = true;
+    }
+  }
+  if (!y_done && (read(0) || m.squeeze >= 0)) bind(e, n, reshape(e.b, permute(e.b, outs[0], {1, 0, 2}), {T, 1, N, H}), 0);
+  if (!y_done && m.squeeze >= 0) {  // Squeeze of other axes: converted as they are
+    const onnx::NodeProto& sq = e.f.graph.node(m.squeeze);
+    op_squeeze(e, sq);
+    for (int t : m.transposes) op_transpose(e, e.f.graph.node(t));
+    if (!m.chain.empty()) {  // the next layer reads it batch first
+      const ValueId s = e.values.at(sq.output(0));
+      if (shape_of(e, s).size() != 3) refuse(e.f, sq, "squeezes the layer's Y to " + shape_str(shape_of(e, s)) + ", not [T, N, H], for the next layer");
+      e.values[m.chain] = permute(e.b, s, {1, 0, 2});
+    }
+  }
+  if (read(1)) bind(e, n, reshape(e.b, outs[1], {1, N, H}), 1);
+  if (lstm && read(2)) bind(e, n, reshape(e.b, outs[2], {1, N, H}), 2);
+}
+
+void op_recurrent(Env& e, const onnx::NodeProto& n) { emit_recurrent(e, n, RecurrentMatch{}); }
 
 // Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
 // here means the pattern around it did not match.
@@ -976,6 +1247,11 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Cast", {op_cast, {"to"}}},
       {"Range", {op_range, {}, 3}},
       {"Equal", {op_equal, {}, 2}},
+      {"ConstantOfShape", {op_constant_of_shape, {"value"}}},
+      {"Expand", {op_expand, {}, 2}},
+      {"RNN", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout"}, 3}},
+      {"GRU", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout", "linear_before_reset"}, 3}},
+      {"LSTM", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget", "layout"}, 3}},
       {"Erf", {op_pattern_only, {}}},  // inside GELU only (onnx_patterns.cpp)
       {"Pow", {op_pattern_only, {}, 2}},
       {"Where", {op_pattern_only, {}, 3}},  // attention's mask only
@@ -992,6 +1268,7 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
   for (const auto& n : f.graph.node())
     for (const auto& i : n.input()) used.insert(i);
   for (const auto& o : f.graph.output()) used.insert(o.name());
+  e.used = &used;
   const auto& nodes = f.graph.node();
   for (int k = 0; k < nodes.size(); ++k) {
     const onnx::NodeProto& n = nodes[k];
@@ -1012,6 +1289,10 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
       }
       if (auto a = f.attention_at.find(at); a != f.attention_at.end()) {
         emit_attention(e, n, a->second);
+        continue;
+      }
+      if (auto r = f.recurrent_at.find(at); r != f.recurrent_at.end()) {
+        emit_recurrent(e, n, r->second);
         continue;
       }
       first_output_only(e, n, used);

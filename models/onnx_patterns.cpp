@@ -1,12 +1,14 @@
 // Patterns of several ONNX nodes that become one memfit op (onnx_import.hpp):
 // the GELU torch writes out with Erf or Tanh, SiLU as x * Sigmoid(x), MatMuls whose operands come
-// through Transposes (and nn.Linear's MatMul + bias Add), and attention as
+// through Transposes (and nn.Linear's MatMul + bias Add), the Transposes around a
+// recurrent layer (RNN, GRU, LSTM), and attention as
 // torch exports it from q @ k.transpose(-2, -1). Found once, when the file is
 // read: each match records its inputs by ONNX name, and its nodes are
 // skipped when the graph is converted. A pattern matches only where each
 // intermediate result is read by the pattern alone (and is no graph
 // output), so skipping its nodes loses nothing; shapes and constant values
 // are checked when the match is converted (onnx_ops.cpp).
+#include <algorithm>
 #include <cmath>
 
 #include "models/onnx_import.hpp"
@@ -316,10 +318,199 @@ void find_matmuls(OnnxFile& f, Index& ix) {
   }
 }
 
+// The Transposes (and Y's Squeeze) around each RNN, GRU and LSTM node
+// (RecurrentMatch). Squeeze's axes are checked when the match is converted.
+bool recurrent_op(const onnx::NodeProto& n) { return n.op_type() == "RNN" || n.op_type() == "GRU" || n.op_type() == "LSTM"; }
+
+// The integers of an integer initializer or Constant node `name`.
+bool ints_of(const OnnxFile& f, const Index& ix, const std::string& name, std::vector<int64_t>& out) {
+  if (auto it = f.initializers.find(name); it != f.initializers.end()) {
+    if (it->second.is_float) return false;
+    out = it->second.i;
+    return true;
+  }
+  auto p = ix.producer.find(name);
+  if (p == ix.producer.end() || ix.at(p->second).op_type() != "Constant") return false;
+  for (const auto& a : ix.at(p->second).attribute())
+    if (a.name() == "value") {
+      const Const c = read_tensor(f, a.t(), "node '" + ix.at(p->second).name() + "''s value");
+      if (c.is_float) return false;
+      out = c.i;
+      return true;
+    }
+  return false;
+}
+
+// The rows (first axis) of v, each as (float initializer, its row), through
+// Concat and Slice (steps 1) along axis 0; false where v is made another
+// way. `nodes` gathers the nodes passed through.
+using Rows = std::vector<std::pair<std::string, int64_t>>;
+bool rows_of(const OnnxFile& f, const Index& ix, const std::string& v, Rows& out, std::vector<int>& nodes, int depth = 0) {
+  if (depth > 16) return false;
+  if (auto it = f.initializers.find(v); it != f.initializers.end()) {
+    // (a weight's rows; a [2^40, 0] tensor holds no data but as many rows)
+    if (!it->second.is_float || it->second.dims.empty() || it->second.dims[0] > (int64_t(1) << 20) ||
+        out.size() > (size_t(1) << 20))
+      return false;
+    for (int64_t r = 0; r < it->second.dims[0]; ++r) out.push_back({v, r});
+    return true;
+  }
+  auto p = ix.producer.find(v);
+  if (p == ix.producer.end() || !ix.free(p->second)) return false;
+  const onnx::NodeProto& n = ix.at(p->second);
+  auto attr_ints = [&](const char* name, std::vector<int64_t>& to) {
+    for (const auto& a : n.attribute())
+      if (a.name() == name) {
+        to.assign(a.ints().begin(), a.ints().end());
+        return true;
+      }
+    return false;
+  };
+  if (n.op_type() == "Concat") {
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis" && a.i() != 0) return false;
+    for (const auto& i : n.input())
+      if (!rows_of(f, ix, i, out, nodes, depth + 1)) return false;
+  } else if (n.op_type() == "Slice" && n.input_size() >= 1) {
+    std::vector<int64_t> st, en, ax{0}, steps{1};
+    const bool inputs = n.input_size() >= 3;
+    if (inputs ? !ints_of(f, ix, n.input(1), st) || !ints_of(f, ix, n.input(2), en) : !attr_ints("starts", st) || !attr_ints("ends", en))
+      return false;
+    if (inputs && n.input_size() > 3 && !n.input(3).empty() && !ints_of(f, ix, n.input(3), ax)) return false;
+    if (!inputs) attr_ints("axes", ax);
+    if (inputs && n.input_size() > 4 && !n.input(4).empty() && !ints_of(f, ix, n.input(4), steps)) return false;
+    if (st.size() != 1 || en.size() != 1 || ax != std::vector<int64_t>{0} || steps != std::vector<int64_t>{1}) return false;
+    Rows all;
+    if (!rows_of(f, ix, n.input(0), all, nodes, depth + 1)) return false;
+    const auto d = static_cast<int64_t>(all.size());
+    auto clampi = [&](int64_t x) { return std::clamp(x < 0 ? x + d : x, int64_t(0), d); };
+    for (int64_t r = clampi(st[0]); r < clampi(en[0]); ++r) out.push_back(all[static_cast<size_t>(r)]);
+  } else {
+    return false;
+  }
+  nodes.push_back(p->second);
+  return true;
+}
+
+// The parameters W, R and B of recurrent node k are made of, where its gate
+// reordering undoes the exporter's (RecurrentMatch::w_ih ...): `order` is
+// the ONNX block of each of memfit's gates, H the hidden size.
+void direct_weights(const OnnxFile& f, Index& ix, int k, const std::vector<int64_t>& order, int64_t H, RecurrentMatch& m) {
+  const onnx::NodeProto& n = ix.at(k);
+  if (n.input_size() < 4 || H < 1) return;
+  const auto G = static_cast<int64_t>(order.size()) * H;
+  std::vector<int> nodes;
+  // The rows of input i past its Unsqueeze(axes [0]).
+  auto rows = [&](int i, Rows& out) {
+    const int u = ix.made_by(n.input(i), "Unsqueeze");
+    if (u < 0 || !ix.single(n.input(i)) || ix.at(u).input_size() < 1) return false;
+    std::vector<int64_t> axes;
+    bool have = false;
+    for (const auto& a : ix.at(u).attribute())
+      if (a.name() == "axes") axes.assign(a.ints().begin(), a.ints().end()), have = true;
+    if (!have && (ix.at(u).input_size() < 2 || !ints_of(f, ix, ix.at(u).input(1), axes))) return false;
+    if (axes != std::vector<int64_t>{0}) return false;
+    nodes.push_back(u);
+    return rows_of(f, ix, ix.at(u).input(0), out, nodes);
+  };
+  // The parameter whose rows, in order, are memfit's rows of block `from`.
+  auto param = [&](const Rows& r, int64_t from) -> std::string {
+    if (static_cast<int64_t>(r.size()) < from + G) return "";
+    const std::string& p = r[static_cast<size_t>(from)].first;
+    if (f.initializers.at(p).dims[0] != G) return "";
+    for (int64_t j = 0; j < G; ++j) {
+      const auto& src = r[static_cast<size_t>(from + order[static_cast<size_t>(j / H)] * H + j % H)];
+      if (src.first != p || src.second != j) return "";
+    }
+    return p;
+  };
+  Rows w, rr, b;
+  if (!rows(1, w) || !rows(2, rr) || !rows(3, b) || w.size() != size_t(G) || rr.size() != size_t(G) || b.size() != size_t(2 * G)) return;
+  const std::string wi = param(w, 0), wh = param(rr, 0), bi = param(b, 0), bh = param(b, G);
+  if (wi.empty() || wh.empty() || bi.empty() || bh.empty()) return;
+  // Every node passed through must feed this one alone.
+  for (int x : nodes)
+    for (const auto& o : ix.at(x).output())
+      if (!ix.single(o)) return;
+  m.w_ih = wi, m.w_hh = wh, m.b_ih = bi, m.b_hh = bh;
+  for (int x : nodes) ix.take({x});
+}
+
+void find_recurrent(OnnxFile& f, Index& ix) {
+  const Shape swap01{1, 0, 2};
+  for (int k = 0; k < ix.nodes.size(); ++k) {
+    const onnx::NodeProto& n = ix.at(k);
+    if (!recurrent_op(n)) continue;
+    RecurrentMatch& m = f.recurrent_at[static_cast<size_t>(k)];  // x may be set already: the layer below's y
+    if (m.x.empty() && n.input_size() > 0) {
+      const int t = ix.made_by(n.input(0), "Transpose");
+      if (t >= 0 && ix.perm(t) == swap01 && ix.single(n.input(0)) && ix.at(t).input_size() == 1) {
+        m.x = ix.at(t).input(0);
+        ix.take({t});
+      }
+    }
+    if (n.output_size() > 0 && !n.output(0).empty()) {
+      const int sq = ix.only_reader(n.output(0), "Squeeze");
+      const std::string sq_out = sq >= 0 ? ix.at(sq).output(0) : "";
+      std::vector<int> transposes;
+      int next = -1;
+      bool all = sq >= 0 && !ix.outputs.count(sq_out) && ix.readers.count(sq_out);
+      for (int r : all ? ix.readers.at(sq_out) : std::vector<int>{}) {
+        const onnx::NodeProto& rn = ix.at(r);
+        if (ix.free(r) && rn.op_type() == "Transpose" && ix.perm(r) == swap01) {
+          transposes.push_back(r);
+        } else if (next < 0 && r > k && recurrent_op(rn) && rn.input(0) == sq_out &&
+                   std::count(rn.input().begin(), rn.input().end(), sq_out) == 1) {
+          next = r;
+        } else {
+          all = false;
+        }
+      }
+      if (all) {
+        m.squeeze = sq, m.transposes = transposes;
+        ix.take({sq});
+        for (int t : transposes) ix.take({t});
+        if (next >= 0) {
+          m.chain = sq_out + "#batch_first";
+          f.recurrent_at[static_cast<size_t>(next)].x = m.chain;
+        }
+      }
+    }
+    int64_t H = 0;
+    for (const auto& a : n.attribute())
+      if (a.name() == "hidden_size") H = a.i();
+    const std::vector<int64_t> order = n.op_type() == "LSTM" ? std::vector<int64_t>{0, 2, 3, 1}
+                                       : n.op_type() == "GRU" ? std::vector<int64_t>{1, 0, 2}
+                                                               : std::vector<int64_t>{0};
+    direct_weights(f, ix, k, order, H, m);
+    std::vector<std::string> todo;
+    for (int i = 1; i <= 3 && i < n.input_size(); ++i) todo.push_back(n.input(i));
+    for (size_t guard = 0; !todo.empty() && guard < 4096; ++guard) {
+      const std::string v = todo.back();
+      todo.pop_back();
+      if (auto it = f.initializers.find(v); it != f.initializers.end()) {
+        if (it->second.is_float) f.recurrent_weights.insert(v);
+        continue;
+      }
+      auto p = ix.producer.find(v);
+      if (p == ix.producer.end()) continue;
+      const onnx::NodeProto& w = ix.at(p->second);
+      const std::string& op = w.op_type();
+      if (op == "Concat") {
+        for (const auto& i : w.input()) todo.push_back(i);
+      } else if ((op == "Slice" || op == "Unsqueeze" || op == "Reshape" || op == "Squeeze" || op == "Identity") &&
+                 w.input_size() > 0) {
+        todo.push_back(w.input(0));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars) {
   Index ix(f, scalars, f.fused);
+  find_recurrent(f, ix);
   find_gelu(f, ix);
   find_silu(f, ix);
   find_attention(f, ix);

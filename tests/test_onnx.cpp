@@ -756,3 +756,421 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
             std::string::npos)
       << model_error(ceil);
 }
+
+// ------------------------------------------------------ recurrent layers ----
+//
+// Text classifiers written with nn.RNN, nn.GRU and nn.LSTM as courses write
+// them (tests/golden/export_onnx.py's export_recurrent: batch_first=True, no
+// initial state, so the exporter writes a ConstantOfShape zero state, the
+// gate reordering as Slice/Concat of the parameters and Transposes around
+// the node), against PyTorch in float64 on the same float32 weights and
+// batch: step-0 logits (1e-4 of the largest), loss (1e-5 relative) and every
+// parameter gradient (1e-3 in relative L2), as check_against_pytorch; then
+// the losses of 5 plain SGD steps at lr 0.5 within 1e-4 relative (f32
+// sums of <= 40 terms per gate over 12 steps of a contracting recurrence
+// stay near 1e-6 relative; the updates compound them over 5 steps, as the
+// LSTM golden's 4-step losses do at the same bound in test_lstm).
+namespace {
+constexpr int64_t kRnnT = 12, kRnnVocab = 100, kRnnClasses = 4;
+
+train::StepSpec recurrent_spec(const std::string& name) {
+  train::StepSpec spec;
+  spec.model = exported().dir + "/" + name + ".onnx";
+  spec.batch = 4;
+  spec.data = {{"tokens", DType::i32, {kRnnT}, 0.0, kRnnVocab}, {"labels", DType::i32, {}, -1.0, kRnnClasses}};
+  spec.classes = kRnnClasses;
+  spec.optimizer.kind = "sgd";
+  spec.optimizer.momentum = 0.0;
+  return spec;
+}
+
+// `layers`: the memfit op each layer became, in order ("lstm", or rnn's
+// cell: "tanh", "gru"); the state_dict's parameters are checked by name and
+// shape for the one-layer classifiers (module `rnn`).
+void check_recurrent(const std::string& name, const std::vector<std::string>& layers, size_t params) {
+  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/" + name + ".safetensors");
+  auto sg = train::build_step_graph(recurrent_spec(name));
+  const Graph& g = sg->g;
+  std::vector<std::string> found;
+  for (const Node& n : g.nodes()) {
+    if ((n.op != "rnn" && n.op != "lstm") || n.phase != Phase::Forward) continue;
+    found.push_back(n.op == "lstm" ? "lstm" : n.attrs.s("cell"));
+    // Read batch first from the embedding or the layer below: the
+    // exporter's Transposes are gone.
+    const std::string& below = g.node(g.value(n.inputs[0]).producer).op;
+    EXPECT_TRUE(below == "embedding" || below == "rnn" || below == "lstm") << below;
+    // The module's parameters themselves: the exporter's gate reordering
+    // and memfit's cancel, and neither is computed.
+    for (size_t i = 1; i < 5; ++i) EXPECT_EQ(g.value(n.inputs[i]).cls, VClass::Param) << g.value(n.inputs[i]).name;
+  }
+  for (const Node& n : g.nodes())
+    if (n.op == "concat" || n.op == "slice")
+      for (ValueId v : n.inputs) EXPECT_NE(g.value(v).cls, VClass::Param) << n.op << " of " << g.value(v).name;
+  EXPECT_EQ(found, layers) << "the import took another path";
+  EXPECT_EQ(g.trainable_params().size(), params);
+  if (layers.size() == 1) {
+    const int64_t G = layers[0] == "lstm" ? 96 : layers[0] == "gru" ? 72 : 24;
+    for (auto [p, s] : std::vector<std::pair<std::string, Shape>>{{"embedding.weight", {kRnnVocab, 16}},
+                                                                  {"rnn.weight_ih_l0", {G, 16}},
+                                                                  {"rnn.weight_hh_l0", {G, 24}},
+                                                                  {"rnn.bias_ih_l0", {G}},
+                                                                  {"rnn.bias_hh_l0", {G}},
+                                                                  {"fc.weight", {kRnnClasses, 24}},
+                                                                  {"fc.bias", {kRnnClasses}}}) {
+      const ValueId v = g.find(p);
+      ASSERT_NE(v, kNone) << p;
+      EXPECT_EQ(g.value(v).shape, s) << p;
+      EXPECT_TRUE(g.value(v).trainable) << p;
+    }
+  }
+
+  Executor ex(g, ExecConfig{});
+  ex.init_params(42);
+  const io::TensorInfo& xt = f.at("input");
+  ASSERT_EQ(xt.nbytes(), size_t(4 * kRnnT * 4));
+  std::memcpy(ex.data(sg->x), f.data(xt), xt.nbytes());
+  const io::TensorInfo& lt = f.at("labels");
+  std::memcpy(ex.data(sg->labels), f.data(lt), lt.nbytes());
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  ctx.lr = std::stod(f.metadata().at("lr"));
+  const size_t n_nodes = g.num_nodes();
+  ASSERT_EQ(g.node(static_cast<NodeId>(n_nodes - 1)).phase, Phase::Update);
+  ex.run_nodes(0, n_nodes - 1, ctx);  // all but the update
+  auto ref = f32(f, "logits");
+  double mx = 0;
+  for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+  const float* l = ex.ptr<float>(sg->logits);
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
+  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], f32(f, "loss")[0], 1e-5 * f32(f, "loss")[0]);
+  for (ValueId v : g.trainable_params()) {
+    const Value& val = g.value(v);
+    auto want = f32(f, "grad." + val.name);
+    const float* got = ex.ptr<float>(val.grad);
+    ASSERT_EQ(want.size(), static_cast<size_t>(numel(val.shape))) << val.name;
+    double d = 0, r = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      r += static_cast<double>(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << val.name << " gradient differs";
+  }
+  ex.run_nodes(n_nodes - 1, n_nodes, ctx);  // the step-0 update
+  auto losses = f32(f, "losses");
+  ASSERT_EQ(losses.size(), 5u);
+  for (int t = 1; t < 5; ++t) {
+    ctx.step = t;
+    ex.run(ctx);
+    EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], losses[size_t(t)], 1e-4 * losses[size_t(t)]) << name << " loss at step " << t;
+  }
+}
+
+// The exported file `name` with its RNN, GRU or LSTM node changed by `edit`,
+// written beside it as `to`.
+std::string edited(const std::string& name, const std::string& to,
+                   const std::function<void(onnx::GraphProto&, onnx::NodeProto&)>& edit) {
+  onnx::ModelProto m;
+  {
+    std::ifstream in(exported().dir + "/" + name + ".onnx", std::ios::binary);
+    EXPECT_TRUE(m.ParseFromIstream(&in));
+  }
+  onnx::GraphProto& g = *m.mutable_graph();
+  for (auto& n : *g.mutable_node())
+    if (n.op_type() == "RNN" || n.op_type() == "GRU" || n.op_type() == "LSTM") edit(g, n);
+  const std::string path = memfit::testing::temp_dir("onnx-rnn") + "/" + to + ".onnx";
+  std::ofstream out(path, std::ios::binary);
+  EXPECT_TRUE(m.SerializeToOstream(&out));
+  return path;
+}
+}  // namespace
+
+TEST(OnnxRecurrent, RnnClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("rnn_classifier", {"tanh"}, 7);
+}
+TEST(OnnxRecurrent, GruClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("gru_classifier", {"gru"}, 7);
+}
+TEST(OnnxRecurrent, LstmClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("lstm_classifier", {"lstm"}, 7);
+}
+// nn.RNN(nonlinearity="relu"), its h_n[-1] read: the relu cell. (With
+// PyTorch's initial weights a pre-activation within f32 rounding of 0
+// would switch a unit and put an O(1) error in one gradient element; this
+// seed's batch has none, as the 1e-3 bound on every gradient shows.)
+TEST(OnnxRecurrent, ReluRnnClassifierMatchesPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("relu_rnn_classifier", {"relu"}, 7);
+}
+// Two GRU layers (one ONNX node each) under an LSTM; the GRU's h_n[-1] and
+// the LSTM's y[:, -1] both read.
+TEST(OnnxRecurrent, StackedLayersMatchPyTorch) {
+  NEED_EXPORT();
+  check_recurrent("stacked_classifier", {"gru", "gru", "lstm"}, 15);  // embedding, 3 layers x 4, fc 2
+}
+
+// An LSTM whose W, R and B are initializers in ONNX's own layout (gates i,
+// o, f, c; B = [Wb, Rb]), as an exporter that folds the reordering writes
+// them: memfit reorders the rows in the graph, the parameters keep ONNX's
+// names and layout, and the model is the LSTM classifier's: PyTorch's
+// logits, loss and 5 SGD losses (a row permutation of the weights changes
+// no sum, and plain SGD is elementwise), and W's, R's and B's gradients are
+// PyTorch's in ONNX's row order (the same tolerances as check_recurrent).
+TEST(OnnxRecurrent, LstmWeightsInOnnxLayoutAreReorderedInTheGraph) {
+  NEED_EXPORT();
+  const int64_t H = 24, I = 16;
+  const std::vector<int64_t> torch_block{0, 3, 1, 2};  // of ONNX's blocks i, o, f, c
+  // Rows of a torch [4H, ...] tensor in ONNX's gate order.
+  auto onnx_rows = [&](const std::vector<float>& t, int64_t cols) {
+    std::vector<float> r;
+    for (int64_t b = 0; b < 4; ++b)
+      for (int64_t j = 0; j < H * cols; ++j) r.push_back(t[static_cast<size_t>(torch_block[b] * H * cols + j)]);
+    return r;
+  };
+  std::map<std::string, std::vector<float>> torch_init;
+  const std::string path = edited("lstm_classifier", "onnx-layout", [&](onnx::GraphProto& g, onnx::NodeProto& n) {
+    for (const auto& t : g.initializer()) {
+      std::vector<float> v(t.raw_data().size() / 4);
+      std::memcpy(v.data(), t.raw_data().data(), v.size() * 4);
+      torch_init[t.name()] = v;
+    }
+    auto add = [&](const std::string& name, Shape dims, std::vector<float> v) {
+      onnx::TensorProto& t = *g.add_initializer();
+      t.set_name(name);
+      t.set_data_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : dims) t.add_dims(d);
+      for (float x : v) t.add_float_data(x);
+    };
+    add("W", {1, 4 * H, I}, onnx_rows(torch_init.at("rnn.weight_ih_l0"), I));
+    add("R", {1, 4 * H, H}, onnx_rows(torch_init.at("rnn.weight_hh_l0"), H));
+    std::vector<float> b = onnx_rows(torch_init.at("rnn.bias_ih_l0"), 1), bh = onnx_rows(torch_init.at("rnn.bias_hh_l0"), 1);
+    b.insert(b.end(), bh.begin(), bh.end());
+    add("B", {1, 8 * H}, b);
+    n.set_input(1, "W");
+    n.set_input(2, "R");
+    n.set_input(3, "B");
+    // The exporter's reordering nodes, now read by nothing, go.
+    for (bool removed = true; removed;) {
+      removed = false;
+      std::set<std::string> used{g.output(0).name()};
+      for (const auto& k : g.node())
+        for (const auto& i : k.input()) used.insert(i);
+      for (int k = 0; k < g.node_size(); ++k) {
+        bool read = false;
+        for (const auto& o : g.node(k).output()) read = read || used.count(o);
+        if (!read) {
+          g.mutable_node()->DeleteSubrange(k, 1);
+          removed = true;
+          break;
+        }
+      }
+    }
+    for (int k = g.initializer_size(); k-- > 0;)
+      if (g.initializer(k).name().rfind("rnn.", 0) == 0) g.mutable_initializer()->DeleteSubrange(k, 1);
+  });
+  io::SafetensorsFile f = io::SafetensorsFile::load(exported().dir + "/lstm_classifier.safetensors");
+  train::StepSpec spec = recurrent_spec("lstm_classifier");
+  spec.model = path;
+  auto sg = train::build_step_graph(spec);
+  const Graph& g = sg->g;
+  for (auto [p, s] : std::vector<std::pair<std::string, Shape>>{{"W", {1, 4 * H, I}}, {"R", {1, 4 * H, H}}, {"B", {1, 8 * H}}}) {
+    const ValueId v = g.find(p);
+    ASSERT_NE(v, kNone) << p;
+    EXPECT_EQ(g.value(v).shape, s) << p;
+    EXPECT_TRUE(g.value(v).trainable) << p;
+  }
+  EXPECT_EQ(g.trainable_params().size(), 6u);  // embedding, W, R, B, fc
+  Executor ex(g, ExecConfig{});
+  ex.init_params(42);
+  std::memcpy(ex.data(sg->x), f.data(f.at("input")), f.at("input").nbytes());
+  std::memcpy(ex.data(sg->labels), f.data(f.at("labels")), f.at("labels").nbytes());
+  kernels::StepContext ctx;
+  ctx.seed = 42;
+  ctx.lr = std::stod(f.metadata().at("lr"));
+  const size_t n_nodes = g.num_nodes();
+  ex.run_nodes(0, n_nodes - 1, ctx);
+  auto ref = f32(f, "logits");
+  double mx = 0;
+  for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(ex.ptr<float>(sg->logits)[i], ref[i], 1e-4 * mx) << "logit " << i;
+  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], f32(f, "loss")[0], 1e-5 * f32(f, "loss")[0]);
+  auto close = [&](const std::string& p, const std::vector<float>& want) {
+    const float* got = ex.ptr<float>(g.value(g.find(p)).grad);
+    double d = 0, r = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      d += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      r += static_cast<double>(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(d), 1e-3 * std::sqrt(r) + 1e-12) << p << " gradient differs";
+  };
+  close("W", onnx_rows(f32(f, "grad.rnn.weight_ih_l0"), I));
+  close("R", onnx_rows(f32(f, "grad.rnn.weight_hh_l0"), H));
+  std::vector<float> gb = onnx_rows(f32(f, "grad.rnn.bias_ih_l0"), 1), gbh = onnx_rows(f32(f, "grad.rnn.bias_hh_l0"), 1);
+  gb.insert(gb.end(), gbh.begin(), gbh.end());
+  close("B", gb);
+  ex.run_nodes(n_nodes - 1, n_nodes, ctx);
+  auto losses = f32(f, "losses");
+  for (int t = 1; t < 5; ++t) {
+    ctx.step = t;
+    ex.run(ctx);
+    EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], losses[size_t(t)], 1e-4 * losses[size_t(t)]) << "loss at step " << t;
+  }
+}
+
+// What memfit's layers cannot be is refused before training, naming the
+// node and the attribute or input: two directions, a nonzero or computed
+// initial state, clipping, another activation, the GRU of
+// linear_before_reset=0, sequence lengths, batch-first X (layout=1).
+// nn.RNN(nonlinearity="relu") (activations [Relu]) imports as the relu cell.
+TEST(OnnxRecurrent, WhatTheLayersCannotBeIsRefusedByName) {
+  NEED_EXPORT();
+  auto set_s = [](onnx::NodeProto& n, const char* name, const std::string& v) {
+    auto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::STRING);
+    a.set_s(v);
+  };
+  auto refusal = [&](const std::string& name, const std::string& to, const std::function<void(onnx::GraphProto&, onnx::NodeProto&)>& edit) {
+    return model_error(edited(name, to, edit));
+  };
+  auto expect = [](const std::string& err, const std::string& want) {
+    EXPECT_NE(err.find(want), std::string::npos) << err;
+  };
+  expect(refusal("gru_classifier", "bidirectional", [&](onnx::GraphProto&, onnx::NodeProto& n) { set_s(n, "direction", "bidirectional"); }),
+         "(GRU): attribute direction=bidirectional: memfit imports forward layers only");
+  // A zero state of ones: the ConstantOfShape's value.
+  const std::string ones = refusal("lstm_classifier", "h0-ones", [&](onnx::GraphProto& g, onnx::NodeProto& n) {
+    for (auto& k : *g.mutable_node())
+      if (k.op_type() == "ConstantOfShape" && k.output(0) == n.input(5)) {
+        auto& t = *k.mutable_attribute(0)->mutable_t();
+        t.clear_raw_data();
+        t.clear_float_data();
+        t.add_float_data(1.0f);
+      }
+  });
+  expect(ones, "(LSTM): its initial_h ('");
+  expect(ones, "') is not zero: memfit's recurrent layers start from a zero state");
+  const std::string computed = refusal("rnn_classifier", "h0-computed", [&](onnx::GraphProto&, onnx::NodeProto& n) { n.set_input(5, n.input(0)); });
+  expect(computed, "(RNN): its initial_h ('");
+  expect(computed, "') is computed by the graph: memfit's recurrent layers start from a zero state");
+  expect(refusal("lstm_classifier", "clip", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           auto& a = *n.add_attribute();
+           a.set_name("clip");
+           a.set_type(onnx::AttributeProto::FLOAT);
+           a.set_f(3.0f);
+         }),
+         "(LSTM): attribute clip");
+  expect(refusal("gru_classifier", "lbr0", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           for (auto& a : *n.mutable_attribute())
+             if (a.name() == "linear_before_reset") a.set_i(0);
+         }),
+         "(GRU): attribute linear_before_reset=0");
+  expect(refusal("rnn_classifier", "sigmoid", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           for (auto& a : *n.mutable_attribute())
+             if (a.name() == "activations") a.set_strings(0, "Sigmoid");
+         }),
+         "(RNN): attribute activations [Sigmoid]: memfit's RNN takes [Tanh] or [Relu]");
+  expect(refusal("rnn_classifier", "lengths", [&](onnx::GraphProto&, onnx::NodeProto& n) { n.set_input(4, n.input(5)); }),
+         "(RNN): has sequence_lens");
+  expect(refusal("lstm_classifier", "layout1", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+           auto& a = *n.add_attribute();
+           a.set_name("layout");
+           a.set_type(onnx::AttributeProto::INT);
+           a.set_i(1);
+         }),
+         "(LSTM): attribute layout=1: memfit imports layout 0");
+  // Relu imports as the relu cell.
+  const std::string relu = edited("rnn_classifier", "relu", [&](onnx::GraphProto&, onnx::NodeProto& n) {
+    for (auto& a : *n.mutable_attribute())
+      if (a.name() == "activations") a.set_strings(0, "Relu");
+  });
+  train::StepSpec spec = recurrent_spec("rnn_classifier");
+  spec.model = relu;
+  auto sg = train::build_step_graph(spec);
+  int cells = 0;
+  for (const Node& n : sg->g.nodes())
+    if (n.op == "rnn") cells += n.attrs.s("cell") == "relu";
+  EXPECT_EQ(cells, 1);
+}
+
+// ConstantOfShape and Expand fold on constants (here into a scalar factor);
+// an Expand that leaves a tensor of the graph as it is passes, one that
+// would grow it is refused.
+TEST(Onnx, ConstantOfShapeAndExpandFold) {
+  auto ints = [](onnx::GraphProto& g, const std::string& name, std::vector<int64_t> v) {
+    onnx::TensorProto& t = *g.add_initializer();
+    t.set_name(name);
+    t.set_data_type(onnx::TensorProto::INT64);
+    t.add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t.add_int64_data(x);
+  };
+  const std::string path = write_tiny("cos-expand", [&](onnx::GraphProto& g) {
+    ints(g, "one", {1});
+    ints(g, "row", {1, 32});
+    auto& c = add_node(g, "ConstantOfShape", "/cos", "one", "k");  // [1] of 2.5
+    auto& a = *c.add_attribute();
+    a.set_name("value");
+    a.set_type(onnx::AttributeProto::TENSOR);
+    a.mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    a.mutable_t()->add_dims(1);
+    a.mutable_t()->add_float_data(2.5f);
+    add_node(g, "Expand", "/ek", "k", "k1").add_input("one");    // still [1] of 2.5
+    add_node(g, "Expand", "/ex", "flat", "e").add_input("row");  // [N, 32] as it is
+    add_node(g, "Mul", "/mul", "e", "y").add_input("k1");
+  });
+  Graph g;
+  Builder b(g);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {3, 1, 4, 4});
+  models::resolve(path).build(b, in, 32);
+  std::vector<double> scales;
+  for (const Node& n : g.nodes())
+    if (n.op == "scale") scales.push_back(n.attrs.f("alpha"));
+  EXPECT_EQ(scales, std::vector<double>{2.5});
+  const std::string grow = write_tiny("expand-grow", [&](onnx::GraphProto& g) {
+    ints(g, "to", {2, 1, 32});
+    add_node(g, "Expand", "/grow", "flat", "y").add_input("to");
+  });
+  const std::string e = model_error(grow);
+  EXPECT_NE(e.find("node '/grow' (Expand): expands a tensor of the graph from [1, 32] to [2, 1, 32]"), std::string::npos) << e;
+}
+
+// The command trains each classifier on labelled text (4 classes of 12
+// letters, told apart by one letter), and its saved weights are the
+// module's state_dict: PyTorch's load_state_dict(strict=True) takes every
+// tensor with its shape (export_onnx.py --check-state-dict).
+TEST(OnnxRecurrent, ClassifiersTrainOnTextAndTheirWeightsLoadBack) {
+  NEED_EXPORT();
+  const std::string dir = memfit::testing::temp_dir("onnx-rnn-text");
+  uint64_t s = 7;
+  auto next = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return s >> 33;
+  };
+  for (const char* part : {"train", "test"}) {
+    std::ofstream f(dir + "/" + std::string(part) + ".jsonl");
+    for (int i = 0; i < 64; ++i) {
+      const int c = static_cast<int>(next() % 4);
+      std::string t;
+      for (int k = 0; k < kRnnT; ++k) t += "abcdefg "[next() % 8];
+      t[next() % kRnnT] = "wxyz"[c];
+      f << "{\"text\": \"" << t << "\", \"label\": \"c" << c << "\"}\n";
+    }
+  }
+  for (const char* name : {"rnn_classifier", "gru_classifier", "lstm_classifier"}) {
+    SCOPED_TRACE(name);
+    const std::string out = dir + "/" + name;
+    auto r = run_memfit("train --model " + exported().dir + "/" + name + ".onnx --data " + dir +
+                        " --batch 8 --steps 3 --threads 2 --out " + out);
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::set<std::string> saved;
+    for (const auto& n : io::SafetensorsFile::load(out + "/model.safetensors").names()) saved.insert(n);
+    EXPECT_EQ(saved, (std::set<std::string>{"embedding.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0",
+                                            "rnn.bias_hh_l0", "fc.weight", "fc.bias"}));
+    auto check = run_cmd(kPython + " " + MEMFIT_TEST_DATA + "/golden/export_onnx.py --check-state-dict " + name + " " + out +
+                         "/model.safetensors");
+    EXPECT_EQ(check.code, 0) << check.out;
+  }
+}

@@ -29,12 +29,18 @@ activations torch writes (ReLU6 as Clip, a depthwise convolution, Hardswish,
 SiLU as x * Sigmoid(x), a squeeze-and-excitation's broadcast product,
 LeakyReLU, ELU, Tanh, Hardsigmoid, Sigmoid).
 
+And DIR/{rnn,gru,lstm}_classifier.onnx and .safetensors: text classifiers
+with nn.RNN, nn.GRU and nn.LSTM as courses write them, with PyTorch's
+logits, loss, gradients and a few SGD steps' losses for one batch; and
+DIR/stacked_classifier.* and DIR/relu_rnn_classifier.*, the same for two
+GRU layers under an LSTM and for nn.RNN(nonlinearity="relu").
+
 And DIR/gpt_tiny.onnx: make_gpt_golden.py's GPT with the fixture's initial
 weights, written as nanoGPT writes one (TinyGPT below), for memfit to
 reproduce gpt_tiny.safetensors through the file.
 
 The second form loads memfit's saved weights (model.safetensors) into the
-PyTorch model (convnet, resnet18 or gpt_tiny) with load_state_dict(strict=True)
+PyTorch model (convnet, resnet18, gpt_tiny or {rnn,gru,lstm}_classifier) with load_state_dict(strict=True)
 and exits non-zero unless every tensor is taken, with its shape.
 
 Needs python3-torch and python3-numpy only (torch.onnx.export does not need
@@ -263,8 +269,120 @@ def export_gpt(out_dir):
     print(f"gpt_tiny: {os.path.getsize(path)} bytes -> {path}")
 
 
+# Text classifiers as a course writes them with nn.RNN, nn.GRU and nn.LSTM
+# (batch_first=True, no initial state): the exporter writes each layer as an
+# ONNX RNN, GRU or LSTM node with a ConstantOfShape zero state and Transposes
+# around it. Small, so that the fixtures cost nothing: a vocabulary of 100,
+# embeddings of 16, 24 hidden features, 4 classes, 12 tokens, a batch of 4.
+RNN_VOCAB, RNN_EMBED, RNN_HIDDEN, RNN_CLASSES, RNN_T, RNN_B = 100, 16, 24, 4, 12, 4
+RNN_LR, RNN_STEPS = 0.5, 5
+
+
+class RNNClassifier(nn.Module):
+    """nn.RNN (kind "RNN") or nn.GRU (kind "GRU"), the mean of its outputs over time."""
+
+    def __init__(self, kind="RNN"):
+        super().__init__()
+        self.embedding = nn.Embedding(RNN_VOCAB, RNN_EMBED)
+        self.rnn = getattr(nn, kind)(RNN_EMBED, RNN_HIDDEN, batch_first=True)
+        self.fc = nn.Linear(RNN_HIDDEN, RNN_CLASSES)
+
+    def forward(self, x):
+        x = self.embedding(x)
+        x, h = self.rnn(x)
+        return self.fc(x.mean(dim=1))
+
+
+class GRUClassifier(RNNClassifier):
+    def __init__(self):
+        super().__init__("GRU")
+
+
+class ReluRNNClassifier(RNNClassifier):
+    """nn.RNN(nonlinearity="relu"), its last state h[-1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.RNN(RNN_EMBED, RNN_HIDDEN, nonlinearity="relu", batch_first=True)
+
+    def forward(self, x):
+        x, h = self.rnn(self.embedding(x))
+        return self.fc(h[-1])
+
+
+class LSTMClassifier(nn.Module):
+    """nn.LSTM, its last hidden state h[-1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(RNN_VOCAB, RNN_EMBED)
+        self.rnn = nn.LSTM(RNN_EMBED, RNN_HIDDEN, batch_first=True)
+        self.fc = nn.Linear(RNN_HIDDEN, RNN_CLASSES)
+
+    def forward(self, x):
+        x = self.embedding(x)
+        x, (h, c) = self.rnn(x)
+        return self.fc(h[-1])
+
+
+class StackedClassifier(nn.Module):
+    """Two nn.GRU layers then an nn.LSTM, the LSTM's last output plus the
+    GRU's last layer's state: layers reading layers, Y and Y_h read at once,
+    and x[:, -1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(RNN_VOCAB, RNN_EMBED)
+        self.gru = nn.GRU(RNN_EMBED, RNN_HIDDEN, num_layers=2, batch_first=True)
+        self.lstm = nn.LSTM(RNN_HIDDEN, RNN_HIDDEN, batch_first=True)
+        self.fc = nn.Linear(RNN_HIDDEN, RNN_CLASSES)
+
+    def forward(self, x):
+        x, h = self.gru(self.embedding(x))
+        x, _ = self.lstm(x)
+        return self.fc(x[:, -1] + h[-1])
+
+
+def export_recurrent(model_class, name, out_dir):
+    """model_class's model (seed 0) exported, with PyTorch's logits, loss and
+    gradients for one batch and the losses of RNN_STEPS plain SGD steps
+    (lr RNN_LR, no momentum) on it, in float64 from the float32 weights."""
+    torch.manual_seed(0)
+    model = model_class().train()
+    path = os.path.join(out_dir, f"{name}.onnx")
+    _onnx.export_training(model, torch.zeros(RNN_B, RNN_T, dtype=torch.long), path, 17, input_name="tokens")
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, RNN_VOCAB, (RNN_B, RNN_T)).astype(np.int32)
+    y = np.array([3, 1, 0, 2], dtype=np.int32)
+    model = model.double()
+    xt, yt = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
+    logits = model(xt)
+    loss = F.cross_entropy(logits, yt)
+    loss.backward()
+    out = {"input": x, "labels": y, "logits": logits.detach().numpy().astype(np.float32),
+           "loss": np.array([loss.item()], dtype=np.float32)}
+    for n, p in model.named_parameters():
+        out[f"grad.{n}"] = p.grad.numpy().astype(np.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=RNN_LR, momentum=0.0)
+    losses = []
+    for _ in range(RNN_STEPS):
+        opt.zero_grad()
+        step_loss = F.cross_entropy(model(xt), yt)
+        losses.append(step_loss.item())
+        step_loss.backward()
+        opt.step()
+    out["losses"] = np.array(losses, dtype=np.float32)
+    golden.write_safetensors(os.path.join(out_dir, f"{name}.safetensors"), out,
+                             {"generator": "tests/golden/export_onnx.py", "torch_version": torch.__version__,
+                              "lr": repr(RNN_LR)})
+    print(f"{name}: {os.path.getsize(path)} bytes -> {path}")
+
+
+RECURRENT = {"rnn_classifier": RNNClassifier, "gru_classifier": GRUClassifier, "lstm_classifier": LSTMClassifier}
+
+
 def check_state_dict(name, weights):
-    model = gpt_from_fixture() if name == "gpt_tiny" else build(name)
+    model = gpt_from_fixture() if name == "gpt_tiny" else RECURRENT[name]() if name in RECURRENT else build(name)
     tensors = {k: torch.from_numpy(v) for k, v in read_safetensors(weights).items()}
     # The package's completion: the tied head and the mask buffers memfit
     # reads as constants come from the module; anything else missing raises.
@@ -290,6 +408,11 @@ def main():
     export_checked(OpsNet, "opsnet", args.out)
     export_checked(ActNet, "actnet", args.out)
     export_gpt(args.out)
+    export_recurrent(RNNClassifier, "rnn_classifier", args.out)
+    export_recurrent(GRUClassifier, "gru_classifier", args.out)
+    export_recurrent(LSTMClassifier, "lstm_classifier", args.out)
+    export_recurrent(StackedClassifier, "stacked_classifier", args.out)
+    export_recurrent(ReluRNNClassifier, "relu_rnn_classifier", args.out)
 
 
 if __name__ == "__main__":

@@ -38,30 +38,7 @@ namespace {
 using simd::Mask;
 using simd::V;
 
-// One f32 matmul c[M,N] = a[M,K] b[K,N] with operands described by strides.
-struct Mm {
-  dnnl::memory::desc a, b, c;
-  dnnl::matmul::primitive_desc pd;
-  Call call;
-  size_t heap = 0;
-  void make(dims ad, dims as, dims bd, dims bs, int64_t M, int64_t N, int64_t K) {
-    a = strided_f32(ad, as);
-    b = strided_f32(bd, bs);
-    c = plain_f32({M, N});
-    dnnl::matmul::desc desc(a, b, c);
-    pd = {desc, user_scratchpad_attr(), engine()};
-    call.set(dnnl::matmul(pd));
-    heap = matmul_heap_bytes(pd, M, N, K);
-  }
-  size_t scratchpad() const { return scratchpad_bytes(pd); }
-  void bind(const void* pa, const void* pb, void* pc, void* scratch) {
-    call.clear_args();
-    call.arg(DNNL_ARG_SRC, a, const_cast<void*>(pa));
-    call.arg(DNNL_ARG_WEIGHTS, b, const_cast<void*>(pb));
-    call.arg(DNNL_ARG_DST, c, pc);
-    call.arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), scratch);
-  }
-};
+using Mm = StridedMatmul;  // kernels/cpu/dnnl_util.hpp
 
 inline V vsigmoid(V x) { return simd::set1(1.0f) / (simd::set1(1.0f) + simd::vexp(simd::zero() - x)); }
 // tanh x = 2 sigmoid(2x) - 1 (absolute error a few f32 ulps of 1).
