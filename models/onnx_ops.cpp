@@ -127,45 +127,86 @@ int64_t axis_in(Env& e, const onnx::NodeProto& n, int64_t axis, size_t rank) {
   return axis < 0 ? axis + r : axis;
 }
 
-// Two equal pads per axis: ONNX's [top, left, bottom, right] with top =
-// bottom and left = right (memfit pads symmetrically).
-Shape symmetric_pads(Env& e, const onnx::NodeProto& n) {
-  const Shape p = attr_ints(n, "pads", {0, 0, 0, 0});
-  if (p.size() != 4 || p[0] != p[2] || p[1] != p[3])
-    refuse(e.f, n, "pads " + shape_str(p) + ": memfit pads both sides of an axis alike (begin = end)");
-  return {p[0], p[1]};
+// The spatial attributes of a Conv or pooling node over 1 or 2 spatial
+// axes, as memfit's 2-d ops take them: a 1-d node ([N, C, L]) is a 2-d one
+// over [N, C, 1, L] (height 1: kernel, stride, dilation 1, pad 0).
+struct Spatial {
+  Shape kernel, stride, pad, dilation;  // 2 each
+};
+
+// An attribute with one value per spatial axis (pads: two) has that many.
+void check_axes(Env& e, const onnx::NodeProto& n, const std::string& name, size_t count) {
+  const auto* a = attr(n, name);
+  if (a && static_cast<size_t>(a->ints_size()) != count)
+    refuse(e.f, n, "attribute " + name + " " + shape_str(attr_ints(n, name, {})) + " has " +
+                   std::to_string(a->ints_size()) + " values; " + std::to_string(count) + " expected");
 }
 
-void no_auto_pad(Env& e, const onnx::NodeProto& n) {
+// dims: 1 or 2 spatial axes; in: the input's spatial sizes; kernel: its
+// kernel's. Pads are ONNX's [begin..., end...]: memfit pads both sides of
+// an axis alike, so begin = end; auto_pad SAME_UPPER/SAME_LOWER is the
+// padding that keeps ceil(in / stride) outputs, where it splits evenly.
+Spatial spatial(Env& e, const onnx::NodeProto& n, const Shape& in, const Shape& kernel) {
+  const size_t d = in.size();
+  for (const char* name : {"strides", "dilations", "pads", "kernel_shape"})
+    check_axes(e, n, name, std::string(name) == "pads" ? 2 * d : d);
+  const Shape ones(d, 1);
+  const Shape stride = attr_ints(n, "strides", ones), dilation = attr_ints(n, "dilations", ones);
+  Shape pads = attr_ints(n, "pads", Shape(2 * d, 0));
   const std::string a = attr_s(n, "auto_pad", "NOTSET");
-  if (a != "NOTSET" && a != "VALID" && !a.empty())
-    refuse(e.f, n, "attribute auto_pad=" + a + " is not supported (NOTSET or VALID; export with explicit padding)");
-  if (a == "VALID" && attr(n, "pads") && symmetric_pads(e, n) != Shape{0, 0})
-    refuse(e.f, n, "auto_pad=VALID with nonzero pads");
+  if (a == "SAME_UPPER" || a == "SAME_LOWER") {
+    if (attr(n, "pads")) refuse(e.f, n, "auto_pad=" + a + " with pads");
+    for (size_t i = 0; i < d; ++i) {
+      if (stride[i] < 1) refuse(e.f, n, "stride " + std::to_string(stride[i]));
+      const int64_t out = (in[i] + stride[i] - 1) / stride[i];
+      const int64_t total = std::max<int64_t>((out - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 - in[i], 0);
+      if (total % 2)
+        refuse(e.f, n, "auto_pad=" + a + " pads axis " + std::to_string(i) + " by " + std::to_string(total) +
+                       " (one side more than the other); memfit pads both sides alike");
+      pads[i] = pads[i + d] = total / 2;
+    }
+  } else if (a == "VALID") {
+    if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; }))
+      refuse(e.f, n, "auto_pad=VALID with nonzero pads");
+  } else if (a != "NOTSET" && !a.empty()) {
+    refuse(e.f, n, "attribute auto_pad=" + a + " (NOTSET, VALID, SAME_UPPER or SAME_LOWER)");
+  }
+  for (size_t i = 0; i < d; ++i)
+    if (pads[i] != pads[i + d])
+      refuse(e.f, n, "pads " + shape_str(pads) + ": memfit pads both sides of an axis alike (begin = end)");
+  auto two = [&](const Shape& v, int64_t fill) { return d == 2 ? v : Shape{fill, v[0]}; };
+  return {two(kernel, 1), two(stride, 1), two(Shape(pads.begin(), pads.begin() + static_cast<long>(d)), 0),
+          two(dilation, 1)};
 }
 
-Shape pair(Env& e, const onnx::NodeProto& n, const std::string& name, int64_t dflt) {
-  const Shape v = attr_ints(n, name, {dflt, dflt});
-  if (v.size() != 2) refuse(e.f, n, "attribute " + name + " " + shape_str(v) + ": memfit takes 2-d " + n.op_type() + " only");
-  return v;
+// x [N, C, L] as [N, C, 1, L] (a view), for the 2-d ops.
+ValueId as_2d(Env& e, ValueId x) {
+  const Shape& s = shape_of(e, x);
+  return reshape(e.b, x, {s[0], s[1], 1, s[2]});
+}
+// A 2-d op's [N, C, 1, L] back to [N, C, L].
+ValueId from_2d(Env& e, ValueId y) {
+  const Shape& s = shape_of(e, y);
+  return reshape(e.b, y, {s[0], s[1], s[3]});
 }
 
 void op_conv(Env& e, const onnx::NodeProto& n) {
-  no_auto_pad(e, n);
   const ValueId x = value(e, n, 0), w = value(e, n, 1);
-  if (shape_of(e, x).size() != 4 || shape_of(e, w).size() != 4)
-    refuse(e.f, n, "memfit takes 2-d convolutions only: input " + shape_str(shape_of(e, x)) + ", weight " +
-                   shape_str(shape_of(e, w)));
-  if (const auto* k = attr(n, "kernel_shape"); k && Shape(k->ints().begin(), k->ints().end()) !=
-                                                     Shape{shape_of(e, w)[2], shape_of(e, w)[3]})
-    refuse(e.f, n, "kernel_shape does not match the weight " + shape_str(shape_of(e, w)));
-  std::vector<ValueId> ins{x, w};
+  const Shape xs = shape_of(e, x), ws = shape_of(e, w);
+  if (!((xs.size() == 4 && ws.size() == 4) || (xs.size() == 3 && ws.size() == 3)))
+    refuse(e.f, n, "memfit takes 1-d and 2-d convolutions: input " + shape_str(xs) + ", weight " + shape_str(ws));
+  const Shape kernel(ws.begin() + 2, ws.end());
+  if (const auto* k = attr(n, "kernel_shape"); k && Shape(k->ints().begin(), k->ints().end()) != kernel)
+    refuse(e.f, n, "kernel_shape does not match the weight " + shape_str(ws));
+  const bool one_d = xs.size() == 3;
+  const Spatial sp = spatial(e, n, Shape(xs.begin() + 2, xs.end()), kernel);
+  // A 1-d convolution's weight [O, C/g, K] is read as [O, C/g, 1, K]: the
+  // parameter keeps the file's name and shape.
+  std::vector<ValueId> ins{one_d ? as_2d(e, x) : x, one_d ? reshape(e.b, w, {ws[0], ws[1], 1, ws[2]}) : w};
   if (has_input(n, 2)) ins.push_back(value(e, n, 2));
-  Attrs a{{"stride", pair(e, n, "strides", 1)},
-          {"pad", symmetric_pads(e, n)},
-          {"dilation", pair(e, n, "dilations", 1)},
-          {"groups", attr_i(n, "group", 1)}};
-  bind(e, n, e.b.g.add1("conv2d", ins, std::move(a), layer_of(e, n)));
+  Attrs a{{"stride", sp.stride}, {"pad", sp.pad}, {"dilation", sp.dilation}, {"groups", attr_i(n, "group", 1)}};
+  const ValueId y = e.b.g.add1("conv2d", ins, std::move(a), layer_of(e, n));
+  bind(e, n, one_d ? from_2d(e, y) : y);
 }
 
 // Gemm: Y = A op(B) + C with alpha = beta = 1. A Linear (B [N, K] with
@@ -255,31 +296,36 @@ void op_gelu(Env& e, const onnx::NodeProto& n) {
 }
 
 void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
-  no_auto_pad(e, n);
-  if (attr(n, "dilations") && pair(e, n, "dilations", 1) != Shape{1, 1})
+  const ValueId x = value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  if (xs.size() != 3 && xs.size() != 4)
+    refuse(e.f, n, "memfit takes 1-d and 2-d pooling: input " + shape_str(xs));
+  if (!attr(n, "kernel_shape")) refuse(e.f, n, "has no kernel_shape");
+  const bool one_d = xs.size() == 3;
+  const Spatial sp = spatial(e, n, Shape(xs.begin() + 2, xs.end()), attr_ints(n, "kernel_shape", {}));
+  if (sp.dilation != Shape{1, 1})
     refuse(e.f, n, "attribute dilations " + shape_str(attr_ints(n, "dilations", {})) + " is not supported (1 only)");
   if (attr_i(n, "storage_order", 0) != 0) refuse(e.f, n, "attribute storage_order=1 is not supported");
-  const ValueId x = value(e, n, 0);
-  if (shape_of(e, x).size() != 4) refuse(e.f, n, "memfit takes 2-d pooling only, input " + shape_str(shape_of(e, x)));
-  if (!attr(n, "kernel_shape")) refuse(e.f, n, "has no kernel_shape");
-  Attrs a{{"kernel", pair(e, n, "kernel_shape", 1)}, {"stride", pair(e, n, "strides", 1)}, {"pad", symmetric_pads(e, n)}};
+  Attrs a{{"kernel", sp.kernel}, {"stride", sp.stride}, {"pad", sp.pad}};
   if (!max) a.set("count_include_pad", attr_i(n, "count_include_pad", 0));
   // ceil_mode: the output size rounded up. Where that equals the size
   // rounded down (the windows tile the padded input exactly, as in
   // SqueezeNet's pools at its input sizes), both are one pooling.
+  const ValueId x2 = one_d ? as_2d(e, x) : x;
   if (attr_i(n, "ceil_mode", 0) != 0) {
-    const Shape& xs = shape_of(e, x);
+    const Shape& s2 = shape_of(e, x2);
     const Shape k = a.ints("kernel"), st = a.ints("stride"), p = a.ints("pad");
     for (size_t d = 0; d < 2; ++d) {
-      const int64_t span = xs[2 + d] + 2 * p[d] - k[d];
+      const int64_t span = s2[2 + d] + 2 * p[d] - k[d];
       if (span >= 0 && span % st[d] != 0)
-        refuse(e.f, n, "ceil_mode=1 over " + std::to_string(xs[2 + d]) + " pixels (kernel " + std::to_string(k[d]) +
+        refuse(e.f, n, "ceil_mode=1 over " + std::to_string(s2[2 + d]) + " pixels (kernel " + std::to_string(k[d]) +
                        ", stride " + std::to_string(st[d]) + ", pad " + std::to_string(p[d]) + ") gives " +
                        std::to_string(span / st[d] + 2) + " outputs where floor gives " + std::to_string(span / st[d] + 1) +
                        ": memfit pools with floor only; an input size where they agree imports");
     }
   }
-  bind(e, n, e.b.g.add_node(max ? "max_pool2d" : "avg_pool2d", {x}, std::move(a), layer_of(e, n))[0]);
+  const ValueId y = e.b.g.add_node(max ? "max_pool2d" : "avg_pool2d", {x2}, std::move(a), layer_of(e, n))[0];
+  bind(e, n, one_d ? from_2d(e, y) : y);
 }
 void op_maxpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, true); }
 void op_avgpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, false); }

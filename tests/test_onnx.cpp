@@ -208,6 +208,23 @@ TEST(Onnx, OtherOpsMatchPyTorch) {
                         {"gelu", "layer_norm", "softmax", "batch_norm", "avg_pool2d", "concat", "slice", "permute", "linear"}, 9);
 }
 
+// Conv1d and the 1-d pools (an audio or text CNN's layers) as 2-d ones over
+// a height of 1: padding, groups, dilation, a stride.
+TEST(Onnx, OneDimensionalConvolutionsAndPoolsMatchPyTorch) {
+  NEED_EXPORT();
+  check_against_pytorch("conv1dnet", {"conv2d", "max_pool2d", "avg_pool2d", "linear"}, 9);
+  // The weights keep their 1-d shapes (and names) in the graph: a saved
+  // model loads back into the PyTorch module.
+  train::StepSpec spec;
+  spec.model = exported().dir + "/conv1dnet.onnx";
+  spec.batch = 4;
+  spec.height = spec.width = 8;
+  auto sg = train::build_step_graph(spec);
+  const ValueId w = sg->g.find("c2.weight");
+  ASSERT_NE(w, kNone);
+  EXPECT_EQ(sg->g.value(w).shape, (Shape{12, 4, 5}));
+}
+
 // ReLU6 (Clip), a depthwise convolution, Hardswish, SiLU, a
 // squeeze-and-excitation (x * s broadcast), LeakyReLU, ELU, Tanh,
 // Hardsigmoid and Sigmoid as torch exports them.
@@ -562,9 +579,38 @@ TEST(Onnx, UnsupportedAttributesAreRefusedByName) {
   };
   const std::string same = write_tiny("same", [](onnx::GraphProto&) {},
                                       [&](onnx::NodeProto& c) { set_s(c, "auto_pad", "SAME_UPPER"); });
-  EXPECT_NE(model_error(same).find("node '/conv/Conv' (Conv): attribute auto_pad=SAME_UPPER is not supported"),
-            std::string::npos)
+  EXPECT_NE(model_error(same).find("node '/conv/Conv' (Conv): auto_pad=SAME_UPPER with pads"), std::string::npos)
       << model_error(same);
+  // SAME without pads: the padding that keeps ceil(4 / stride) outputs. At
+  // stride 1 that is one pixel each side (the explicit pads' model); at
+  // stride 2 it is one pixel on one side only, which memfit cannot pad.
+  auto same_strided = [&](int64_t stride) {
+    return [&, stride](onnx::NodeProto& c) {
+      c.mutable_attribute()->RemoveLast();  // the pads
+      set_s(c, "auto_pad", "SAME_LOWER");
+      onnx::AttributeProto& a = *c.add_attribute();
+      a.set_name("strides");
+      a.set_type(onnx::AttributeProto::INTS);
+      a.add_ints(stride);
+      a.add_ints(stride);
+    };
+  };
+  EXPECT_EQ(model_error(write_tiny("same1", [](onnx::GraphProto&) {}, same_strided(1))), "(no ModelFileError)");
+  const std::string same2 = write_tiny("same2", [](onnx::GraphProto&) {}, same_strided(2));
+  EXPECT_NE(model_error(same2).find("auto_pad=SAME_LOWER pads axis 0 by 1 (one side more than the other)"),
+            std::string::npos)
+      << model_error(same2);
+  const std::string one_sided = write_tiny("one_sided", [](onnx::GraphProto&) {}, [](onnx::NodeProto& c) {
+    c.mutable_attribute(0)->set_ints(2, 0);  // pads [1, 1, 0, 1]
+  });
+  EXPECT_NE(model_error(one_sided).find("pads [1, 1, 0, 1]: memfit pads both sides of an axis alike"),
+            std::string::npos)
+      << model_error(one_sided);
+  const std::string three_d = write_tiny("pads3", [](onnx::GraphProto&) {}, [](onnx::NodeProto& c) {
+    c.mutable_attribute(0)->add_ints(1);  // five pads for two axes
+  });
+  EXPECT_NE(model_error(three_d).find("attribute pads [1, 1, 1, 1, 1] has 5 values; 4 expected"), std::string::npos)
+      << model_error(three_d);
   const std::string dil = write_tiny("dilated_pool", [](onnx::GraphProto& g) {
     g.mutable_node()->RemoveLast();  // pool the convolution's output, not the flattened one
     onnx::NodeProto& p = add_node(g, "MaxPool", "/pool/MaxPool", "c", "p");
@@ -803,9 +849,12 @@ void check_recurrent(const std::string& name, const std::vector<std::string>& la
     // and memfit's cancel, and neither is computed.
     for (size_t i = 1; i < 5; ++i) EXPECT_EQ(g.value(n.inputs[i]).cls, VClass::Param) << g.value(n.inputs[i]).name;
   }
-  for (const Node& n : g.nodes())
-    if (n.op == "concat" || n.op == "slice")
-      for (ValueId v : n.inputs) EXPECT_NE(g.value(v).cls, VClass::Param) << n.op << " of " << g.value(v).name;
+  for (const Node& n : g.nodes()) {
+    if (n.op != "concat" && n.op != "slice") continue;
+    for (ValueId v : n.inputs) {
+      EXPECT_NE(g.value(v).cls, VClass::Param) << n.op << " of " << g.value(v).name;
+    }
+  }
   EXPECT_EQ(found, layers) << "the import took another path";
   EXPECT_EQ(g.trainable_params().size(), params);
   if (layers.size() == 1) {

@@ -24,7 +24,8 @@ as MatMul + Add, torch's Erf-based GELU, LayerNormalization (opset 17),
 Transpose, Slice, Softmax, a scalar Mul) with PyTorch's logits, loss and
 gradients for one batch, computed in float64 from the float32 weights.
 
-And DIR/actnet.onnx and DIR/actnet.safetensors, the same for the pointwise
+And DIR/conv1dnet.onnx and .safetensors, the same for 1-d convolutions and
+pools. And DIR/actnet.onnx and DIR/actnet.safetensors, the same for the pointwise
 activations torch writes (ReLU6 as Clip, a depthwise convolution, Hardswish,
 SiLU as x * Sigmoid(x), a squeeze-and-excitation's broadcast product,
 LeakyReLU, ELU, Tanh, Hardsigmoid, Sigmoid).
@@ -146,6 +147,29 @@ class ActNet(nn.Module):
         t = F.elu(F.leaky_relu(self.fc1(torch.flatten(x, 1)), 0.1), 0.5)
         t = F.hardsigmoid(self.fc2(torch.tanh(t)) * 4.0)
         return self.head(torch.sigmoid(self.fc3(t)))
+
+
+class Conv1dNet(nn.Module):
+    """image [N, 1, 8, 8] read as 8 channels of length 8 -> 10 logits through
+    1-d convolutions and pools, as an audio or text CNN has them: padding,
+    groups, dilation, a stride, max and average pools (padding="same" is
+    exported as explicit pads by newer exporters; this one refuses it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(8, 12, 3, padding=1)
+        self.c2 = nn.Conv1d(12, 12, 5, padding=2, groups=3)
+        self.c3 = nn.Conv1d(12, 16, 3, padding=2, dilation=2)
+        self.c4 = nn.Conv1d(16, 16, 3, stride=2, padding=1, bias=False)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1, 2)                       # [N, 8, 8]
+        x = F.max_pool1d(F.relu(self.c1(x)), 2)          # [N, 12, 4]
+        x = torch.tanh(self.c2(x))                       # [N, 12, 4]
+        x = F.avg_pool1d(F.relu(self.c3(x)), 3, stride=1, padding=1, count_include_pad=False)  # [N, 16, 4]
+        x = F.relu(self.c4(x))                           # [N, 16, 2]
+        return self.head(torch.flatten(x, 1))
 
 
 def export_checked(model_class, name, out_dir):
@@ -407,6 +431,7 @@ def main():
         export(name, args.out)
     export_checked(OpsNet, "opsnet", args.out)
     export_checked(ActNet, "actnet", args.out)
+    export_checked(Conv1dNet, "conv1dnet", args.out)
     export_gpt(args.out)
     export_recurrent(RNNClassifier, "rnn_classifier", args.out)
     export_recurrent(GRUClassifier, "gru_classifier", args.out)
