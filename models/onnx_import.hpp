@@ -127,6 +127,11 @@ struct Env {
   std::set<std::string> layers;           // layer names given out
   int64_t batch = 0;                      // memfit's batch (the input's axis 0)
   const std::set<std::string>* used = nullptr;  // the names some node or the graph's output reads
+  // A zero Pad's output (torch writes one before nn.AvgPool2d(padding=p),
+  // which counts the padding): its input is bound under the name, and the
+  // AveragePool that reads it pads by these (per spatial axis, both sides
+  // alike). Any other reader is refused.
+  std::map<std::string, Shape> pending_pads;
 };
 
 using Handler = void (*)(Env&, const onnx::NodeProto&);

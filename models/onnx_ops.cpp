@@ -78,6 +78,9 @@ double const_scalar(Env& e, const onnx::NodeProto& n, int k) {
 // Vectors (biases, norm scales and shifts) are exempt from weight decay
 // when the optimizer keeps them undecayed, as the builder's layers mark them.
 ValueId value_named(Env& e, const onnx::NodeProto& n, const std::string& name, bool buffer = false) {
+  if (e.pending_pads.count(name) && n.op_type() != "AveragePool")
+    refuse(e.f, n, "reads '" + name + "', a Pad's output: memfit pads inside Conv and pooling only (a Pad is taken "
+                   "by the AveragePool that reads it)");
   if (auto it = e.values.find(name); it != e.values.end()) return it->second;
   auto init = e.f.initializers.find(name);
   if (init == e.f.initializers.end() || !init->second.is_float) {
@@ -308,6 +311,12 @@ void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
   if (attr_i(n, "storage_order", 0) != 0) refuse(e.f, n, "attribute storage_order=1 is not supported");
   Attrs a{{"kernel", sp.kernel}, {"stride", sp.stride}, {"pad", sp.pad}};
   if (!max) a.set("count_include_pad", attr_i(n, "count_include_pad", 0));
+  if (auto it = e.pending_pads.find(n.input(0)); it != e.pending_pads.end()) {
+    // The Pad before it: its zeros are in every window they overlap.
+    if (sp.pad != Shape{0, 0}) refuse(e.f, n, "pads both in a Pad before it and in its own pads");
+    a.set("pad", one_d ? Shape{0, it->second[0]} : it->second);
+    a.set("count_include_pad", int64_t(1));
+  }
   // ceil_mode: the output size rounded up. Where that equals the size
   // rounded down (the windows tile the padded input exactly, as in
   // SqueezeNet's pools at its input sizes), both are one pooling.
@@ -835,11 +844,32 @@ void op_shape(Env& e, const onnx::NodeProto& n) {
 
 // Pad of zero width: torch puts one before every avg_pool2d. memfit pads
 // inside convolutions and pools only, so any other Pad is refused.
+// Pad: of zero width (torch puts one before every average pool), nothing;
+// with zeros on both sides of the spatial axes alike, the padding of the
+// AveragePool that reads it (nn.AvgPool2d(padding=p) as torch exports it,
+// counting the padding). Other pads are refused.
 void op_pad(Env& e, const onnx::NodeProto& n) {
   const Shape pads = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "pads", {});
-  for (int64_t p : pads)
-    if (p != 0) refuse(e.f, n, "pads " + shape_str(pads) + ": memfit pads inside Conv and pooling only (give the padding to them)");
-  bind(e, n, value(e, n, 0));
+  const ValueId x = value(e, n, 0);
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return bind(e, n, x);
+  const Shape xs = shape_of(e, x);
+  const size_t r = xs.size();
+  auto give = [&](const std::string& why) {
+    refuse(e.f, n, "pads " + shape_str(pads) + ": " + why + "; memfit pads inside Conv and pooling only (give the "
+                   "padding to them)");
+  };
+  if (pads.size() != 2 * r) give("not two per axis of the input's " + std::to_string(r));
+  if (attr_s(n, "mode", "constant") != "constant") give("mode " + attr_s(n, "mode", ""));
+  if (has_input(n, 2) && const_scalar(e, n, 2) != 0.0) give("a constant other than 0");
+  if (r != 3 && r != 4) give("not a 1-d or 2-d image's");
+  Shape spatial;
+  for (size_t i = 0; i < r; ++i) {
+    if (i < 2 && (pads[i] != 0 || pads[i + r] != 0)) give("it pads the batch or channel axis");
+    if (i >= 2 && (pads[i] != pads[i + r] || pads[i] < 0)) give("not both sides of an axis alike");
+    if (i >= 2) spatial.push_back(pads[i]);
+  }
+  e.pending_pads[n.output(0)] = spatial;
+  bind(e, n, x);
 }
 
 // Unsqueeze and Squeeze: a reshape (or a constant's new dims).
@@ -1308,7 +1338,7 @@ const std::map<std::string, OpRule>& op_rules() {
 
 // Replays the file's nodes onto the builder; returns the output's value.
 ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
-  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0)};
+  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0), nullptr, {}};
   e.values[f.input] = x;
   std::set<std::string> used;
   for (const auto& n : f.graph.node())

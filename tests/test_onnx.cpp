@@ -600,6 +600,34 @@ TEST(Onnx, UnsupportedAttributesAreRefusedByName) {
   EXPECT_NE(model_error(same2).find("auto_pad=SAME_LOWER pads axis 0 by 1 (one side more than the other)"),
             std::string::npos)
       << model_error(same2);
+  // A Pad of zeros is an AveragePool's padding; read by anything else, refused.
+  auto padded = [&](const std::string& name, const std::string& pool, std::vector<int64_t> pads) {
+    return write_tiny(name, [&](onnx::GraphProto& g) {
+      g.mutable_node()->RemoveLast();  // pad the convolution's output, not the flattened one
+      onnx::TensorProto& t = *g.add_initializer();
+      t.set_name("pads");
+      t.set_data_type(onnx::TensorProto::INT64);
+      t.add_dims(static_cast<int64_t>(pads.size()));
+      for (int64_t v : pads) t.add_int64_data(v);
+      onnx::NodeProto& pad = add_node(g, "Pad", "/pad/Pad", "c", "cp");
+      pad.add_input("pads");
+      onnx::NodeProto& p = add_node(g, pool, "/pool/" + pool, "cp", "p");
+      onnx::AttributeProto& k = *p.add_attribute();
+      k.set_name("kernel_shape");
+      k.set_type(onnx::AttributeProto::INTS);
+      k.add_ints(3);
+      k.add_ints(3);
+      add_node(g, "Flatten", "/Flatten", "p", "flat");
+    });
+  };
+  EXPECT_EQ(model_error(padded("pad_avg", "AveragePool", {0, 0, 1, 1, 0, 0, 1, 1})), "(no ModelFileError)");
+  const std::string pad_max = padded("pad_max", "MaxPool", {0, 0, 1, 1, 0, 0, 1, 1});
+  EXPECT_NE(model_error(pad_max).find("node '/pool/MaxPool' (MaxPool): reads 'cp', a Pad's output"), std::string::npos)
+      << model_error(pad_max);
+  const std::string pad_channels = padded("pad_channels", "AveragePool", {0, 1, 1, 1, 0, 0, 1, 1});
+  EXPECT_NE(model_error(pad_channels).find("(Pad): pads [0, 1, 1, 1, 0, 0, 1, 1]: it pads the batch or channel axis"),
+            std::string::npos)
+      << model_error(pad_channels);
   const std::string one_sided = write_tiny("one_sided", [](onnx::GraphProto&) {}, [](onnx::NodeProto& c) {
     c.mutable_attribute(0)->set_ints(2, 0);  // pads [1, 1, 0, 1]
   });

@@ -143,7 +143,7 @@ class ActNet(nn.Module):
         x = F.silu(F.hardswish(self.dw(x)))              # [N, 4, 8, 8]
         s = F.adaptive_avg_pool2d(x, 1)                  # [N, 4, 1, 1]
         x = x * F.hardsigmoid(self.se_expand(F.relu(self.se_reduce(s))))
-        x = F.avg_pool2d(x, 2)                           # [N, 4, 4, 4]
+        x = F.avg_pool2d(x, 3, stride=2, padding=1)      # [N, 4, 4, 4]: Pad, then AveragePool
         t = F.elu(F.leaky_relu(self.fc1(torch.flatten(x, 1)), 0.1), 0.5)
         t = F.hardsigmoid(self.fc2(torch.tanh(t)) * 4.0)
         return self.head(torch.sigmoid(self.fc3(t)))
@@ -153,7 +153,8 @@ class Conv1dNet(nn.Module):
     """image [N, 1, 8, 8] read as 8 channels of length 8 -> 10 logits through
     1-d convolutions and pools, as an audio or text CNN has them: padding,
     groups, dilation, a stride, max and average pools (padding="same" is
-    exported as explicit pads by newer exporters; this one refuses it)."""
+    exported as explicit pads by newer exporters; this one refuses it), an
+    average pool's padding as torch exports it (a Pad before it)."""
 
     def __init__(self):
         super().__init__()
@@ -167,7 +168,7 @@ class Conv1dNet(nn.Module):
         x = torch.flatten(x, 1, 2)                       # [N, 8, 8]
         x = F.max_pool1d(F.relu(self.c1(x)), 2)          # [N, 12, 4]
         x = torch.tanh(self.c2(x))                       # [N, 12, 4]
-        x = F.avg_pool1d(F.relu(self.c3(x)), 3, stride=1, padding=1, count_include_pad=False)  # [N, 16, 4]
+        x = F.avg_pool1d(F.relu(self.c3(x)), 3, stride=1, padding=1)  # [N, 16, 4]: Pad, AveragePool
         x = F.relu(self.c4(x))                           # [N, 16, 2]
         return self.head(torch.flatten(x, 1))
 
