@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -59,6 +61,31 @@ inline Values run_graph(const Graph& g, Backend backend, const GraphData& data, 
 // a and b hold the same bits (NaN payloads included).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The CPU kernels against the reference on g: every value in `read` within
+// 1e-6 + 1e-5 x the reference's largest magnitude (f32 kernels that sum in
+// another order; the recurrent layers' tests), naming the first few
+// elements off; and the CPU run again gives the same bits (a fixed
+// summation order). Returns the CPU's values.
+inline Values expect_cpu_matches_reference(const Graph& g, const GraphData& d, const std::vector<ValueId>& read) {
+  const Values cpu = run_graph(g, Backend::Cpu, d, read);
+  const Values ref = run_graph(g, Backend::Reference, d, read);
+  for (ValueId v : read) {
+    const auto& a = cpu.at(v);
+    const auto& e = ref.at(v);
+    double mx = 0;
+    for (float f : e) mx = std::max(mx, double(std::abs(f)));
+    const double tol = 1e-6 + 1e-5 * mx;
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!(std::abs(double(a[i]) - e[i]) <= tol) && ++bad <= 3)
+        ADD_FAILURE() << g.value(v).name << "[" << i << "]: cpu " << a[i] << " ref " << e[i] << " tol " << tol;
+    EXPECT_EQ(bad, 0u) << g.value(v).name;
+  }
+  const Values again = run_graph(g, Backend::Cpu, d, read);
+  for (ValueId v : read) EXPECT_TRUE(same_bits(cpu.at(v), again.at(v))) << g.value(v).name;
+  return cpu;
 }
 
 }  // namespace memfit::testing

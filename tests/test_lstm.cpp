@@ -180,23 +180,7 @@ TEST(LstmCpu, MatchesReference) {
         EXPECT_EQ(std::string(kern->name()), n.op == "lstm" ? "cpu.lstm" : "cpu.lstm_bwd");
       }
     const auto d = feed(*s, k, 3);
-    const auto cpu = memfit::testing::run_graph(s->g, Backend::Cpu, d, s->reads);
-    const auto ref = memfit::testing::run_graph(s->g, Backend::Reference, d, s->reads);
-    for (ValueId v : s->reads) {
-      const auto& a = cpu.at(v);
-      const auto& e = ref.at(v);
-      double mx = 0;
-      for (float f : e) mx = std::max(mx, double(std::abs(f)));
-      const double tol = 1e-6 + 1e-5 * mx;
-      size_t bad = 0;
-      for (size_t i = 0; i < a.size(); ++i)
-        if (!(std::abs(double(a[i]) - e[i]) <= tol) && ++bad <= 3)
-          ADD_FAILURE() << s->g.value(v).name << "[" << i << "]: cpu " << a[i] << " ref " << e[i] << " tol " << tol;
-      EXPECT_EQ(bad, 0u) << s->g.value(v).name;
-    }
-    // Deterministic: the same bits every run.
-    const auto again = memfit::testing::run_graph(s->g, Backend::Cpu, d, s->reads);
-    for (ValueId v : s->reads) EXPECT_TRUE(memfit::testing::same_bits(cpu.at(v), again.at(v))) << s->g.value(v).name;
+    memfit::testing::expect_cpu_matches_reference(s->g, d, s->reads);
   }
 }
 
