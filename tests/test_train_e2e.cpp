@@ -20,6 +20,15 @@ TEST(TrainE2E, SubsetLearns) {
   EXPECT_GE(acc, 0.75) << r.out;
   EXPECT_EQ(json_field(r.out, "steps"), 4 * (2000 / 32));
   EXPECT_GT(json_field(r.out, "images_per_second"), 0);
+  // The first step and the warm rate after it split the training time: the
+  // first step's seconds plus the other steps' samples at the warm rate are
+  // all the samples at the run's rate (the same clock's sums).
+  const double first = json_field(r.out, "first_step_seconds"), warm = json_field(r.out, "warm_images_per_second");
+  ASSERT_GT(first, 0) << r.out;
+  ASSERT_GT(warm, 0) << r.out;
+  const double samples = 4.0 * (2000 / 32) * 32;
+  const double total = samples / json_field(r.out, "images_per_second");
+  EXPECT_NEAR(first + (samples - 32) / warm, total, 1e-6 * total) << r.out;
   EXPECT_GT(json_field(r.out, "peak_rss_bytes"), 0);
   EXPECT_GT(json_field(r.out, "planned_peak_bytes"), 0);
   // metrics.jsonl: one object per evaluation (every epoch) with the documented fields.

@@ -137,8 +137,11 @@ int cmd_train(const std::vector<std::string>& argv) {
   const bool lm = r.tokens_per_second > 0;
   log << "done: " << r.steps << " steps in " << short_num(r.seconds) << " s, "
       << (lm ? short_num(r.tokens_per_second) + " tokens/s"
-             : short_num(r.images_per_second) + (r.sequences ? " sequences/s" : " images/s"))
-      << ", final train loss " << short_num(r.final_train_loss);
+             : short_num(r.images_per_second) + (r.sequences ? " sequences/s" : " images/s"));
+  if (r.warm_images_per_second > 0)
+    log << " (after the first step, " << short_num(r.first_step_seconds) << " s: "
+        << short_num(lm ? r.warm_tokens_per_second : r.warm_images_per_second) << ")";
+  log << ", final train loss " << short_num(r.final_train_loss);
   if (r.evaluated)
     log << (lm ? ", val loss " + short_num(r.test_loss) + " (perplexity " + short_num(std::exp(r.test_loss)) + ")"
                : ", test accuracy " + short_num(r.test_accuracy));

@@ -313,6 +313,10 @@ void TrainLoop::end_group(Clock::time_point t0) {
   ++loss_n_;
   ++st_.step;
   train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  if (first_seconds_ < 0) {
+    first_seconds_ = train_seconds_;
+    first_images_ = images_;
+  }
   prog_->step(st_.step, last_loss_, images_per_second() * static_cast<double>(std::max<int64_t>(1, tokens_per_sample_)),
               current_rss());
   if (lead() && StepLog::due(st_.step, total_steps_))
@@ -430,6 +434,14 @@ void TrainLoop::finish(Clock::time_point t_start) {
   res_.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
   res_.images_per_second = images_per_second();
   res_.tokens_per_second = images_per_second() * static_cast<double>(tokens_per_sample_);
+  if (first_seconds_ >= 0) {
+    res_.first_step_seconds = first_seconds_;
+    const double warm = train_seconds_ - first_seconds_;
+    if (images_ > first_images_ && warm > 0) {
+      res_.warm_images_per_second = static_cast<double>(images_ - first_images_) / warm;
+      res_.warm_tokens_per_second = res_.warm_images_per_second * static_cast<double>(tokens_per_sample_);
+    }
+  }
   res_.peak_rss_bytes = peak_rss();
   if (dp_.active()) {
     dist::Comm& c = dist::Comm::world();

@@ -100,6 +100,11 @@ class TrainLoop {
   int64_t loss_n_ = 0, images_ = 0;
   int64_t tokens_per_sample_ = 0;  // a language model's window length (else 0)
   double train_seconds_ = 0.0;
+  // This process's first optimizer step (kernels' first runs, pages first
+  // touched, the loader's first batch): its time and samples, which the
+  // warm throughput leaves out. first_seconds_ < 0 until it is done.
+  double first_seconds_ = -1.0;
+  int64_t first_images_ = 0;
   double comm_seconds_ = 0.0;  // in the ranks' exchange of gradients and parameters
   int64_t group_ = 0;        // micro-batches done in this optimizer step
   double group_loss_ = 0.0;

@@ -215,6 +215,9 @@ std::string result_json(const TrainResult& r, const TrainOptions& o) {
   }
   j["images_per_second"] = r.images_per_second;
   if (r.tokens_per_second > 0) j["tokens_per_second"] = r.tokens_per_second;
+  if (r.first_step_seconds > 0) j["first_step_seconds"] = r.first_step_seconds;
+  if (r.warm_images_per_second > 0) j["warm_images_per_second"] = r.warm_images_per_second;
+  if (r.warm_tokens_per_second > 0) j["warm_tokens_per_second"] = r.warm_tokens_per_second;
   j["seconds"] = r.seconds;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["planned_peak_bytes"] = r.planned_peak_bytes;

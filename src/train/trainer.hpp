@@ -22,6 +22,11 @@ struct TrainResult {
   double test_loss = 0.0, test_accuracy = 0.0;
   double images_per_second = 0.0;  // samples (images, sequences, windows) per second
   double tokens_per_second = 0.0;  // a language model's: target tokens per second (else 0)
+  // The first optimizer step this process ran (its kernels' first runs, the
+  // loader's first batch), and the throughput of the steps after it (0 with
+  // fewer than two steps): what a long run settles at.
+  double first_step_seconds = 0.0;
+  double warm_images_per_second = 0.0, warm_tokens_per_second = 0.0;
   bool sequences = false;          // the samples are token sequences (a text classifier's)
   double seconds = 0.0;
   size_t peak_rss_bytes = 0;
