@@ -156,7 +156,7 @@ def _rank_materialise(ds, classes, normalize, cache_dir, reads):
     transform's per-epoch draws and runs the transforms only for the items the run reads; the cache runs
     them once for every item, then serves each read from disk in C++ (no Python per item)."""
     n = len(ds)
-    name = type(ds).__name__
+    name = _shown(ds)
     if n == 0:
         return True, f"{name} is empty"  # the cache path names it
     first, label0, random, reproducible = _probe(ds)
@@ -175,7 +175,7 @@ def _rank_materialise(ds, classes, normalize, cache_dir, reads):
         stats = ([float(v) for v in normalize[0]], [float(v) for v in normalize[1]])
         fp = hashlib.sha256(fp + repr(stats).encode()).digest()
     folder = os.path.abspath(cache_dir or _memfit.default_cache_dir())
-    if os.path.exists(os.path.join(folder, f"torch-{name}-{fp.hex()[:16]}.mfarr")):
+    if os.path.exists(os.path.join(folder, f"torch-{type(ds).__name__}-{fp.hex()[:16]}.mfarr")):
         return True, f"{name} is in the cache already: read from there"
     size = n * first.nbytes
     probe = folder
@@ -388,6 +388,11 @@ def _fmt(v):
 
 
 # ---- torch Datasets ----
+
+def _shown(ds):
+    """The Dataset as the log names it: its class, or what a table's image column says it is."""
+    return getattr(ds, "shown_as", None) or type(ds).__name__
+
 
 def _is_map_dataset(d):
     return (hasattr(d, "__getitem__") and hasattr(d, "__len__") and not isinstance(d, (tuple, list, str, bytes))
@@ -657,7 +662,7 @@ def _items_source(ds, role, classes, stats, seed, shape=None):
             raise DataError(f"item {i}: its image holds NaN or an infinity")
         return img, label
 
-    name = type(ds).__name__
+    name = _shown(ds)
     C, H, W = shape
     note = f"{name} ({n} items, {C} x {H} x {W} {first.dtype}, read per epoch on the loader's thread)"
     return _memfit.dataset_items(read, list(shape), n, int(classes), note), classes, shape

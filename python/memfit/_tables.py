@@ -68,6 +68,10 @@ def _column_names(t):
 
 
 def _column(t, name):
+    """A whole column as stored: a Hugging Face split's without its format or transform (a transform
+    written for rows of images would be run on the labels alone)."""
+    if is_hf(t) and hasattr(t, "with_format"):
+        return t.with_format(None)[name]
     return t[name]
 
 
@@ -123,7 +127,7 @@ def resolve(t, role, columns):
 
 
 def _token_columns(t, ids_col, mask_col, role):
-    cols = t.with_format("numpy") if is_hf(t) else t
+    cols = t.with_format("numpy", columns=[c for c in (ids_col, mask_col) if c]) if is_hf(t) else t
     ids = _rows(cols[ids_col], 0, f"{role}'s {ids_col}")
     mask = None
     if mask_col is not None:
@@ -228,6 +232,7 @@ class ColumnImages:
     def __init__(self, table, image_col, label_col, names):
         self.table, self.image_col, self.label_col = table, image_col, label_col
         self.classes = names
+        self.shown_as = f"{type(table).__name__} columns {image_col!r}, {label_col!r}"
         fp = getattr(table, "_fingerprint", None)
         self.root = f"{type(table).__name__}#{fp}" if fp else None
         fmt = getattr(table, "format", None)

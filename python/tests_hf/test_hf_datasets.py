@@ -76,6 +76,14 @@ def test_an_image_split_trains_as_its_arrays_do(tmp_path):
     cached = memfit.train(data=split, materialise=True, cache_dir=str(tmp_path / "cache"), out=tmp_path / "hf",
                           **opts)
     assert len(losses(cached)) == 5 and losses(cached) == losses(from_arrays)
+    # A transform written for rows of images (as set_transform's are) runs on the images only; the labels
+    # are read from the stored column. Fewer reads than items: read per epoch, as the log says.
+    def to_float(rows):
+        rows["image"] = [np.asarray(im, np.float32).transpose(2, 0, 1) / 255 for im in rows["image"]]
+        return rows
+    run = memfit.train(data=split.with_transform(to_float), out=tmp_path / "tf", **dict(opts, steps=2))
+    assert "read per epoch" in run.log and "Dataset columns 'image', 'label'" in run.log
+    assert len(losses(run)) == 2
 
 
 def test_columns_that_are_not_there_are_named(tmp_path):
