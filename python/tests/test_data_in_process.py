@@ -515,3 +515,10 @@ def test_ranks_under_mpirun_share_in_process_arrays(tmp_path):
                          env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0
     assert "token id 99 at index 3, position 2" in bad.stderr, bad.stderr
+    # A rank whose engine fails (its plan fits no budget) ends the job, naming the rank and the reason.
+    tiny = subprocess.run([mpirun, "--oversubscribe", "-np", "2", "--mca", "btl_vader_single_copy_mechanism", "none"]
+                          + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+                          + [sys.executable, script, "16", str(tmp_path / "tiny"), "--tiny-budget-on-rank-1"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert tiny.returncode != 0
+    assert "memfit (rank 1 of 2" in tiny.stderr and "over the budget" in tiny.stderr, tiny.stderr
