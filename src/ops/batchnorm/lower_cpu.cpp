@@ -11,27 +11,28 @@ namespace {
 bool handled(const kernels::BatchNormParams& p) { return !p.training || p.N * p.HW >= 2; }
 bool takes(const Graph& g, const Node& n) { return handled(bn_params(g, n)); }
 
+// batch_norm and batch_norm_bwd alike: the kernel `make` gives for the
+// input's layout, where the activation type is the CPU's and training has
+// the values it needs.
+template <class Make>
+std::unique_ptr<kernels::Kernel> bn_kernel(const LoweredGraph& lg, NodeId id, Make make) {
+  const Graph& g = lg.graph();
+  const Node& n = lg.node(id);
+  auto p = bn_params(g, n);
+  const auto act = cpu_act(g, n);
+  if (!act || !handled(p)) return nullptr;
+  const auto l = lg.layout(n.inputs[0]);
+  return blocked_checked(make(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
+}
+
 }  // namespace
 
 void register_batchnorm_cpu_kernels() {
-  using KPtr = std::unique_ptr<kernels::Kernel>;
-  register_cpu_kernel("batch_norm", [](const LoweredGraph& lg, NodeId id) -> KPtr {
-    const Graph& g = lg.graph();
-    const Node& n = lg.node(id);
-    auto p = bn_params(g, n);
-    const auto act = cpu_act(g, n);
-    if (!act || !handled(p)) return nullptr;
-    const auto l = lg.layout(n.inputs[0]);
-    return blocked_checked(kernels::cpu::make_batch_norm(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
+  register_cpu_kernel("batch_norm", [](const LoweredGraph& lg, NodeId id) {
+    return bn_kernel(lg, id, [](const auto& p, auto l, auto act) { return kernels::cpu::make_batch_norm(p, l, act); });
   }, takes);
-  register_cpu_kernel("batch_norm_bwd", [](const LoweredGraph& lg, NodeId id) -> KPtr {
-    const Graph& g = lg.graph();
-    const Node& n = lg.node(id);
-    auto p = bn_params(g, n);
-    const auto act = cpu_act(g, n);
-    if (!act || !handled(p)) return nullptr;
-    const auto l = lg.layout(n.inputs[0]);
-    return blocked_checked(kernels::cpu::make_batch_norm_bwd(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
+  register_cpu_kernel("batch_norm_bwd", [](const LoweredGraph& lg, NodeId id) {
+    return bn_kernel(lg, id, [](const auto& p, auto l, auto act) { return kernels::cpu::make_batch_norm_bwd(p, l, act); });
   }, takes);
 }
 

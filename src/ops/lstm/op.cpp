@@ -12,7 +12,7 @@
 //          [dc_last]; attrs lengths, dy, dh, dc: 1 where present)
 //   -> dx[N,T,I], dw_ih, dw_hh, db_ih, db_hh (f32), assigned.
 // The exact arithmetic is in ops/lstm/params.hpp.
-#include "ops/common/op_common.hpp"
+#include "ops/common/op_recurrent.hpp"
 
 namespace memfit {
 namespace {
@@ -80,32 +80,8 @@ std::vector<ValueId> grad_lstm(GradContext& c) {
   return r;
 }
 
-// Products: the input projection (2 N T G I) and the recurrence (2 N T G H);
-// about 10 operations per gate element for the activations and the state.
-double lstm_flops(const Graph& g, const Node& n) {
-  const Shape& x = in_shape(g, n, 0);
-  const double N = double(x[0]), T = double(x[1]), I = double(x[2]), H = double(in_shape(g, n, 2)[1]);
-  return 2.0 * N * T * 4 * H * (I + H) + 10.0 * N * T * 4 * H;
-}
-
 }  // namespace
 
-void register_lstm_ops() {
-  OpDef f;
-  f.name = "lstm";
-  f.infer = infer_lstm;
-  f.grad = grad_lstm;
-  f.traits.heavy = true;
-  f.flops = lstm_flops;
-  register_op(f);
-
-  OpDef b;
-  b.name = "lstm_bwd";
-  b.infer = infer_lstm_bwd;
-  b.traits.no_gradient = true;
-  // dx and dh through time (2 N T G (I + H)), dw_ih and dw_hh (the same).
-  b.flops = [](const Graph& g, const Node& n) { return 2.0 * lstm_flops(g, n); };
-  register_op(b);
-}
+void register_lstm_ops() { register_recurrent_ops("lstm", infer_lstm, grad_lstm, infer_lstm_bwd); }
 
 }  // namespace memfit

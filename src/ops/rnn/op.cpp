@@ -12,7 +12,7 @@
 // rnn_bwd(x, w_ih, w_hh, y, [gates], [dy], [dh_last]; cell, dy, dh: 1 where
 //         present) -> dx[N,T,I], dw_ih, dw_hh, db_ih, db_hh (f32), assigned.
 // The exact arithmetic is in ops/rnn/params.hpp.
-#include "ops/common/op_common.hpp"
+#include "ops/common/op_recurrent.hpp"
 
 namespace memfit {
 namespace {
@@ -87,33 +87,8 @@ std::vector<ValueId> grad_rnn(GradContext& c) {
   return r;
 }
 
-// Products: the input projection (2 N T G I) and the recurrence (2 N T G H);
-// about 10 operations per gate element for the activations and the state.
-double rnn_flops(const Graph& g, const Node& n) {
-  const Shape& x = in_shape(g, n, 0);
-  const Shape& whh = in_shape(g, n, 2);
-  const double N = double(x[0]), T = double(x[1]), I = double(x[2]), G = double(whh[0]), H = double(whh[1]);
-  return 2.0 * N * T * G * (I + H) + 10.0 * N * T * G;
-}
-
 }  // namespace
 
-void register_rnn_ops() {
-  OpDef f;
-  f.name = "rnn";
-  f.infer = infer_rnn;
-  f.grad = grad_rnn;
-  f.traits.heavy = true;
-  f.flops = rnn_flops;
-  register_op(f);
-
-  OpDef b;
-  b.name = "rnn_bwd";
-  b.infer = infer_rnn_bwd;
-  b.traits.no_gradient = true;
-  // dx and dh through time (2 N T G (I + H)), dw_ih and dw_hh (the same).
-  b.flops = [](const Graph& g, const Node& n) { return 2.0 * rnn_flops(g, n); };
-  register_op(b);
-}
+void register_rnn_ops() { register_recurrent_ops("rnn", infer_rnn, grad_rnn, infer_rnn_bwd); }
 
 }  // namespace memfit
