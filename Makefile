@@ -77,7 +77,7 @@ WHISPER_VERSION := 20250625
 # pandas Debian has (pip's own copies of those two are removed, so torch and
 # the engine's extension see one numpy).
 HF_DATASETS_DIR := deps/hf-datasets
-HF_DATASETS_PINS := datasets==3.6.0 "pyarrow>=15,<17"
+HF_DATASETS_PINS := datasets==3.6.0 "pyarrow>=15,<17" transformers==4.40.2
 FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES := model_file idx idx_gzip safetensors checkpoint image tokenizer_file tokenize_text cifar onnx array_cache
 
@@ -106,12 +106,13 @@ deps-torch:
 	$(call install_debs,$(TORCH_PKGS))
 	$(call install_debs,$(TORCHVISION_PKGS),--no-install-recommends)
 
-# Hugging Face's datasets (deps/hf-datasets/), with Debian's numpy and pandas.
+# Hugging Face's datasets and transformers (deps/hf-datasets/), with Debian's
+# numpy and pandas; reinstalled when the pins change.
 deps-hf: deps-torch
 	$(call install_debs,$(PANDAS_PKGS) python3-pip)
-	@[ -f $(HF_DATASETS_DIR)/.installed ] || $(MAKE) --no-print-directory hf-datasets
+	@[ "$$(cat $(HF_DATASETS_DIR)/.installed 2>/dev/null)" = '$(HF_DATASETS_PINS)' ] || $(MAKE) --no-print-directory hf-datasets
 hf-datasets:
-	@echo "memfit: installing Hugging Face datasets 3.6.0 (PyPI, with pyarrow 15-16, about 200 MB) into $(HF_DATASETS_DIR)/"
+	@echo "memfit: installing Hugging Face datasets 3.6.0 and transformers 4.40.2 (PyPI, with pyarrow 15-16, about 250 MB) into $(HF_DATASETS_DIR)/"
 	@rm -rf $(HF_DATASETS_DIR)
 	@np=$$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)') && \
 	  pd=$$(/usr/bin/python3 -c 'import pandas; print(pandas.__version__)') && \
@@ -119,7 +120,8 @@ hf-datasets:
 	    $(HF_DATASETS_PINS) "numpy==$$np" "pandas==$$pd" && \
 	  rm -rf $(HF_DATASETS_DIR)/numpy $(HF_DATASETS_DIR)/numpy.libs $(HF_DATASETS_DIR)/numpy-* \
 	    $(HF_DATASETS_DIR)/pandas $(HF_DATASETS_DIR)/pandas-* $(HF_DATASETS_DIR)/bin && \
-	  PYTHONPATH=$(HF_DATASETS_DIR) /usr/bin/python3 -c 'import datasets' && touch $(HF_DATASETS_DIR)/.installed
+	  PYTHONPATH=$(HF_DATASETS_DIR) /usr/bin/python3 -c 'import datasets, transformers' && \
+	  echo '$(HF_DATASETS_PINS)' > $(HF_DATASETS_DIR)/.installed
 # Everything the test suite and the benches use.
 deps-test: deps-run deps-text deps-minilm deps-torch deps-hf
 	$(call install_debs,$(TEST_PKGS))

@@ -48,7 +48,8 @@ struct MatMulMatch {
 };
 
 // Attention written out as torch exports it: MatMul(q, kT), a scale (Mul or
-// Div by a number), a mask (Where of a constant condition and -inf), Softmax
+// Div by a number), a mask (Where of a constant condition and -inf, or the
+// Add of a constant of 0 and large negatives), Softmax
 // over the last axis, Dropout, MatMul with v; memfit's fused attention op,
 // which never holds the [T, S] probabilities. Heads "bthd": q, k and v come
 // from Transposes of [B, T, H, D] tensors (a Linear's output viewed as
@@ -59,6 +60,9 @@ struct AttentionMatch {
   bool k_transposed = true;  // bhtd: k came in through a swap of its last two axes
   int qk = -1, scale = -1, mask = -1, softmax = -1, dropout = -1, av = -1;
   bool mask_inverted = false;  // Where(cond, scores, -inf): masked where cond is false
+  // An additive mask, scores + m (Hugging Face's (1 - attention_mask) *
+  // min): m's name; the mask node is then that Add.
+  std::string mask_add;
   // bthd with q, k, v the three parts of one Split of a [B, T, 3C] tensor
   // (c_attn(x).split(C, dim=2), each viewed as heads): that tensor, read
   // as qkv [B, T, 3, H, D] by the packed attention, with no slice copies
@@ -66,6 +70,7 @@ struct AttentionMatch {
   // the Split node and q's Reshape (its shape gives H and D).
   std::string qkv;
   int split = -1, reshape_q = -1;
+  std::vector<int> casts;  // Casts to float of the scores or probabilities, skipped
 };
 
 // An ONNX RNN, GRU or LSTM node with the Transposes torch's exporter puts
@@ -104,6 +109,9 @@ struct OnnxFile {
   std::map<size_t, SiluMatch> silu_at;
   std::map<size_t, MatMulMatch> matmul_at;
   std::map<size_t, AttentionMatch> attention_at;
+  // Shape nodes reading an attention's scores, by node: the attention's
+  // node in attention_at (the scores' shape comes from its q and k).
+  std::map<size_t, size_t> scores_shape_at;
   std::map<size_t, RecurrentMatch> recurrent_at;  // by the RNN, GRU or LSTM node itself
   // Float initializers that reach a recurrent layer's W, R or B through the
   // Slice, Concat and Unsqueeze nodes torch writes its gate reordering with:

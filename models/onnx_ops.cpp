@@ -422,23 +422,125 @@ Shape trailing_of(const Shape a, Shape b) {
   return b;
 }
 
-// Integer arithmetic on import-time constants (shape computations).
-bool fold_int(Env& e, const onnx::NodeProto& n) {
-  if (!is_const(e, n.input(0)) || !is_const(e, n.input(1))) return false;
+Shape const_dims(const Const& c) { return c.dims.empty() && c.size() != 1 ? Shape{c.size()} : c.dims; }
+
+// The most elements a folded constant (ConstantOfShape, Expand) may have.
+constexpr int64_t kMaxFolded = int64_t(1) << 24;
+
+// The element count of dims, refused past kMaxFolded.
+int64_t folded_count(Env& e, const onnx::NodeProto& n, const Shape& dims) {
+  int64_t count = 1;
+  for (int64_t d : dims) {
+    if (d < 1) refuse(e.f, n, "shape " + shape_str(dims) + " has an entry below 1: memfit's tensors are never empty");
+    if (__builtin_mul_overflow(count, d, &count) || count > kMaxFolded)
+      refuse(e.f, n, "makes a constant of shape " + shape_str(dims) + ": memfit folds constants of up to 2^24 elements");
+  }
+  return count;
+}
+
+// Whether `name` is a constant that arithmetic folds: one a node made
+// (Constant, Shape, ConstantOfShape, ...), an integer initializer or a
+// single-number one. A float initializer of several numbers is a weight (a
+// parameter once a node reads it as a tensor) and never folds.
+bool foldable(Env& e, const std::string& name) {
+  if (e.consts.count(name)) return true;
+  if (!is_const(e, name)) return false;
+  const Const& c = e.f.initializers.at(name);
+  return !c.is_float || c.size() == 1;
+}
+
+// Element k of c as a double.
+double const_at(const Const& c, int64_t k) {
+  return c.is_float ? static_cast<double>((*c.f)[static_cast<size_t>(k)]) : static_cast<double>(c.i[static_cast<size_t>(k)]);
+}
+
+// The numpy broadcast of constant shapes a and b; refuses shapes that do not
+// broadcast and results past kMaxFolded elements.
+
+// For each element of `out` (row-major), its index into a constant of
+// shape `in` broadcast to out.
+std::vector<int64_t> broadcast_index(const Shape& in, const Shape& out) {
+  const size_t r = out.size();
+  std::vector<int64_t> idx(static_cast<size_t>(numel(out)));
+  std::vector<int64_t> at(r, 0);
+  for (size_t k = 0; k < idx.size(); ++k) {
+    int64_t src = 0;
+    for (size_t a = r - in.size(); a < r; ++a) {
+      const int64_t d = in[a - (r - in.size())];
+      src = src * d + (d == 1 ? 0 : at[a]);
+    }
+    idx[k] = src;
+    for (size_t a = r; a-- > 0;)
+      if (++at[a] < out[a]) break;
+      else at[a] = 0;
+  }
+  return idx;
+}
+
+// The constant of shape dims whose element k is c's element idx[k].
+Const gathered(const Const& c, const Shape& dims, const std::vector<int64_t>& idx) {
+  Const r;
+  r.dims = dims;
+  r.is_float = c.is_float;
+  if (c.is_float) {
+    auto f = std::make_shared<std::vector<float>>(idx.size());
+    for (size_t k = 0; k < idx.size(); ++k) (*f)[k] = (*c.f)[static_cast<size_t>(idx[k])];
+    r.f = std::move(f);
+  } else {
+    r.i.resize(idx.size());
+    for (size_t k = 0; k < idx.size(); ++k) r.i[k] = c.i[static_cast<size_t>(idx[k])];
+  }
+  return r;
+}
+
+Shape broadcast_dims(Env& e, const onnx::NodeProto& n, const Shape& a, const Shape& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t k = 0; k < r; ++k) {
+    const int64_t x = k + a.size() >= r ? a[k + a.size() - r] : 1;
+    const int64_t y = k + b.size() >= r ? b[k + b.size() - r] : 1;
+    if (x != y && x != 1 && y != 1) refuse(e.f, n, "cannot broadcast " + shape_str(a) + " with " + shape_str(b));
+    out[k] = x == 1 ? y : x;
+  }
+  folded_count(e, n, out);
+  return out;
+}
+
+// Add, Sub, Mul and Div of import-time constants with numpy broadcasting:
+// shape computations in integers (checked for overflow, division
+// truncating as ONNX's integer Div), and the float constants a model
+// computes from them, such as BERT's attention mask (1 - mask) * min.
+bool fold_arith(Env& e, const onnx::NodeProto& n) {
+  if (!foldable(e, n.input(0)) || !foldable(e, n.input(1))) return false;
   const Const &a = constant(e, n, 0), &c = constant(e, n, 1);
-  if (a.is_float || c.is_float || (a.size() != c.size() && c.size() != 1)) return false;
-  Const r = a;
-  for (size_t k = 0; k < r.i.size(); ++k) {
-    const int64_t y = c.i[c.size() == 1 ? 0 : k];
-    const std::string& op = n.op_type();
+  const Shape out = broadcast_dims(e, n, const_dims(a), const_dims(c));
+  const std::vector<int64_t> ia = broadcast_index(const_dims(a), out), ic = broadcast_index(const_dims(c), out);
+  const std::string& op = n.op_type();
+  Const r;
+  r.dims = a.dims.empty() && c.dims.empty() ? Shape{} : out;
+  r.is_float = a.is_float || c.is_float;
+  if (r.is_float) {
+    auto f = std::make_shared<std::vector<float>>(ia.size());
+    for (size_t k = 0; k < ia.size(); ++k) {
+      const double x = const_at(a, ia[k]), y = const_at(c, ic[k]);
+      (*f)[k] = static_cast<float>(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : op == "Pow" ? std::pow(x, y) : x / y);
+    }
+    r.f = std::move(f);
+    bind_const(e, n, std::move(r));
+    return true;
+  }
+  if (op == "Pow") refuse(e.f, n, "raises integers to a power: memfit folds Pow on floats (a scale such as d ** 0.5)");
+  r.i.resize(ia.size());
+  for (size_t k = 0; k < ia.size(); ++k) {
+    const int64_t x = a.i[static_cast<size_t>(ia[k])], y = c.i[static_cast<size_t>(ic[k])];
     if (op == "Div" && y == 0) refuse(e.f, n, "divides by zero");
     int64_t v = 0;
     bool over = false;
-    if (op == "Add") over = __builtin_add_overflow(r.i[k], y, &v);
-    else if (op == "Sub") over = __builtin_sub_overflow(r.i[k], y, &v);
-    else if (op == "Mul") over = __builtin_mul_overflow(r.i[k], y, &v);
-    else if (r.i[k] == std::numeric_limits<int64_t>::min() && y == -1) over = true;
-    else v = r.i[k] / y;
+    if (op == "Add") over = __builtin_add_overflow(x, y, &v);
+    else if (op == "Sub") over = __builtin_sub_overflow(x, y, &v);
+    else if (op == "Mul") over = __builtin_mul_overflow(x, y, &v);
+    else if (x == std::numeric_limits<int64_t>::min() && y == -1) over = true;
+    else v = x / y;
     if (over) refuse(e.f, n, "overflows 64-bit integers on its constant inputs");
     r.i[k] = v;
   }
@@ -449,7 +551,7 @@ bool fold_int(Env& e, const onnx::NodeProto& n) {
 // Add, Sub, Mul or Div of two tensors with numpy broadcasting: memfit's
 // binary op (squeeze-and-excitation's x * s, a computed scale or shift).
 void op_binary(Env& e, const onnx::NodeProto& n) {
-  if (fold_int(e, n)) return;
+  if (fold_arith(e, n)) return;
   const std::string& op = n.op_type();
   const std::string kind = op == "Add" ? "add" : op == "Sub" ? "sub" : op == "Mul" ? "mul" : "div";
   const ValueId a = value(e, n, 0), c = value(e, n, 1);
@@ -457,7 +559,7 @@ void op_binary(Env& e, const onnx::NodeProto& n) {
 }
 
 void op_add(Env& e, const onnx::NodeProto& n) {
-  if (fold_int(e, n)) return;
+  if (fold_arith(e, n)) return;
   const ValueId a = value(e, n, 0), c = value(e, n, 1);
   const Shape as = shape_of(e, a), cs = shape_of(e, c);
   if (as == cs) return bind(e, n, add(e.b, a, c));
@@ -473,7 +575,7 @@ void op_add(Env& e, const onnx::NodeProto& n) {
 // Mul and Div by a scalar constant: memfit's scale; of two tensors, its
 // binary op.
 void op_scale(Env& e, const onnx::NodeProto& n) {
-  if (fold_int(e, n)) return;
+  if (fold_arith(e, n)) return;
   const bool div = n.op_type() == "Div";
   int k = is_const(e, n.input(1)) ? 1 : !div && is_const(e, n.input(0)) ? 0 : -1;
   if (k >= 0 && constant(e, n, k).size() != 1) k = -1;  // a constant tensor: a broadcast operand
@@ -503,8 +605,8 @@ void op_flatten(Env& e, const onnx::NodeProto& n) {
 // traced x.view(16, -1)).
 void op_reshape(Env& e, const onnx::NodeProto& n) {
   if (attr_i(n, "allowzero", 0) != 0) refuse(e.f, n, "attribute allowzero=1 is not supported");
-  const ValueId x = value(e, n, 0);
-  const Shape xs = shape_of(e, x);
+  const bool on_const = foldable(e, n.input(0));  // a shape computation's
+  const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
   Shape to = const_ints(e, n, 1);
   const int64_t exported_batch = e.f.input_dims.empty() ? -1 : e.f.input_dims[0];
   if (!to.empty() && exported_batch > 0 && to[0] == exported_batch && !xs.empty() && xs[0] == e.batch) to[0] = e.batch;
@@ -525,7 +627,12 @@ void op_reshape(Env& e, const onnx::NodeProto& n) {
   }
   if (infer >= 0) to[static_cast<size_t>(infer)] = known > 0 ? numel(xs) / known : 0;
   if (numel(to) != numel(xs)) refuse(e.f, n, "cannot reshape " + shape_str(xs) + " to " + shape_str(to));
-  bind(e, n, reshape(e.b, x, to));
+  if (on_const) {
+    Const c = constant(e, n, 0);
+    c.dims = to;
+    return bind_const(e, n, std::move(c));
+  }
+  bind(e, n, reshape(e.b, value(e, n, 0), to));
 }
 
 void op_transpose(Env& e, const onnx::NodeProto& n) {
@@ -571,8 +678,6 @@ void op_split(Env& e, const onnx::NodeProto& n) {
 }
 
 // A constant's dims ([size] for a bare list of numbers).
-Shape const_dims(const Const& c) { return c.dims.empty() && c.size() != 1 ? Shape{c.size()} : c.dims; }
-
 // The box [from, from + len) of a constant, row-major.
 Const slice_const(const Const& c, const std::vector<int64_t>& from, const std::vector<int64_t>& len) {
   const Shape dims = const_dims(c);
@@ -623,20 +728,6 @@ void op_slice(Env& e, const onnx::NodeProto& n) {
   bind(e, n, y);
 }
 
-// The most elements a folded constant (ConstantOfShape, Expand) may have.
-constexpr int64_t kMaxFolded = int64_t(1) << 24;
-
-// The element count of dims, refused past kMaxFolded.
-int64_t folded_count(Env& e, const onnx::NodeProto& n, const Shape& dims) {
-  int64_t count = 1;
-  for (int64_t d : dims) {
-    if (d < 1) refuse(e.f, n, "shape " + shape_str(dims) + " has an entry below 1: memfit's tensors are never empty");
-    if (__builtin_mul_overflow(count, d, &count) || count > kMaxFolded)
-      refuse(e.f, n, "makes a constant of shape " + shape_str(dims) + ": memfit folds constants of up to 2^24 elements");
-  }
-  return count;
-}
-
 // ConstantOfShape(shape): a constant of that shape, every element `value`
 // (a one-number tensor; float 0 without it), as torch writes a recurrent
 // layer's zero initial state. Its shape is known at import (memfit's shapes
@@ -667,42 +758,14 @@ void op_constant_of_shape(Env& e, const onnx::NodeProto& n) {
 void op_expand(Env& e, const onnx::NodeProto& n) {
   const bool on_const = is_const(e, n.input(0));
   const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
-  const Shape to = const_ints(e, n, 1);
-  const size_t r = std::max(xs.size(), to.size());
-  Shape out(r);
-  for (size_t k = 0; k < r; ++k) {
-    const int64_t a = k + xs.size() >= r ? xs[k + xs.size() - r] : 1;
-    const int64_t b = k + to.size() >= r ? to[k + to.size() - r] : 1;
-    if (a != b && a != 1 && b != 1) refuse(e.f, n, "cannot broadcast " + shape_str(xs) + " to " + shape_str(to));
-    out[k] = a == 1 ? b : a;
-  }
-  const int64_t count = folded_count(e, n, out);
+  const Shape out = broadcast_dims(e, n, xs, const_ints(e, n, 1));
   if (!on_const) {
     if (out != xs)
       refuse(e.f, n, "expands a tensor of the graph from " + shape_str(xs) + " to " + shape_str(out) +
                      ": memfit broadcasts inside the op that reads it (Add, Mul, ...), not as a copy");
     return bind(e, n, value(e, n, 0));
   }
-  const Const& c = constant(e, n, 0);
-  Const y;
-  y.dims = out;
-  y.is_float = c.is_float;
-  std::vector<float> f;
-  std::vector<int64_t> at(r, 0);
-  for (int64_t k = 0; k < count; ++k) {
-    int64_t src = 0;
-    for (size_t a = r - xs.size(); a < r; ++a) {
-      const int64_t d = xs[a - (r - xs.size())];
-      src = src * d + (d == 1 ? 0 : at[a]);
-    }
-    if (c.is_float) f.push_back((*c.f)[static_cast<size_t>(src)]);
-    else y.i.push_back(c.i[static_cast<size_t>(src)]);
-    for (size_t a = r; a-- > 0;)
-      if (++at[a] < out[a]) break;
-      else at[a] = 0;
-  }
-  if (c.is_float) y.f = std::make_shared<std::vector<float>>(std::move(f));
-  bind_const(e, n, std::move(y));
+  bind_const(e, n, gathered(constant(e, n, 0), out, broadcast_index(xs, out)));
 }
 
 void op_softmax(Env& e, const onnx::NodeProto& n) {
@@ -786,6 +849,15 @@ void op_gather(Env& e, const onnx::NodeProto& n) {
     const Const& c = constant(e, n, 1);
     const std::vector<int64_t> idx = const_ints(e, n, 1);
     const Shape ts = shape_of(e, table);
+    if (idx.size() > 1 && std::all_of(idx.begin(), idx.end(), [&](int64_t i) { return i == idx[0]; })) {
+      // One row for every position (BERT's token types, all 0 when the
+      // module is called without them): that row, [1, ..., 1, dim], which
+      // the op reading it broadcasts; its gradient reaches that row alone.
+      if (ts.size() != 2 || idx[0] < 0 || idx[0] >= ts[0]) refuse(e.f, n, "gathers rows outside the table " + shape_str(ts));
+      Shape out(const_dims(c).size(), 1);
+      out.push_back(ts[1]);
+      return bind(e, n, reshape(e.b, ts[0] == 1 ? table : slice(e.b, table, 0, idx[0], 1), out));
+    }
     for (size_t k = 0; k < idx.size(); ++k)
       if (idx[k] != idx[0] + static_cast<int64_t>(k))
         refuse(e.f, n, "gathers rows by constant indices that are not consecutive: memfit reads a run of rows "
@@ -902,6 +974,11 @@ void op_squeeze(Env& e, const onnx::NodeProto& n) {
 
 // Cast of a shape computation (torch casts sizes to int64 and back).
 void op_cast(Env& e, const onnx::NodeProto& n) {
+  // To float32, a float tensor of the graph stays as it is (memfit's types
+  // follow --precision); a model's .float() or .to(dtype) of its own floats.
+  if (!is_const(e, n.input(0)) && attr_i(n, "to", 0) == onnx::TensorProto::FLOAT &&
+      e.b.g.value(value(e, n, 0)).dtype != DType::i32)
+    return bind(e, n, value(e, n, 0));
   if (!is_const(e, n.input(0)))
     refuse(e.f, n, "casts a tensor of the graph: memfit's types follow its precision policy (--precision), not the file");
   const int64_t to = attr_i(n, "to", 0);
@@ -937,16 +1014,43 @@ void op_range(Env& e, const onnx::NodeProto& n) {
 }
 
 // Equal of constants (a mask computed from a buffer, mask == 0): a
-// constant of 0/1, b a single number or of a's shape.
+// constant of 0/1, with numpy broadcasting.
 void op_equal(Env& e, const onnx::NodeProto& n) {
-  if (!is_const(e, n.input(0)) || !is_const(e, n.input(1)))
+  if (!foldable(e, n.input(0)) || !foldable(e, n.input(1)))
     refuse(e.f, n, "compares tensors of the graph: memfit imports Equal on constants only (an attention mask)");
   const Const &a = constant(e, n, 0), &b = constant(e, n, 1);
-  if (b.size() != 1 && b.size() != a.size()) refuse(e.f, n, "compares " + shape_str(a.dims) + " with " + shape_str(b.dims));
-  auto at = [](const Const& c, int64_t k) { return c.is_float ? static_cast<double>((*c.f)[static_cast<size_t>(k)]) : static_cast<double>(c.i[static_cast<size_t>(k)]); };
+  const Shape out = broadcast_dims(e, n, const_dims(a), const_dims(b));
+  const std::vector<int64_t> ia = broadcast_index(const_dims(a), out), ib = broadcast_index(const_dims(b), out);
   Const r;
-  r.dims = a.dims;
-  for (int64_t k = 0; k < a.size(); ++k) r.i.push_back(at(a, k) == at(b, b.size() == 1 ? 0 : k));
+  r.dims = a.dims.empty() && b.dims.empty() ? Shape{} : out;
+  for (size_t k = 0; k < ia.size(); ++k) r.i.push_back(const_at(a, ia[k]) == const_at(b, ib[k]));
+  bind_const(e, n, std::move(r));
+}
+
+// Where(cond, x, y) of constants, with numpy broadcasting: a constant (a
+// shape or mask computation; torch writes expand(-1) as Where(shape == -1,
+// 1, shape)). Where on a tensor of the graph is an attention mask's only
+// (onnx_patterns.cpp).
+void op_where(Env& e, const onnx::NodeProto& n) {
+  for (int k = 0; k < 3; ++k)
+    if (!foldable(e, n.input(k)))
+      refuse(e.f, n, "input '" + n.input(k) + "' is a tensor of the graph: memfit imports Where on constants, and "
+                     "as an attention's mask");
+  const Const &c = constant(e, n, 0), &x = constant(e, n, 1), &y = constant(e, n, 2);
+  if (x.is_float != y.is_float) refuse(e.f, n, "chooses between a float and an integer constant");
+  const Shape out = broadcast_dims(e, n, broadcast_dims(e, n, const_dims(c), const_dims(x)), const_dims(y));
+  const std::vector<int64_t> ic = broadcast_index(const_dims(c), out), ix = broadcast_index(const_dims(x), out),
+                             iy = broadcast_index(const_dims(y), out);
+  Const r;
+  r.dims = c.dims.empty() && x.dims.empty() && y.dims.empty() ? Shape{} : out;
+  r.is_float = x.is_float;
+  std::vector<float> f;
+  for (size_t k = 0; k < ic.size(); ++k) {
+    const bool take_x = const_at(c, ic[k]) != 0;
+    if (r.is_float) f.push_back((*(take_x ? x : y).f)[static_cast<size_t>(take_x ? ix[k] : iy[k])]);
+    else r.i.push_back((take_x ? x : y).i[static_cast<size_t>(take_x ? ix[k] : iy[k])]);
+  }
+  if (r.is_float) r.f = std::make_shared<std::vector<float>>(std::move(f));
   bind_const(e, n, std::move(r));
 }
 
@@ -1113,6 +1217,13 @@ void op_recurrent(Env& e, const onnx::NodeProto& n) { emit_recurrent(e, n, Recur
 
 // Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
 // here means the pattern around it did not match.
+// Pow of constants (a scale computed from a shape); elsewhere only inside
+// GELU's tanh form (onnx_patterns.cpp).
+void op_pow(Env& e, const onnx::NodeProto& n) {
+  if (!fold_arith(e, n)) refuse(e.f, n, "raises a tensor of the graph to a power: memfit imports Pow on constants and "
+                                       "inside GELU only");
+}
+
 void op_pattern_only(Env& e, const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
   if (op == "Where")
@@ -1152,33 +1263,66 @@ void emit_matmul(Env& e, const onnx::NodeProto& n, const MatMulMatch& m) {
   bind(e, n, bias == kNone ? y : add_broadcast(e.b, y, bias));
 }
 
-// Whether the mask constant `name` of attention node n is causal for T
-// queries and S keys: masked (query i, key j) exactly where j > i + S - T.
-// Returns false for a mask that masks nothing; refuses any other mask.
-bool causal_mask(Env& e, const onnx::NodeProto& where, const std::string& name, bool inverted, int64_t T, int64_t S) {
-  if (!is_const(e, name))
-    refuse(e.f, where, "the attention mask '" + name + "' is computed by the graph: memfit takes a causal mask known "
-                       "when the model is read (a buffer such as torch.tril(ones))");
+// Whether a mask constant c of attention node n (its name `name`) is causal
+// for T queries and S keys, `hidden` telling which of its elements hide a
+// key: c broadcasts over the [.., T, S] scores, alike for every batch row
+// and head, hiding key j from query i exactly where j > i + S - T. Returns
+// false for a mask that hides nothing; refuses any other mask.
+template <class Hidden>
+bool causal_from(Env& e, const onnx::NodeProto& n, const std::string& name, int64_t T, int64_t S, Hidden hidden) {
+  if (!foldable(e, name))
+    refuse(e.f, n, "the attention mask '" + name + "' is computed by the graph: memfit takes a mask known when the "
+                   "model is read (a causal buffer such as torch.tril(ones), or the module called without "
+                   "attention_mask)");
   const Const& c = e.consts.count(name) ? e.consts.at(name) : e.f.initializers.at(name);
   const Shape d = const_dims(c);
-  bool lead_ones = d.size() >= 2;
-  for (size_t k = 0; k + 2 < d.size(); ++k) lead_ones = lead_ones && d[k] == 1;
-  if (!lead_ones || d[d.size() - 2] != T || d.back() != S)
-    refuse(e.f, where, "the attention mask is " + shape_str(d) + ": memfit takes one [T, S] = [" + std::to_string(T) + ", " +
-                           std::to_string(S) + "] mask for every batch row and head");
+  const int64_t rows = d.size() >= 2 ? d[d.size() - 2] : 1, cols = d.empty() ? 1 : d.back();
+  if ((rows != 1 && rows != T) || (cols != 1 && cols != S))
+    refuse(e.f, n, "the attention mask is " + shape_str(d) + ", which does not broadcast over the [T, S] = [" +
+                   std::to_string(T) + ", " + std::to_string(S) + "] scores");
   bool any = false, causal = true;
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < S; ++j) {
-      const size_t k = static_cast<size_t>(i * S + j);
-      const bool set = c.is_float ? (*c.f)[k] != 0.0f : c.i[k] != 0;
-      const bool masked = set != inverted;
-      any = any || masked;
-      causal = causal && masked == (j > i + S - T);
-    }
+  const int64_t per = rows * cols;
+  for (int64_t k = 0; k < c.size(); ++k) {
+    const bool h = hidden(c, k);
+    const int64_t i = rows == 1 ? -1 : (k % per) / cols, j = cols == 1 ? -1 : k % cols;
+    any = any || h;
+    causal = causal && i >= 0 && j >= 0 && h == (j > i + S - T);
+  }
   if (any && !causal)
-    refuse(e.f, where, "the attention mask is not causal (key j hidden from query i exactly where j > i): memfit's "
-                       "attention takes a causal mask or none");
+    refuse(e.f, n, "the attention mask hides keys in a pattern other than the causal one (key j hidden from query i "
+                   "exactly where j > i; a padding mask?): memfit's attention takes a causal mask or none");
   return any;
+}
+
+// A Where(cond, -inf, scores) mask (cond set: hidden) or, inverted,
+// Where(cond, scores, -inf) (cond clear: hidden).
+bool causal_mask(Env& e, const onnx::NodeProto& where, const std::string& name, bool inverted, int64_t T, int64_t S) {
+  return causal_from(e, where, name, T, S, [&](const Const& c, int64_t k) { return (const_at(c, k) != 0) != inverted; });
+}
+
+// An additive mask, scores + mask: 0 where a key is seen, a large negative
+// (at most -1e4, or -inf) where it is hidden; Hugging Face's (1 - mask) *
+// min of the all-ones mask a module called without attention_mask makes is
+// all 0, no mask. Any other value (a bias such as ALiBi) is refused.
+bool additive_mask(Env& e, const onnx::NodeProto& add, const std::string& name, int64_t T, int64_t S) {
+  return causal_from(e, add, name, T, S, [&](const Const& c, int64_t k) {
+    const double v = const_at(c, k);
+    if (v > -1e4 && v != 0)
+      refuse(e.f, add, "the attention mask adds " + std::to_string(v) + " to a score: memfit's attention takes a "
+                       "causal mask or none (0 for a seen key, a large negative for a hidden one)");
+    return v <= -1e4;
+  });
+}
+
+// The shape of an attention's scores, [B, H, T, S], from its q and k (for
+// a Shape node that reads them; the match never makes the scores).
+Shape scores_shape(Env& e, const onnx::NodeProto& n, const AttentionMatch& m) {
+  if (!m.qkv.empty()) refuse(e.f, n, "reads the shape of packed attention scores, which memfit does not make");
+  const auto& nodes = e.f.graph.node();
+  const Shape q = shape_of(e, value_named(e, nodes[m.qk], m.q)), k = shape_of(e, value_named(e, nodes[m.qk], m.k));
+  if (q.size() != 4 || k.size() != 4) refuse(e.f, n, "reads the shape of attention scores whose q or k is not 4-d");
+  if (m.bthd) return {q[0], q[2], q[1], k[1]};
+  return {q[0], q[1], q[2], k[m.k_transposed ? 2 : 3]};
 }
 
 AttentionOpts attention_opts(Env& e, const AttentionMatch& m, int64_t T, int64_t S);
@@ -1260,7 +1404,7 @@ AttentionOpts attention_opts(Env& e, const AttentionMatch& m, int64_t T, int64_t
   }
   if (m.mask >= 0) {
     const onnx::NodeProto& w = nodes[m.mask];
-    o.causal = causal_mask(e, w, w.input(0), m.mask_inverted, T, S);
+    o.causal = m.mask_add.empty() ? causal_mask(e, w, w.input(0), m.mask_inverted, T, S) : additive_mask(e, w, m.mask_add, T, S);
   }
   if (m.dropout >= 0) {
     const onnx::NodeProto& d = nodes[m.dropout];
@@ -1329,8 +1473,8 @@ const std::map<std::string, OpRule>& op_rules() {
       {"GRU", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout", "linear_before_reset"}, 3}},
       {"LSTM", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget", "layout"}, 3}},
       {"Erf", {op_pattern_only, {}}},  // inside GELU only (onnx_patterns.cpp)
-      {"Pow", {op_pattern_only, {}, 2}},
-      {"Where", {op_pattern_only, {}, 3}},  // attention's mask only
+      {"Pow", {op_pow, {}, 2}},
+      {"Where", {op_where, {}, 3}},  // on constants; on a graph tensor as attention's mask (onnx_patterns.cpp)
   };
   return r;
 }
@@ -1348,6 +1492,17 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
   const auto& nodes = f.graph.node();
   for (int k = 0; k < nodes.size(); ++k) {
     const onnx::NodeProto& n = nodes[k];
+    if (auto sh = f.scores_shape_at.find(static_cast<size_t>(k)); sh != f.scores_shape_at.end()) {
+      try {
+        Const c;
+        c.i = scores_shape(e, n, f.attention_at.at(sh->second));
+        c.dims = {4};
+        bind_const(e, n, std::move(c));
+      } catch (const GraphError& err) {
+        refuse(f, n, err.what());
+      }
+      continue;
+    }
     if (f.fused.count(static_cast<size_t>(k))) continue;
     try {
       const auto at = static_cast<size_t>(k);

@@ -196,6 +196,13 @@ void find_silu(OnnxFile& f, Index& ix) {
 
 // ------------------------------------------------------------- attention ----
 
+// A Cast to float32: on the float scores or probabilities, nothing.
+bool casts_to_float(const Index& ix, int c) {
+  for (const auto& a : ix.at(c).attribute())
+    if (a.name() == "to") return a.i() == onnx::TensorProto::FLOAT;
+  return false;
+}
+
 void find_attention(OnnxFile& f, Index& ix) {
   for (int sm = 0; sm < ix.nodes.size(); ++sm) {
     if (ix.at(sm).op_type() != "Softmax" || !ix.free(sm) || ix.at(sm).input_size() != 1) continue;
@@ -203,30 +210,59 @@ void find_attention(OnnxFile& f, Index& ix) {
     m.softmax = sm;
     // Up from the softmax: a mask and a scale, in either order, then q kT.
     std::string s = ix.at(sm).input(0);
-    for (int hop = 0; hop < 2 && ix.single(s); ++hop) {
-      if (int w = ix.made_by(s, "Where"); w >= 0 && m.mask < 0 && ix.at(w).input_size() == 3) {
+    for (int hop = 0; hop < 4 && ix.single(s); ++hop) {
+      if (int c = ix.made_by(s, "Cast"); c >= 0 && m.casts.size() < 4 && casts_to_float(ix, c)) {
+        m.casts.push_back(c);  // GPT-2's .to(dtype) of the scores: the same float tensor
+        s = ix.at(c).input(0);
+      } else if (int w = ix.made_by(s, "Where"); w >= 0 && m.mask < 0 && ix.at(w).input_size() == 3) {
         const auto& n = ix.at(w);
         auto ninf = [&](const std::string& v) { auto it = ix.scalars.find(v); return it != ix.scalars.end() && it->second <= -1e4; };
         if (ninf(n.input(1))) s = n.input(2);
         else if (ninf(n.input(2))) s = n.input(1), m.mask_inverted = true;
         else break;
         m.mask = w;
+      } else if (int a = ix.made_by(s, "Add"); a >= 0 && m.mask < 0 && ix.binary(a)) {
+        // scores + mask: the scores are the side a scale or q kT makes.
+        const auto& n = ix.at(a);
+        auto scores = [&](const std::string& v) {
+          return ix.made_by(v, "Div") >= 0 || ix.made_by(v, "Mul") >= 0 || ix.made_by(v, "MatMul") >= 0;
+        };
+        const int side = scores(n.input(0)) ? 0 : scores(n.input(1)) ? 1 : -1;
+        if (side < 0) break;
+        s = n.input(side);
+        m.mask_add = n.input(1 - side);
+        m.mask = a;
       } else if (int c = ix.made_by(s, "Mul"); c >= 0 && m.scale < 0 && ix.binary(c) &&
                                                 (ix.is_scalar(ix.at(c).input(0)) || ix.is_scalar(ix.at(c).input(1)))) {
         m.scale = c;
         s = ix.is_scalar(ix.at(c).input(1)) ? ix.at(c).input(0) : ix.at(c).input(1);
-      } else if (int d = ix.made_by(s, "Div"); d >= 0 && m.scale < 0 && ix.binary(d) && ix.is_scalar(ix.at(d).input(1))) {
+      } else if (int d = ix.made_by(s, "Div"); d >= 0 && m.scale < 0 && ix.binary(d)) {
+        // By a number, or by one computed from shapes (GPT-2 divides by
+        // full([], v.size(-1) ** 0.5)): checked a constant when converted.
         m.scale = d;
         s = ix.at(d).input(0);
       } else {
         break;
       }
     }
-    if (!ix.single(s)) continue;
+    // The scores may also be read by Shape nodes (DistilBERT's
+    // mask.expand_as(scores)): they give the scores' shape, made by the match.
+    std::vector<int> shapes;
+    if (auto it = ix.readers.find(s); it != ix.readers.end() && !ix.outputs.count(s)) {
+      for (int r : it->second)
+        if (ix.at(r).op_type() == "Shape" && ix.free(r)) shapes.push_back(r);
+      if (it->second.size() != shapes.size() + 1) continue;
+    } else {
+      continue;
+    }
     m.qk = ix.made_by(s, "MatMul");
     if (!ix.binary(m.qk)) continue;
     // Down: dropout on the probabilities, then the product with v.
     std::string p = ix.at(sm).output(0);
+    if (int c = ix.only_reader(p, "Cast"); c >= 0 && casts_to_float(ix, c)) {
+      m.casts.push_back(c);
+      p = ix.at(c).output(0);
+    }
     if (int d = ix.only_reader(p, "Dropout"); d >= 0) {
       const auto& n = ix.at(d);
       if (n.output_size() > 1 && !n.output(1).empty() && ix.readers.count(n.output(1))) continue;  // its mask is read
@@ -238,6 +274,16 @@ void find_attention(OnnxFile& f, Index& ix) {
     m.q = ix.at(m.qk).input(0);
     m.k = ix.at(m.qk).input(1);
     m.v = ix.at(m.av).input(1);
+    // q scaled before the product (DistilBERT's q / sqrt(d)): the same
+    // scale of the scores.
+    if (int d = ix.single(m.q) ? ix.made_by(m.q, "Div") : -1; d >= 0 && m.scale < 0 && ix.binary(d) && ix.is_scalar(ix.at(d).input(1))) {
+      m.scale = d;
+      m.q = ix.at(d).input(0);
+    } else if (int c = ix.single(m.q) ? ix.made_by(m.q, "Mul") : -1; c >= 0 && m.scale < 0 && ix.binary(c) &&
+                                                                     ix.is_scalar(ix.at(c).input(1))) {
+      m.scale = c;
+      m.q = ix.at(c).input(0);
+    }
     // The heads in place: q, v from Transpose [0, 2, 1, 3] of [B, T, H, D],
     // kT from Transpose [0, 2, 3, 1] of [B, S, H, D], the result back
     // through Transpose [0, 2, 1, 3].
@@ -281,6 +327,11 @@ void find_attention(OnnxFile& f, Index& ix) {
       m.k_transposed = false;
     }
     ix.take({m.qk, m.scale, m.mask, sm, m.dropout});
+    for (int c : m.casts) ix.take({c});
+    for (int r : shapes) {
+      ix.take({r});
+      f.scores_shape_at[static_cast<size_t>(r)] = result;
+    }
     f.attention_at[result] = m;
   }
 }

@@ -58,6 +58,41 @@ TEST(Transfer, InitFromErrorsNameTheTensor) {
   EXPECT_NE(f.out.find("--freeze 'nosuchlayer' matches no parameter"), std::string::npos) << f.out;
 }
 
+// Weights saved inside a wrapper (Hugging Face's BertForSequenceClassification
+// keeps its encoder under "bert.") load by the one tensor whose name ends
+// in the model's; two such tensors are an error naming both.
+TEST(Transfer, InitFromFindsAPrefixedName) {
+  const std::string d = temp_dir("transfer-prefix");
+  RunResult pre = run_memfit("train --subset 256 --test-subset 64 --steps 1 --batch 32 --out " + d + "/base");
+  ASSERT_EQ(pre.code, 0) << pre.out;
+  auto base = memfit::io::SafetensorsFile::load(d + "/base/model.safetensors");
+  auto rewrite = [&](const std::string& path, const std::vector<std::string>& prefixes) {
+    std::vector<memfit::io::TensorView> views;
+    std::vector<std::string> names;
+    for (const auto& n : base.names())
+      for (const auto& p : prefixes) names.push_back(p + n);
+    size_t k = 0;
+    for (const auto& n : base.names())
+      for (size_t p = 0; p < prefixes.size(); ++p, ++k) {
+        const auto& t = base.at(n);
+        views.push_back({names[k], t.dtype, t.shape, base.data(t)});
+      }
+    memfit::io::write_safetensors(path, views, {});
+  };
+  rewrite(d + "/wrapped.safetensors", {"net."});
+  RunResult r = run_memfit("train --subset 256 --test-subset 64 --steps 1 --batch 32 --init-from " + d +
+                           "/wrapped.safetensors --out " + d + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("initialised 8 tensors from"), std::string::npos) << r.out;
+  rewrite(d + "/twice.safetensors", {"a.", "b."});
+  RunResult two = run_memfit("train --subset 256 --steps 1 --batch 32 --init-from " + d + "/twice.safetensors --out " +
+                             d + "/run2");
+  EXPECT_EQ(two.code, 1) << two.out;
+  EXPECT_NE(two.out.find("has no tensor 'conv1.weight' but two that end in it ('a.conv1.weight', 'b.conv1.weight')"),
+            std::string::npos)
+      << two.out;
+}
+
 TEST(Transfer, LoadsWeightsSavedByPyTorch) {
   if (run_cmd("/usr/bin/python3 -c 'import torch'").code != 0) GTEST_SKIP() << "python3-torch not installed";
   const std::string d = temp_dir("transfer-torch");

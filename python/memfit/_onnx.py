@@ -36,6 +36,13 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
     model.train()
     for m in bns:
         m.momentum = 0.0
+    # A Hugging Face model returns its key/value cache beside the logits
+    # unless its config says use_cache=False (GPT-2's does not); memfit
+    # imports one output, and the cache is no part of training.
+    config = getattr(model, "config", None)
+    cached = getattr(config, "use_cache", None)
+    if cached:
+        config.use_cache = False
     tmp = path + ".tmp"
     try:
         kwargs = {}
@@ -50,6 +57,8 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
                           input_names=[input_name], output_names=[output_name],
                           dynamic_axes={input_name: {0: "N"}}, **kwargs)
     finally:
+        if cached:
+            config.use_cache = cached
         for m, k in zip(bns, kept):
             m.momentum = k
         model.train(was_training)

@@ -262,6 +262,24 @@ std::map<std::string, std::string> checkpoint_metadata(const std::string& dir) {
   }
 }
 
+// The file's tensor `name`, or else the one tensor named "<prefix>." + name:
+// a model saved inside a wrapper (Hugging Face's BertForSequenceClassification
+// keeps its encoder under "bert.", a module wrapped by the user under its
+// attribute's name). Two such tensors are ambiguous: an error naming both.
+static const io::TensorInfo* find_prefixed(const io::SafetensorsFile& f, const std::string& path, const std::string& name) {
+  if (const io::TensorInfo* t = f.find(name)) return t;
+  const std::string tail = "." + name;
+  std::string found;
+  for (const auto& n : f.names()) {
+    if (n.size() <= tail.size() || n.compare(n.size() - tail.size(), tail.size(), tail) != 0) continue;
+    if (!found.empty())
+      throw std::runtime_error(path + " has no tensor '" + name + "' but two that end in it ('" + found + "', '" + n +
+                               "'): which one is meant is not known");
+    found = n;
+  }
+  return found.empty() ? nullptr : f.find(found);
+}
+
 size_t load_weights(const std::string& path, Executor& ex, const std::vector<std::string>& keep) {
   require_f32_storage(ex);
   io::SafetensorsFile f = io::SafetensorsFile::load(path);
@@ -273,7 +291,7 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
     bool kept = false;
     for (const auto& k : keep) kept = kept || name_matches(k, v.name);
     if (kept) continue;
-    const io::TensorInfo* t = f.find(v.name);
+    const io::TensorInfo* t = find_prefixed(f, path, v.name);
     if (!t)
       throw std::runtime_error(path + " has no tensor '" + v.name +
                                "' (weights of another architecture? --reinit PATTERN keeps a layer's fresh weights)");
