@@ -98,6 +98,12 @@ struct OnnxFile {
   onnx::GraphProto graph;                   // nodes and the input/output types; initializers moved out
   std::map<std::string, Const> initializers;
   std::string input, output;
+  // A second input, int [N, T] named "attention_mask" (a Hugging Face text
+  // model exported with the mask it is called with): 1 for a token, 0 for
+  // padding. Its arithmetic ((1 - m) * min added to the scores, or
+  // masked_fill where m == 0) becomes the fused attention's padding mask
+  // from the data's own mask; "" for none.
+  std::string mask_input;
   int64_t opset = 0;                        // of the default domain
   int64_t out_rank = 0;                     // the output's rank
   Shape input_dims;                         // -1: a dynamic axis
@@ -140,6 +146,17 @@ struct Env {
   // AveragePool that reads it pads by these (per spatial axis, both sides
   // alike). Any other reader is refused.
   std::map<std::string, Shape> pending_pads;
+  // The attention_mask input (OnnxFile::mask_input) is folded as a
+  // constant probe: the data's mask is unknown when the graph is built, so
+  // the constant is a fixed pattern of 1s and 0s (mask_probe) and every
+  // constant computed from it is "tainted". A tainted constant may only
+  // become an attention's mask, where each element is checked against the
+  // probe (hidden exactly where the probe is 0 at its batch row and key) and
+  // the data's mask (mask_value) is given to the attention instead; any other
+  // use is refused. Without the data's mask the input is all 1s, untainted.
+  ValueId mask_value = kNone;
+  std::vector<int64_t> mask_probe;  // [B, T], row-major
+  std::set<std::string> tainted;
 };
 
 using Handler = void (*)(Env&, const onnx::NodeProto&);
@@ -168,8 +185,9 @@ Const read_tensor(const OnnxFile& f, const onnx::TensorProto& t, const std::stri
 // file is read; `scalars` holds the single-number constants by name.
 void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars);
 
-// Replays the file's nodes onto the builder, its input being x; returns the
-// output's value. Throws ModelFileError naming the node it cannot convert.
-ValueId convert(const OnnxFile& f, Builder& b, ValueId x);
+// Replays the file's nodes onto the builder, its input being x (and
+// mask, i32 [N, T], the attention_mask input's, if the file has one and the
+// data gives it); returns the output's value. Throws ModelFileError naming the node it cannot convert.
+ValueId convert(const OnnxFile& f, Builder& b, ValueId x, ValueId mask = kNone);
 
 }  // namespace memfit::models::onnx_import

@@ -151,9 +151,19 @@ void check_file(OnnxFile& f, const onnx::ModelProto& m) {
   std::vector<const onnx::ValueInfoProto*> inputs;
   for (const auto& i : f.graph.input())
     if (!f.initializers.count(i.name())) inputs.push_back(&i);
+  // token ids and their attention_mask, as a Hugging Face text model takes them
+  auto integer_2d = [](const onnx::ValueInfoProto* i) {
+    const auto& t = i->type().tensor_type();
+    return (t.elem_type() == onnx::TensorProto::INT64 || t.elem_type() == onnx::TensorProto::INT32) &&
+           t.shape().dim_size() == 2;
+  };
+  if (inputs.size() == 2 && inputs[1]->name() == "attention_mask" && integer_2d(inputs[0]) && integer_2d(inputs[1])) {
+    f.mask_input = inputs[1]->name();
+    inputs.pop_back();
+  }
   if (inputs.size() != 1)
     file_error(f, "has " + std::to_string(inputs.size()) + " data inputs: memfit imports models of one input (an "
-                  "image [N, C, H, W] or token ids [N, T])");
+                  "image [N, C, H, W] or token ids [N, T]) or token ids with an integer attention_mask [N, T]");
   if (f.graph.output_size() != 1)
     file_error(f, "has " + std::to_string(f.graph.output_size()) + " outputs: memfit imports models of one (the logits)");
   const auto& type = inputs[0]->type().tensor_type();
@@ -212,7 +222,9 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
     Graph g;
     Builder b(g, true);
     const ValueId x = g.input(f->input, dims, f->tokens ? DType::i32 : DType::f32);
-    f->out_rank = static_cast<int64_t>(g.value(convert(*f, b, x)).shape.size());
+    // With a mask as the data gives one, so that its arithmetic is checked too.
+    const ValueId mask = f->mask_input.empty() ? kNone : g.input(f->mask_input, dims, DType::i32);
+    f->out_rank = static_cast<int64_t>(g.value(convert(*f, b, x, mask)).shape.size());
   } else {
     f->out_rank = f->graph.output(0).type().tensor_type().shape().dim_size();
   }
@@ -262,6 +274,7 @@ Model load_onnx_model(const std::string& path) {
   const bool lm = f->tokens && out_rank == 3;
   if (f->tokens) {
     m.inputs = {{"tokens", DType::i32, 1, "[T]"}};
+    if (!f->mask_input.empty()) m.inputs.push_back({"attention_mask", DType::i32, 1, "[T]", /*optional=*/true});
     m.target = lm ? InputDecl{"targets", DType::i32, 1, "[T]"} : InputDecl{"labels", DType::i32, 0, "[]"};
     m.task = lm ? Task::LanguageModel : Task::Classification;
     if (f->input_dims[1] > 0) m.max_sequence = f->input_dims[1];
@@ -277,7 +290,8 @@ Model load_onnx_model(const std::string& path) {
       if (f->input_dims[k] > 0 && f->input_dims[k] != xs[k])
         throw GraphError(f->path + " takes " + f->input + " " + shape_str(f->input_dims) + " (-1: any), but the data holds " +
                          shape_str(xs) + ": resize the data, or export the model for this size");
-    const ValueId y = convert(*f, b, x);
+    const auto mask = in.values.find("attention_mask");
+    const ValueId y = convert(*f, b, x, mask == in.values.end() ? kNone : mask->second);
     const Shape ys = b.g.value(y).shape;
     const size_t want = lm ? 3 : 2;
     if (ys.size() != want || ys[0] != xs[0])

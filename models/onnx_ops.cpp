@@ -82,6 +82,9 @@ ValueId value_named(Env& e, const onnx::NodeProto& n, const std::string& name, b
     refuse(e.f, n, "reads '" + name + "', a Pad's output: memfit pads inside Conv and pooling only (a Pad is taken "
                    "by the AveragePool that reads it)");
   if (auto it = e.values.find(name); it != e.values.end()) return it->second;
+  if (e.tainted.count(name))
+    refuse(e.f, n, "reads '" + name + "', computed from attention_mask, as a tensor: memfit reads the mask as an "
+                   "attention's padding mask only");
   auto init = e.f.initializers.find(name);
   if (init == e.f.initializers.end() || !init->second.is_float) {
     if (e.consts.count(name) || init != e.f.initializers.end())
@@ -1294,24 +1297,46 @@ bool causal_from(Env& e, const onnx::NodeProto& n, const std::string& name, int6
   return any;
 }
 
-// A Where(cond, -inf, scores) mask (cond set: hidden) or, inverted,
-// Where(cond, scores, -inf) (cond clear: hidden).
-bool causal_mask(Env& e, const onnx::NodeProto& where, const std::string& name, bool inverted, int64_t T, int64_t S) {
-  return causal_from(e, where, name, T, S, [&](const Const& c, int64_t k) { return (const_at(c, k) != 0) != inverted; });
+// A Where(cond, -inf, scores) mask hides where cond is set or, inverted
+// (Where(cond, scores, -inf)), where it is clear.
+auto where_hidden(bool inverted) {
+  return [inverted](const Const& c, int64_t k) { return (const_at(c, k) != 0) != inverted; };
 }
 
 // An additive mask, scores + mask: 0 where a key is seen, a large negative
 // (at most -1e4, or -inf) where it is hidden; Hugging Face's (1 - mask) *
 // min of the all-ones mask a module called without attention_mask makes is
 // all 0, no mask. Any other value (a bias such as ALiBi) is refused.
-bool additive_mask(Env& e, const onnx::NodeProto& add, const std::string& name, int64_t T, int64_t S) {
-  return causal_from(e, add, name, T, S, [&](const Const& c, int64_t k) {
+auto additive_hidden(Env& e, const onnx::NodeProto& add) {
+  return [&e, &add](const Const& c, int64_t k) {
     const double v = const_at(c, k);
     if (v > -1e4 && v != 0)
       refuse(e.f, add, "the attention mask adds " + std::to_string(v) + " to a score: memfit's attention takes a "
-                       "causal mask or none (0 for a seen key, a large negative for a hidden one)");
+                       "causal or padding mask (0 for a seen key, a large negative for a hidden one)");
     return v <= -1e4;
-  });
+  };
+}
+
+// A mask computed from the attention_mask input (tainted): hidden exactly
+// where the probe is 0 at the element's batch row and key, for every head
+// and query, over [B, ..., S] scores. Refuses anything else.
+template <class Hidden>
+void check_padding_mask(Env& e, const onnx::NodeProto& n, const std::string& name, int64_t S, Hidden hidden) {
+  const Const& c = e.consts.at(name);
+  const Shape d = const_dims(c);
+  const int64_t T = e.b.g.value(e.mask_value).shape[1];
+  const auto B = static_cast<int64_t>(e.mask_probe.size()) / T;
+  if (d.size() < 2 || d[0] != B || d.back() != S || S != T)
+    refuse(e.f, n, "the attention mask made from attention_mask is " + shape_str(d) + ": memfit takes a padding mask "
+                   "[B, 1, 1, S] (or broadcast over heads and queries) of B = " + std::to_string(B) + " rows and S = " +
+                   std::to_string(T) + " keys");
+  const int64_t per_row = c.size() / d[0];
+  for (int64_t k = 0; k < c.size(); ++k) {
+    const int64_t b = k / per_row, j = k % S;
+    if (hidden(c, k) != (e.mask_probe[static_cast<size_t>(b * T + j)] == 0))
+      refuse(e.f, n, "the attention mask made from attention_mask is not a padding mask (key j of row b hidden "
+                     "exactly where attention_mask[b, j] is 0): memfit's attention takes that, a causal mask, or none");
+  }
 }
 
 // The shape of an attention's scores, [B, H, T, S], from its q and k (for
@@ -1404,7 +1429,15 @@ AttentionOpts attention_opts(Env& e, const AttentionMatch& m, int64_t T, int64_t
   }
   if (m.mask >= 0) {
     const onnx::NodeProto& w = nodes[m.mask];
-    o.causal = m.mask_add.empty() ? causal_mask(e, w, w.input(0), m.mask_inverted, T, S) : additive_mask(e, w, m.mask_add, T, S);
+    const std::string& name = m.mask_add.empty() ? w.input(0) : m.mask_add;
+    if (e.tainted.count(name)) {
+      if (m.mask_add.empty()) check_padding_mask(e, w, name, S, where_hidden(m.mask_inverted));
+      else check_padding_mask(e, w, name, S, additive_hidden(e, w));
+      o.mask = e.mask_value;
+    } else {
+      o.causal = m.mask_add.empty() ? causal_from(e, w, name, T, S, where_hidden(m.mask_inverted))
+                                    : causal_from(e, w, name, T, S, additive_hidden(e, w));
+    }
   }
   if (m.dropout >= 0) {
     const onnx::NodeProto& d = nodes[m.dropout];
@@ -1480,10 +1513,43 @@ const std::map<std::string, OpRule>& op_rules() {
 }
 
 
+// After node n is converted: the constants it made from a tainted one are
+// tainted (a Shape of one is not: shapes are no mask values); a tensor of
+// the graph made from one is refused (the mask's values are a probe).
+static void taint(Env& e, const onnx::NodeProto& n) {
+  bool reads = false;
+  for (const auto& i : n.input()) reads = reads || e.tainted.count(i);
+  if (!reads || n.op_type() == "Shape") return;
+  for (const auto& o : n.output()) {
+    if (o.empty()) continue;
+    if (e.values.count(o))
+      refuse(e.f, n, "computes a tensor from attention_mask: memfit reads the mask as an attention's padding mask only");
+    if (e.consts.count(o)) e.tainted.insert(o);
+  }
+}
+
 // Replays the file's nodes onto the builder; returns the output's value.
-ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
-  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0), nullptr, {}};
+ValueId convert(const OnnxFile& f, Builder& b, ValueId x, ValueId mask) {
+  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0), nullptr, {}, kNone, {}, {}};
   e.values[f.input] = x;
+  if (!f.mask_input.empty()) {
+    // The attention_mask input as a constant (Env::mask_probe): a pattern
+    // of 1s and 0s, every row's first token kept, when the data gives the
+    // mask; all 1s, and no taint, when it does not (nothing is padding).
+    const Shape xs = b.g.value(x).shape;
+    if (mask != kNone && b.g.value(mask).shape != xs)
+      file_error(f, "its attention_mask is " + shape_str(b.g.value(mask).shape) + " for tokens " + shape_str(xs));
+    Const probe;
+    probe.dims = xs;
+    for (int64_t r = 0; r < xs[0]; ++r)
+      for (int64_t t = 0; t < xs[1]; ++t) probe.i.push_back(mask == kNone || t == 0 || (r * 5 + t * 3) % 4 != 0);
+    if (mask != kNone) {
+      e.mask_value = mask;
+      e.mask_probe = probe.i;
+      e.tainted.insert(f.mask_input);
+    }
+    e.consts[f.mask_input] = std::move(probe);
+  }
   std::set<std::string> used;
   for (const auto& n : f.graph.node())
     for (const auto& i : n.input()) used.insert(i);
@@ -1528,6 +1594,7 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x) {
       }
       first_output_only(e, n, used);
       op_rules().at(n.op_type()).fn(e, n);
+      if (!e.tainted.empty()) taint(e, n);
     } catch (const GraphError& err) {
       refuse(f, n, err.what());
     }

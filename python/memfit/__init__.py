@@ -26,11 +26,16 @@ from ._options import to_argv
 from ._plan import Plan
 from ._run import Report, Run
 
-__all__ = ["plan", "train", "usage", "open_run", "Plan", "Run", "Report", "BudgetError", "Interrupted", "DataError"]
+__all__ = ["plan", "train", "usage", "open_run", "Plan", "Run", "Report", "BudgetError", "Interrupted", "DataError",
+           "ModelError"]
 
 # Bad data= or test_data= (arrays, a torch Dataset): a ValueError whose
 # message names the sample's index (memfit/_data.py).
 DataError = _memfit.DataError
+
+# A model memfit cannot import: a RuntimeError whose message names the file
+# and, for an ONNX model (a torch module's export), the node and its op.
+ModelError = _memfit.ModelError
 
 
 class BudgetError(_memfit.BudgetError):
@@ -223,4 +228,25 @@ def _model_arg(model, example_input, folder):
     from ._onnx import export_training
     tokens = not getattr(example_input, "is_floating_point", lambda: True)()  # token ids: an integer tensor
     return export_training(model, example_input, os.path.join(folder, "model.onnx"),
-                           input_name="tokens" if tokens else "image")
+                           input_name="tokens" if tokens else "image",
+                           attention_mask=tokens and _takes_attention_mask(model, example_input))
+
+
+def _takes_attention_mask(model, example_input):
+    """Whether a token model is a text classifier called as model(ids,
+    attention_mask) (a Hugging Face BertForSequenceClassification and its
+    kin): exported with the mask as a second input, memfit gives it the
+    data's padding. A language model (logits [N, T, vocab]) trains on
+    unpadded windows and is exported without it."""
+    import inspect
+    try:
+        params = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return False
+    if len(params) < 2 or params[1] != "attention_mask":
+        return False
+    import torch
+    with torch.no_grad():
+        out = model(example_input[:1], torch.ones_like(example_input[:1]))
+    logits = getattr(out, "logits", out[0] if isinstance(out, (tuple, list)) else out)
+    return getattr(logits, "dim", lambda: 0)() == 2

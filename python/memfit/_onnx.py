@@ -12,7 +12,8 @@ import os
 import struct
 
 
-def export_training(model, example_input, path, opset=17, input_name="image", output_name="logits"):
+def export_training(model, example_input, path, opset=17, input_name="image", output_name="logits",
+                    attention_mask=False):
     """Writes path (atomically: a .tmp file renamed) and returns it.
 
     The export traces one forward pass in training mode, which would move
@@ -22,7 +23,12 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
     they are, and each BatchNormalization's momentum attribute is then set
     back to the one the export writes for the module's own (1 - momentum,
     float32). opset 17 (the default) exports layer norm as
-    LayerNormalization."""
+    LayerNormalization.
+
+    attention_mask=True: the module is called as model(x, attention_mask)
+    (a Hugging Face text model's second argument), the mask a second input
+    named attention_mask (all 1s in the trace), which memfit feeds from the
+    data's padding."""
     import torch
     import torch.nn as nn
 
@@ -52,10 +58,13 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
             # drops training mode; the TorchScript exporter keeps all three
             # as memfit reads them.
             kwargs["dynamo"] = False
-        torch.onnx.export(model, example_input, tmp, export_params=True, do_constant_folding=False,
+        args, names = example_input, [input_name]
+        if attention_mask:
+            args, names = (example_input, torch.ones_like(example_input)), [input_name, "attention_mask"]
+        torch.onnx.export(model, args, tmp, export_params=True, do_constant_folding=False,
                           training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
-                          input_names=[input_name], output_names=[output_name],
-                          dynamic_axes={input_name: {0: "N"}}, **kwargs)
+                          input_names=names, output_names=[output_name],
+                          dynamic_axes={n: {0: "N"} for n in names}, **kwargs)
     finally:
         if cached:
             config.use_cache = cached

@@ -29,6 +29,7 @@
 #include "data/cache_file.hpp"
 #include "data/text_classes.hpp"
 #include "dist/comm.hpp"
+#include "models/model_file.hpp"
 #include "train/memory.hpp"
 #include "train/report.hpp"
 #include "train/run_report.hpp"
@@ -272,6 +273,9 @@ PYBIND11_MODULE(_memfit, m) {
   // Bad data from the notebook (data/array_dataset.hpp): the message names
   // the sample's index.
   py::register_exception<data::DataError>(m, "DataError", PyExc_ValueError);
+  // A model file memfit cannot import (an ONNX op or pattern it does not
+  // take, a corrupt file): the message names the file, the node and its op.
+  py::register_exception<models::ModelFileError>(m, "ModelError", PyExc_RuntimeError);
 
   py::class_<DataSource>(m, "DataSource", "A dataset memfit reads: arrays in place, or a cache file.")
       .def_property_readonly("size", &DataSource::size)

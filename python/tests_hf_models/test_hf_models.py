@@ -35,12 +35,14 @@ def classifier(kind):
         dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0))
 
 
-def torch_losses(module, x, y, steps):
+def torch_losses(module, x, y, steps, mask=None):
     opt = torch.optim.SGD(module.parameters(), lr=SGD["lr"])
     out = []
+    kw = {} if mask is None else {"attention_mask": torch.from_numpy(mask)}
     for _ in range(steps):
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(module(input_ids=torch.from_numpy(x)).logits, torch.from_numpy(y))
+        loss = torch.nn.functional.cross_entropy(module(input_ids=torch.from_numpy(x), **kw).logits,
+                                                 torch.from_numpy(y))
         loss.backward()
         opt.step()
         out.append(loss.item())
@@ -52,17 +54,23 @@ def test_a_sequence_classifier_trains_as_in_pytorch_and_loads_back(kind, tmp_pat
     module = classifier(kind)
     reference = copy.deepcopy(module)
     rng = np.random.default_rng(0)
-    # One batch of 4, so that each step sees the same examples in any
-    # order; ids from 1 (id 0 is the padding row, which PyTorch never
-    # updates and the ONNX file does not mark).
-    x = rng.integers(1, 100, (4, 12)).astype(np.int64)
+    # One padded batch of 4 with its attention mask, as a tokenizer gives
+    # them, so that each step sees the same examples in any order. The
+    # module is exported taking the mask (its forward's second argument),
+    # and memfit's attention hides the padded keys as PyTorch's does.
+    lengths = np.array([12, 5, 9, 3])
+    mask = (np.arange(12)[None, :] < lengths[:, None]).astype(np.int64)
+    x = rng.integers(1, 100, (4, 12)).astype(np.int64) * mask
     y = rng.integers(0, 3, 4).astype(np.int64)
-    run = memfit.train(model=module, example_input=torch.zeros(4, 12, dtype=torch.long), data=(x, y), batch=4,
-                       steps=4, out=tmp_path / kind, **SGD)
-    want = torch_losses(reference, x, y, 4)
+    run = memfit.train(model=module, example_input=torch.zeros(4, 12, dtype=torch.long),
+                       data=({"input_ids": x, "attention_mask": mask}, y), batch=4, steps=4, out=tmp_path / kind, **SGD)
+    want = torch_losses(reference, x, y, 4, mask)
     # f32 sums in other orders through 4 steps: 1e-4 relative, where a
-    # wrong mask, scale or embedding row is O(1e-2) by the second step.
+    # wrong mask, scale or embedding row is O(1e-2) by the second step
+    # (the same batch unmasked differs by 4e-5 already at step 0).
     assert losses(run) == pytest.approx(want, rel=1e-4)
+    unmasked = torch_losses(copy.deepcopy(classifier(kind)), x, y, 2)
+    assert abs(unmasked[1] - want[1]) > 1e-5
     run.load_into(module)  # strict: every tensor of the module, with its shape
     for (name, got), (_, ref) in zip(module.state_dict().items(), reference.state_dict().items()):
         assert np.allclose(got.numpy(), ref.numpy(), atol=1e-4), name
@@ -103,3 +111,21 @@ def test_gpt2_trains_on_text_and_loads_back(tmp_path):
     assert np.mean(got[-5:]) < 0.8 * np.mean(got[:5])
     run.load_into(module)  # the tied lm_head comes from transformer.wte
     assert torch.equal(module.lm_head.weight, module.transformer.wte.weight)
+
+
+def test_attention_mask_used_elsewhere_is_refused(tmp_path):
+    class MaskedMean(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 8)
+            self.fc = torch.nn.Linear(8, 2)
+
+        def forward(self, input_ids, attention_mask=None):
+            h = self.emb(input_ids) * attention_mask.unsqueeze(-1).float()
+            return self.fc(h.mean(1))
+
+    x = np.ones((4, 6), np.int64)
+    with pytest.raises(memfit.ModelError, match=r"node '/Mul' \(Mul\): reads .* computed from attention_mask"):
+        memfit.train(model=MaskedMean(), example_input=torch.zeros(2, 6, dtype=torch.long),
+                     data=({"input_ids": x, "attention_mask": np.ones_like(x)}, np.zeros(4, np.int64)), batch=4,
+                     steps=1, out=tmp_path / "mm", **SGD)
