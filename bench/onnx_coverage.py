@@ -80,7 +80,11 @@ def run_model(name, args, exporter, data, work):
     import torch
     import torchvision
     row = {"model": name, "size": args.size}
-    model = torchvision.models.get_model(name, weights=None, num_classes=10)
+    # GoogLeNet and Inception-v3 return their auxiliary classifiers' outputs
+    # beside the logits in training mode; memfit trains one output, so they
+    # are built without them, as a user who trains with one loss builds them.
+    extra = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
+    model = torchvision.models.get_model(name, weights=None, num_classes=10, **extra)
     params = sum(p.numel() for p in model.parameters())
     row["params"] = params
     if params > args.max_params:

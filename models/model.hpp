@@ -54,6 +54,9 @@ struct Model {
   // model's text data is cut into windows of it unless --block-size says
   // otherwise. 0: no limit of its own.
   int64_t max_sequence = 0;
+  // What the run should say about how the model was read (an imported
+  // file's batch norms exported for inference, trained in training mode).
+  std::vector<std::string> notes;
   // Builds the model on its inputs and returns the logits. `classes`: the
   // dataset's number of classes (a language model's vocabulary).
   std::function<ValueId(Builder&, const Inputs&, int64_t classes)> build;

@@ -125,6 +125,7 @@ struct OnnxFile {
   // float initializer they read is a constant, such as an attention mask).
   std::set<std::string> recurrent_weights;
   std::set<size_t> fused;
+  std::vector<std::string> notes;  // Model::notes
 };
 
 [[noreturn]] inline void file_error(const OnnxFile& f, const std::string& msg) { throw ModelFileError(f.path + ": " + msg); }

@@ -25,6 +25,67 @@ using namespace onnx_import;
 
 // ---------------------------------------------------------------- tensors ----
 
+namespace {
+
+// The bytes of a tensor stored as external data (torch's dynamo exporter
+// writes the weights to a file beside the model): `location` a file in the
+// model's own folder (a relative name that stays inside it, symbolic links
+// resolved), `offset` and `length` within it, length exactly the tensor's
+// n elements. Anything else is a bad model file naming the tensor.
+std::string read_external(const OnnxFile& f, const onnx::TensorProto& t, const std::string& what, int64_t n) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  auto number = [&](const std::string& key, const std::string& v) {
+    if (v.empty() || v.size() > 18 || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      file_error(f, what + ": external data " + key + " '" + v.substr(0, 40) + "' is not a whole number");
+    return std::stoll(v);
+  };
+  for (const auto& kv : t.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = number("offset", kv.value());
+    else if (kv.key() == "length") length = number("length", kv.value());
+  }
+  const size_t elem = t.data_type() == onnx::TensorProto::FLOAT || t.data_type() == onnx::TensorProto::INT32 ? 4
+                      : t.data_type() == onnx::TensorProto::DOUBLE || t.data_type() == onnx::TensorProto::INT64 ? 8
+                      : t.data_type() == onnx::TensorProto::BOOL ? 1 : 0;
+  if (elem == 0)
+    file_error(f, what + " has ONNX data type " + std::to_string(t.data_type()) +
+                      ", which memfit does not read (float, double, int64, int32, bool)");
+  int64_t want = 0;
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(elem), &want)) file_error(f, what + " is too large");
+  if (length < 0) length = want;
+  if (length != want)
+    file_error(f, what + ": external data of " + std::to_string(length) + " bytes for its shape " + shape_str(Shape(t.dims().begin(), t.dims().end())) +
+                      " of " + std::to_string(want));
+  namespace fs = std::filesystem;
+  const fs::path rel(location);
+  bool inside = !location.empty() && rel.is_relative();
+  for (const auto& part : rel) inside = inside && part != "..";
+  if (!inside)
+    file_error(f, what + ": external data location '" + location.substr(0, 200) + "' is not a file name inside the "
+                         "model's folder");
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::absolute(f.path).parent_path(), ec);
+  const fs::path file = fs::weakly_canonical(folder / rel, ec);
+  const auto [end, mismatch] = std::mismatch(folder.begin(), folder.end(), file.begin(), file.end());
+  if (ec || end != folder.end())
+    file_error(f, what + ": external data location '" + location.substr(0, 200) + "' leads outside the model's folder");
+  std::ifstream in(file, std::ios::binary);
+  const uintmax_t size = fs::file_size(file, ec);
+  if (!in || ec || !fs::is_regular_file(file))
+    file_error(f, what + ": cannot read its external data file " + file.string() +
+                      " (keep the file torch wrote beside the model)");
+  if (static_cast<uintmax_t>(offset) > size || static_cast<uintmax_t>(length) > size - static_cast<uintmax_t>(offset))
+    file_error(f, what + ": external data [" + std::to_string(offset) + ", +" + std::to_string(length) + ") is past the end of " +
+                      file.string() + " (" + std::to_string(size) + " bytes: truncated?)");
+  std::string bytes(static_cast<size_t>(length), '\0');
+  in.seekg(offset);
+  if (!in.read(bytes.data(), length)) file_error(f, what + ": cannot read its external data from " + file.string());
+  return bytes;
+}
+
+}  // namespace
+
 Const onnx_import::read_tensor(const OnnxFile& f, const onnx::TensorProto& t, const std::string& what) {
   Const c;
   int64_t n = 1;
@@ -33,10 +94,9 @@ Const onnx_import::read_tensor(const OnnxFile& f, const onnx::TensorProto& t, co
     if (__builtin_mul_overflow(n, d, &n)) file_error(f, what + " has more elements than 64-bit integers count");
     c.dims.push_back(d);
   }
-  if (t.data_location() == onnx::TensorProto::EXTERNAL)
-    file_error(f, what + " is stored outside the file (external data): export a model under 2 GiB, whose weights "
-                         "the .onnx file holds");
-  const std::string& raw = t.raw_data();
+  std::string external;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) external = read_external(f, t, what, n);
+  const std::string& raw = t.data_location() == onnx::TensorProto::EXTERNAL ? external : t.raw_data();
   auto check = [&](int64_t have, size_t elem) {
     if (have != n)
       file_error(f, what + " holds " + std::to_string(have) + " values for its shape " + shape_str(c.dims) +
@@ -165,7 +225,9 @@ void check_file(OnnxFile& f, const onnx::ModelProto& m) {
     file_error(f, "has " + std::to_string(inputs.size()) + " data inputs: memfit imports models of one input (an "
                   "image [N, C, H, W] or token ids [N, T]) or token ids with an integer attention_mask [N, T]");
   if (f.graph.output_size() != 1)
-    file_error(f, "has " + std::to_string(f.graph.output_size()) + " outputs: memfit imports models of one (the logits)");
+    file_error(f, "has " + std::to_string(f.graph.output_size()) + " outputs: memfit imports models of one (the logits); "
+                  "a torchvision GoogLeNet or Inception-v3 in training mode adds its auxiliary classifiers' outputs "
+                  "(build it with aux_logits=False), a Hugging Face model its cache (export with config.use_cache=False)");
   const auto& type = inputs[0]->type().tensor_type();
   f.input = inputs[0]->name();
   f.output = f.graph.output(0).name();
@@ -213,6 +275,19 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
         if (c.size() == 1) scalars[n.output(0)] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
       }
   find_patterns(*f, scalars);
+  // Batch norms exported for inference: training_mode 0 (its default) from
+  // opset 14; before it, the form with one output.
+  int inference_bn = 0;
+  for (const auto& n : f->graph.node()) {
+    if (n.op_type() != "BatchNormalization") continue;
+    const auto* tm = attr(n, "training_mode");
+    inference_bn += f->opset >= 14 ? !tm || tm->i() == 0 : n.output_size() == 1;
+  }
+  if (inference_bn > 0)
+    f->notes.push_back(std::to_string(inference_bn) + " batch norm" + (inference_bn > 1 ? "s" : "") + " of " + path +
+                       " exported for inference (model.eval(), or torch.onnx.export's dynamo exporter) train in "
+                       "training mode: batch statistics, their running mean and variance starting from the file's");
+
   // The whole graph is converted once now, at the file's own input size
   // (batch 1 where its batch axis is dynamic), so that every refusal comes
   // before training.
@@ -271,6 +346,7 @@ Model load_onnx_model(const std::string& path) {
   const int64_t out_rank = f->out_rank;
   Model m;
   m.name = path;
+  m.notes = f->notes;
   const bool lm = f->tokens && out_rank == 3;
   if (f->tokens) {
     m.inputs = {{"tokens", DType::i32, 1, "[T]"}};

@@ -322,9 +322,12 @@ void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
   }
   // ceil_mode: the output size rounded up. Where that equals the size
   // rounded down (the windows tile the padded input exactly, as in
-  // SqueezeNet's pools at its input sizes), both are one pooling.
+  // SqueezeNet's pools at its input sizes), both are one pooling; a max
+  // pool whose last window is partial is memfit's in ceil mode.
   const ValueId x2 = one_d ? as_2d(e, x) : x;
-  if (attr_i(n, "ceil_mode", 0) != 0) {
+  if (attr_i(n, "ceil_mode", 0) != 0 && max) {
+    a.set("ceil", int64_t(1));
+  } else if (attr_i(n, "ceil_mode", 0) != 0) {
     const Shape& s2 = shape_of(e, x2);
     const Shape k = a.ints("kernel"), st = a.ints("stride"), p = a.ints("pad");
     for (size_t d = 0; d < 2; ++d) {
@@ -333,7 +336,7 @@ void op_pool(Env& e, const onnx::NodeProto& n, bool max) {
         refuse(e.f, n, "ceil_mode=1 over " + std::to_string(s2[2 + d]) + " pixels (kernel " + std::to_string(k[d]) +
                        ", stride " + std::to_string(st[d]) + ", pad " + std::to_string(p[d]) + ") gives " +
                        std::to_string(span / st[d] + 2) + " outputs where floor gives " + std::to_string(span / st[d] + 1) +
-                       ": memfit pools with floor only; an input size where they agree imports");
+                       ": memfit's average pooling rounds down only; an input size where they agree imports");
     }
   }
   const ValueId y = e.b.g.add_node(max ? "max_pool2d" : "avg_pool2d", {x2}, std::move(a), layer_of(e, n))[0];
@@ -395,10 +398,11 @@ void op_global_avg_pool(Env& e, const onnx::NodeProto& n) {
 // Training-mode batch norm: batch statistics forward, running statistics
 // updated (ONNX momentum is the running value's weight, PyTorch's is the
 // batch's: memfit takes PyTorch's).
+// Batch norm, trained with batch statistics whatever the file's
+// training_mode: one exported for inference (model.eval(), the dynamo
+// exporter) becomes a trained batch norm whose running statistics start
+// from the file's (Model::notes says so).
 void op_batchnorm(Env& e, const onnx::NodeProto& n) {
-  if (attr_i(n, "training_mode", 0) != 1)
-    refuse(e.f, n, "exported for inference (training_mode=0): export with training=torch.onnx.TrainingMode.TRAINING "
-                   "(opset >= 14) so that memfit trains it with batch statistics");
   const ValueId x = value(e, n, 0);
   const ValueId gamma = value(e, n, 1), beta = value(e, n, 2);
   const ValueId rm = value(e, n, 3, true), rv = value(e, n, 4, true);

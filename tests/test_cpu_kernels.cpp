@@ -441,6 +441,46 @@ TEST(CpuKernels, MaxPool) {
   }
 }
 
+// Max pooling in ceil mode (PyTorch's ceil_mode=True, GoogLeNet's and
+// SqueezeNet's pools): the last, partial window of each axis is pooled
+// over what it covers; the sizes are PyTorch's, and the fast kernel equals
+// the reference as in MaxPool.
+TEST(CpuKernels, MaxPoolCeilMode) {
+  struct Case {
+    PoolCase p;
+    int64_t oh, ow;  // torch.nn.functional.max_pool2d(..., ceil_mode=True) sizes
+  };
+  for (const Case& c : std::vector<Case>{{{2, 3, 32, 32, 3, 3, 2, 2, 0, 0}, 16, 16},    // GoogLeNet at 64: floor 15
+                                         {{2, 4, 14, 13, 3, 3, 2, 2, 0, 0}, 7, 6},      // SqueezeNet's: floor 6, 6
+                                         {{1, 2, 8, 9, 3, 3, 2, 2, 1, 1}, 5, 5},        // padded: floor 4, 5
+                                         {{1, 2, 5, 7, 2, 2, 2, 3, 1, 1}, 3, 3}}) {     // the last window would start in the padding: dropped
+    SCOPED_TRACE(pool_str(c.p));
+    Graph g;
+    ValueId x = g.input("x", {c.p.N, c.p.C, c.p.H, c.p.W});
+    Attrs a = pool_attrs(c.p);
+    a.set("ceil", int64_t(1));
+    auto outs = g.add_node("max_pool2d", {x}, a, "pool");
+    EXPECT_EQ(g.value(outs[0]).shape, (Shape{c.p.N, c.p.C, c.oh, c.ow}));
+    ValueId dy = g.input("dy", g.value(outs[0]).shape);
+    a.set("x_shape", Shape{c.p.N, c.p.C, c.p.H, c.p.W});
+    ValueId dx = g.add1("max_pool2d_bwd", {dy, outs[1]}, a, "pool", Phase::Backward);
+    mark_outputs(g, {outs[0], dx});
+    expect_kernel(g, "max_pool2d", "dnnl.max_pool2d");
+    Feed f = random_feed(g, 43);
+    Outputs cpu = run_on(g, Backend::Cpu, f, {outs[0], dx});
+    Outputs ref = run_on(g, Backend::Reference, f, {outs[0], dx});
+    EXPECT_EQ(cpu.f32[outs[0]], ref.f32[outs[0]]);
+    const double terms = std::ceil(double(c.p.R) / c.p.sh) * std::ceil(double(c.p.S) / c.p.sw);
+    expect_close("dx", cpu.f32[dx], ref.f32[dx], std::vector<double>(cpu.f32[dx].size(), kRtol * terms));
+  }
+  // Average pooling has no ceil mode.
+  Graph g;
+  ValueId x = g.input("x", {1, 1, 5, 5});
+  Attrs a = pool_attrs({1, 1, 5, 5, 2, 2, 2, 2, 0, 0});
+  a.set("ceil", int64_t(1));
+  EXPECT_THROW(g.add_node("avg_pool2d", {x}, a, "pool"), GraphError);
+}
+
 TEST(CpuKernels, AvgPool) {
   for (const PoolCase& c : pool_cases()) {
     SCOPED_TRACE(pool_str(c));

@@ -131,6 +131,15 @@ TEST(GradCheckPool, MaxAsymmetric) {
   });
 }
 
+TEST(GradCheckPool, MaxCeilMode) {
+  // The last window of each axis is partial: 8 rows give 3 outputs
+  // rounded down and 4 up; 10 columns padded by 1 give 5 and 6.
+  grad_check({distinct({2, 2, 8, 10}, 13)}, [](Builder& b, const Ins& in) {
+    Attrs a{{"kernel", Shape{3, 3}}, {"stride", Shape{2, 2}}, {"pad", Shape{0, 1}}, {"ceil", int64_t(1)}};
+    return b.g.add_node("max_pool2d", {in[0]}, a, "pool")[0];
+  });
+}
+
 TEST(GradCheckPool, MaxAfterRelu) {
   // Relu output has ties at 0; margin keeps the input off the kink and the
   // distinct values keep the positive part tie-free.

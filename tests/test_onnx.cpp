@@ -730,6 +730,106 @@ TEST(Onnx, InitializersAreParametersWithTheirValues) {
   }
 }
 
+// Weights stored as external data beside the model (torch's dynamo
+// exporter): read from the model's folder, offset and length checked
+// against the file and the tensor's shape; a location outside the folder,
+// a length that is not the shape's, a truncated or missing data file and
+// a malformed offset are bad model files naming the tensor.
+TEST(Onnx, ExternalDataIsReadFromTheModelsFolder) {
+  const std::string tiny = write_tiny("external", [](onnx::GraphProto&) {});
+  onnx::ModelProto base;
+  {
+    std::ifstream in(tiny, std::ios::binary);
+    ASSERT_TRUE(base.ParseFromIstream(&in));
+  }
+  const std::string dir = memfit::testing::temp_dir("onnx-external");
+  std::vector<float> w(18);
+  for (int i = 0; i < 18; ++i) w[static_cast<size_t>(i)] = 0.5f - 0.03f * static_cast<float>(i);
+  {
+    std::ofstream d(dir + "/model.onnx.data", std::ios::binary);
+    d.write("12345678", 8);  // the weight starts at offset 8
+    d.write(reinterpret_cast<const char*>(w.data()), 72);
+  }
+  std::filesystem::create_directories(dir + "/sub");
+  auto write = [&](const std::string& name, const std::string& location, const std::string& offset, const std::string& length) {
+    onnx::ModelProto m = base;
+    for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+      if (t.name() != "conv.weight") continue;
+      t.clear_float_data();
+      t.set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const char* k, const std::string& v) {
+        auto* e = t.add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", location);
+      if (!offset.empty()) add("offset", offset);
+      if (!length.empty()) add("length", length);
+    }
+    const std::string path = dir + "/" + name;
+    std::ofstream f(path, std::ios::binary);
+    EXPECT_TRUE(m.SerializeToOstream(&f));
+    return path;
+  };
+  const models::Model m = models::resolve(write("model.onnx", "model.onnx.data", "8", "72"));
+  Graph g;
+  Builder b(g);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {3, 1, 4, 4});
+  m.build(b, in, 32);
+  const ValueId v = g.find("conv.weight");
+  ASSERT_NE(v, kNone);
+  ASSERT_EQ(g.value(v).init.kind, InitSpec::Given);
+  EXPECT_EQ(*g.value(v).init.values, w);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {write("up.onnx", "../model.onnx.data", "8", "72"), "is not a file name inside the model's folder"},
+      {write("abs.onnx", dir + "/model.onnx.data", "8", "72"), "is not a file name inside the model's folder"},
+      {write("short.onnx", "model.onnx.data", "8", "68"), "external data of 68 bytes for its shape [2, 1, 3, 3] of 72"},
+      {write("past.onnx", "model.onnx.data", "16", "72"), "is past the end of"},
+      {write("missing.onnx", "nothing.data", "0", "72"), "cannot read its external data file"},
+      {write("offset.onnx", "model.onnx.data", "-8", "72"), "external data offset '-8' is not a whole number"},
+  };
+  for (const auto& [path, want] : bad) {
+    const std::string e = model_error(path);
+    EXPECT_NE(e.find("initializer 'conv.weight'"), std::string::npos) << e;
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+  }
+  // A link inside the folder that leads out of it is refused too.
+  std::filesystem::create_symlink("/etc/hostname", dir + "/sub/link.data");
+  const std::string e = model_error(write("link.onnx", "sub/link.data", "0", "72"));
+  EXPECT_NE(e.find("leads outside the model's folder"), std::string::npos) << e;
+}
+
+// Batch norm exported for inference (training_mode 0, model.eval() or the
+// dynamo exporter) is trained with batch statistics from the file's running
+// ones, and the model says so.
+TEST(Onnx, InferenceBatchNormTrains) {
+  const std::string path = write_tiny("bn-eval", [](onnx::GraphProto& g) {
+    for (const char* name : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) {
+      onnx::TensorProto& t = *g.add_initializer();
+      t.set_name(name);
+      t.set_data_type(onnx::TensorProto::FLOAT);
+      t.add_dims(32);
+      for (int i = 0; i < 32; ++i) t.add_float_data(std::string(name) == "bn.running_var" || std::string(name) == "bn.weight" ? 1.0f : 0.0f);
+    }
+    auto& n = add_node(g, "BatchNormalization", "/bn/BatchNormalization", "flat", "y");
+    for (const char* in : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) n.add_input(in);
+  });
+  const models::Model m = models::resolve(path);
+  ASSERT_EQ(m.notes.size(), 1u);
+  EXPECT_NE(m.notes[0].find("1 batch norm of " + path + " exported for inference"), std::string::npos) << m.notes[0];
+  Graph g;
+  Builder b(g, true);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {3, 1, 4, 4});
+  m.build(b, in, 32);
+  int bns = 0;
+  for (const Node& n : g.nodes())
+    if (n.op == "batch_norm") bns += n.attrs.i("training") == 1;
+  EXPECT_EQ(bns, 1);
+  EXPECT_EQ(g.value(g.find("bn.running_var")).cls, VClass::Buffer);
+}
+
 TEST(Onnx, TruncatedOrMissingFileIsRefused) {
   NEED_EXPORT();
   const std::string whole = exported().dir + "/convnet.onnx";
@@ -863,16 +963,37 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
         EXPECT_NEAR(yf[static_cast<size_t>(s * per + i)], k.want(cd, s, i), 1e-5 * (1 + std::abs(k.want(cd, s, i))))
             << "sample " << s << " output " << i;
   }
-  // A ceil_mode that adds an output is refused, naming the sizes.
-  const std::string ceil = write_tiny("maxpool-ceil-bad", [&](onnx::GraphProto& g) {
-    auto& p = add_node(g, "MaxPool", "/pool", "c", "p");
-    ints_attr(p, "kernel_shape", {3, 3});
-    ints_attr(p, "strides", {2, 2});
-    int_attr(p, "ceil_mode", 1);
-  });
-  EXPECT_NE(model_error(ceil).find("ceil_mode=1 over 4 pixels (kernel 3, stride 2, pad 0) gives 2 outputs where floor gives 1"),
-            std::string::npos)
-      << model_error(ceil);
+  // A max pool's ceil_mode that adds an output is memfit's ceil mode (its
+  // kernels: CpuKernels.MaxPoolCeilMode, GradCheckPool.MaxCeilMode); an
+  // average pool's is refused, naming the sizes.
+  for (const char* op : {"MaxPool", "AveragePool"}) {
+    const std::string ceil = write_tiny(std::string(op) + "-ceil-partial", [&](onnx::GraphProto& g) {
+      auto& p = add_node(g, op, "/pool", "c", "p");
+      ints_attr(p, "kernel_shape", {3, 3});
+      ints_attr(p, "strides", {2, 2});
+      int_attr(p, "ceil_mode", 1);
+      add_node(g, "Flatten", "/flat2", "p", "m");
+    });
+    if (std::string(op) == "AveragePool") {
+      EXPECT_NE(model_error(ceil).find("ceil_mode=1 over 4 pixels (kernel 3, stride 2, pad 0) gives 2 outputs where floor "
+                                       "gives 1: memfit's average pooling rounds down only"),
+                std::string::npos)
+          << model_error(ceil);
+      continue;
+    }
+    Graph g;
+    Builder b(g);
+    models::Inputs in;
+    in.values["image"] = g.input("image", {3, 1, 4, 4});
+    models::resolve(ceil).build(b, in, 8);
+    int pools = 0;
+    for (const Node& n : g.nodes())
+      if (n.op == "max_pool2d") {
+        EXPECT_EQ(g.value(n.outputs[0]).shape, (Shape{3, 2, 2, 2}));
+        pools += n.attrs.i("ceil", 0) == 1;
+      }
+    EXPECT_EQ(pools, 1);
+  }
 }
 
 // ------------------------------------------------------ recurrent layers ----

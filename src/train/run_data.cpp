@@ -395,6 +395,8 @@ Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log) {
   Datasets d;
   const models::Model model = models::resolve(o.model);
   check_task(o, model);
+  if (log)
+    for (const auto& note : model.notes) *log << "memfit: " << note << "\n";
   const bool reads_tokens = std::any_of(model.inputs.begin(), model.inputs.end(),
                                         [](const models::InputDecl& in) { return in.name == "tokens"; });
   if (o.train_dataset) {

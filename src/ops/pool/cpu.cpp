@@ -1,7 +1,8 @@
 // N batch, C channels, H/W input size, R/S window, OH/OW output size.
 //
-// Padding is symmetric (pad_l = pad_r = pad), so oneDNN's output size is the
-// graph's floor((H + 2 pad - R) / stride) + 1 and every window lies inside
+// Padding is symmetric (pad_l = pad_r = pad) but for max pooling's ceil
+// mode, whose extra end padding (PoolParams::pad_h_end) never wins a max;
+// oneDNN's output size is then the graph's and every window lies inside
 // the padded input: "include padding" divides by R*S, as the graph's
 // count_include_pad does; "exclude padding" by the valid elements.
 //
@@ -45,10 +46,10 @@ PoolPds pool_pds(const PoolParams& p, algorithm alg, ElemType act) {
   } else {
     throw Unsupported{};
   }
-  const dims strides{p.stride_h, p.stride_w}, kernel{p.R, p.S}, pad{p.pad_h, p.pad_w};
-  dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, d.x, d.y, strides, kernel, pad, pad);
+  const dims strides{p.stride_h, p.stride_w}, kernel{p.R, p.S}, pad{p.pad_h, p.pad_w}, pad_end{p.end_pad_h(), p.end_pad_w()};
+  dnnl::pooling_forward::desc fd(prop_kind::forward_training, alg, d.x, d.y, strides, kernel, pad, pad_end);
   d.fwd = {fd, user_scratchpad_attr(), engine()};
-  dnnl::pooling_backward::desc bd(alg, d.x, d.y, strides, kernel, pad, pad);
+  dnnl::pooling_backward::desc bd(alg, d.x, d.y, strides, kernel, pad, pad_end);
   d.bwd = {bd, user_scratchpad_attr(), engine(), d.fwd};
   // The graph gives the workspace 4 bytes per output element.
   if (alg == algorithm::pooling_max &&

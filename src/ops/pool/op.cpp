@@ -1,6 +1,7 @@
 // max_pool2d, avg_pool2d, global_avg_pool and their backward ops.
 // N batch, C channels, H/W input size, R/S window, OH/OW output size.
 #include "ops/common/op_common.hpp"
+#include "ops/pool/params.hpp"
 
 namespace memfit {
 namespace {
@@ -15,9 +16,11 @@ std::vector<ValueMeta> infer_pool(const Graph& g, const Node& n, bool with_idx) 
       shape_fail(g, n, "window and stride must be >= 1 and pad >= 0, got window " + std::to_string(k[a]) +
                            ", stride " + std::to_string(st[a]) + ", pad " + std::to_string(pd[a]));
   if (pd[0] * 2 > k[0] || pd[1] * 2 > k[1]) shape_fail(g, n, "padding must be at most half the window");
-  int64_t oh = (x[2] + 2 * pd[0] - k[0]) / st[0] + 1;
-  int64_t ow = (x[3] + 2 * pd[1] - k[1]) / st[1] + 1;
-  if (oh <= 0 || ow <= 0) shape_fail(g, n, "window larger than the input");
+  const bool ceil = n.attrs.i("ceil", 0) != 0;
+  if (ceil && !with_idx) shape_fail(g, n, "ceil mode is max pooling's only");
+  if (x[2] + 2 * pd[0] < k[0] || x[3] + 2 * pd[1] < k[1]) shape_fail(g, n, "window larger than the input");
+  const int64_t oh = kernels::pool_out_size(x[2], k[0], st[0], pd[0], ceil);
+  const int64_t ow = kernels::pool_out_size(x[3], k[1], st[1], pd[1], ceil);
   Shape y{x[0], x[1], oh, ow};
   std::vector<ValueMeta> r{{y, in_dtype(g, n, 0)}};
   if (with_idx) r.push_back({y, DType::i32});

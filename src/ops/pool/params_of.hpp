@@ -18,6 +18,11 @@ inline kernels::PoolParams pool_params(const Node& n, const Shape& x, const Shap
   p.stride_w = st[1];
   p.pad_h = pd[0];
   p.pad_w = pd[1];
+  const bool ceil = n.attrs.i("ceil", 0) != 0;
+  if (ceil) {
+    p.pad_h_end = (p.OH - 1) * p.stride_h + p.R - p.H - p.pad_h;
+    p.pad_w_end = (p.OW - 1) * p.stride_w + p.S - p.W - p.pad_w;
+  }
   p.count_include_pad = n.attrs.i("count_include_pad", 1) != 0;
   return p;
 }
