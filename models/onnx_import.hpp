@@ -21,7 +21,8 @@ namespace memfit::models::onnx_import {
 struct Const {
   Shape dims;
   bool is_float = false;
-  std::shared_ptr<const std::vector<float>> f;
+  // mutable: release_onnx_weights frees a read file's weights
+  mutable std::shared_ptr<const std::vector<float>> f;
   std::vector<int64_t> i;
   int64_t size() const { return is_float ? static_cast<int64_t>(f->size()) : static_cast<int64_t>(i.size()); }
 };
@@ -126,6 +127,9 @@ struct OnnxFile {
   std::set<std::string> recurrent_weights;
   std::set<size_t> fused;
   std::vector<std::string> notes;  // Model::notes
+  // Set by release_onnx_weights, which frees the weights (under the read
+  // cache's lock); convert refuses a released file.
+  mutable bool released = false;
 };
 
 [[noreturn]] inline void file_error(const OnnxFile& f, const std::string& msg) { throw ModelFileError(f.path + ": " + msg); }

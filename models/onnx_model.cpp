@@ -312,10 +312,25 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
 // weights, which the run's measured baseline then counts once. The last
 // file read is kept (a process trains one model); a changed file (size or
 // time) is read again.
+struct ReadCache {
+  std::mutex mu;
+  std::string last_key;
+  std::shared_ptr<const OnnxFile> last;
+};
+ReadCache& read_cache() {
+  static ReadCache c;
+  return c;
+}
+
+// Whether float initializer c is a weight release_onnx_weights frees (a
+// number or a constant too small to matter stays).
+bool weight_like(const Const& c) { return c.is_float && c.f && c.f->size() >= 2; }
+
 std::shared_ptr<const OnnxFile> read_shared(const std::string& path) {
-  static std::mutex mu;
-  static std::string last_key;
-  static std::shared_ptr<const OnnxFile> last;
+  ReadCache& rc = read_cache();
+  std::mutex& mu = rc.mu;
+  std::string& last_key = rc.last_key;
+  std::shared_ptr<const OnnxFile>& last = rc.last;
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   const auto time = std::filesystem::last_write_time(path, ec);
@@ -329,6 +344,27 @@ std::shared_ptr<const OnnxFile> read_shared(const std::string& path) {
 }
 
 }  // namespace
+
+size_t onnx_weight_bytes(const std::string& path) {
+  ReadCache& rc = read_cache();
+  std::lock_guard<std::mutex> lock(rc.mu);
+  if (!rc.last || rc.last->path != path || rc.last->released) return 0;
+  size_t bytes = 0;
+  for (const auto& [name, c] : rc.last->initializers)
+    if (weight_like(c)) bytes += c.f->size() * sizeof(float);
+  return bytes;
+}
+
+void release_onnx_weights(const std::string& path) {
+  ReadCache& rc = read_cache();
+  std::lock_guard<std::mutex> lock(rc.mu);
+  if (!rc.last || rc.last->path != path) return;
+  rc.last->released = true;
+  for (const auto& [name, c] : rc.last->initializers)
+    if (weight_like(c)) c.f.reset();
+  rc.last.reset();
+  rc.last_key.clear();
+}
 
 bool is_onnx_path(const std::string& path) {
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;

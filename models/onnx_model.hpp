@@ -40,4 +40,15 @@ Model load_onnx_model(const std::string& path);
 // "AveragePool, BatchNormalization, ..." as refusals list them.
 std::string onnx_supported_ops();
 
+// The imported file's initial weights are held in memory from the read
+// until the parameters are initialised from them, then let go: the
+// baseline of an imported model is the zoo model's. onnx_weight_bytes: the
+// bytes the read file `path` holds in weights (float tensors of two or more
+// numbers), 0 for any other model or a file not read. release_onnx_weights:
+// frees them (with the copies a graph's InitSpec holds, which the caller
+// drops first); a later resolve of the file reads it again, and building a
+// model loaded before the release is an error.
+size_t onnx_weight_bytes(const std::string& path);
+void release_onnx_weights(const std::string& path);
+
 }  // namespace memfit::models

@@ -1534,6 +1534,8 @@ static void taint(Env& e, const onnx::NodeProto& n) {
 
 // Replays the file's nodes onto the builder; returns the output's value.
 ValueId convert(const OnnxFile& f, Builder& b, ValueId x, ValueId mask) {
+  if (f.released)
+    file_error(f, "its weights were let go once the run's parameters held them; resolve the file again to build it");
   Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0), nullptr, {}, kNone, {}, {}};
   e.values[f.input] = x;
   if (!f.mask_input.empty()) {

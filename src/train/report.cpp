@@ -146,6 +146,8 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.ranks = in.ranks;
   r.sharded = in.sharded;
   r.total = r.baseline + persistent + r.arena + r.library_heap + r.data + r.eval + r.comm;
+  r.import_bytes = in.import_bytes;
+  r.total = std::max(r.total, r.baseline + persistent + in.import_bytes + r.data);
   r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.library_heap + r.data + r.eval + r.comm;
   return r;
 }
@@ -246,6 +248,10 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
         ("MPI's buffers for one piece of the gradients' reduction (" + std::to_string(r.ranks) + " ranks)").c_str());
   row(o, "data pipeline", r.data, r.data_note.empty() ? "dataset in memory + loader buffers" : r.data_note.c_str());
   row(o, "evaluation", r.eval, r.eval ? "" : "runs in the activations arena");
+  if (r.import_bytes)
+    row(o, "imported weights", r.import_bytes,
+        "the model file's, freed once the parameters hold them (before the first step: the peak is at least baseline + "
+        "parameters, gradients, state + these)");
   o << "  ------------------------------------\n";
   row(o, "predicted peak", r.total);
   char buf[200];
@@ -291,6 +297,7 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
   o["budget_margin_bytes"] = b.margin;
   o["budget_others_bytes"] = b.others;
   o["by_class"] = {{"baseline", r.baseline},
+                   {"imported_weights", r.import_bytes},
                    {"parameters", r.params},
                    {"gradients", r.grads},
                    {"optimizer_state", r.optstate},

@@ -34,6 +34,10 @@ struct MemoryInputs {
   size_t comm_bytes = 0;
   int rank = 0, ranks = 1;
   bool sharded = false;
+  // An imported model file's weights, held until the parameters are
+  // initialised from them and then freed: the peak is at least the
+  // baseline, the persistent arena and these (before any activation).
+  size_t import_bytes = 0;
 };
 
 struct BufferInfo {
@@ -44,6 +48,7 @@ struct BufferInfo {
 
 struct MemoryReport {
   size_t baseline = 0, params = 0, grads = 0, optstate = 0, inputs = 0;
+  size_t import_bytes = 0;    // an imported file's weights until the parameters hold them (MemoryInputs)
   size_t arena = 0;           // the transient arena
   size_t saved = 0;           // at the arena's peak: forward values kept for backward
   size_t transient = 0;       // ... other live activations and gradients

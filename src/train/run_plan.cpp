@@ -1,6 +1,8 @@
 #include <cstdlib>
 #include "train/run_plan.hpp"
 
+#include "models/onnx_model.hpp"
+
 #include <malloc.h>
 #include <omp.h>
 
@@ -162,6 +164,11 @@ class Planner {
     mi_.baseline = rss_kernels > ds.train->resident_bytes() ? rss_kernels - ds.train->resident_bytes() -
                                                                    (ds.test ? ds.test->resident_bytes() : 0)
                                                              : rss_kernels;
+    // An imported file's weights, held until the parameters are initialised
+    // from them (trainer.cpp), are no part of the baseline; the moment both
+    // exist is counted apart (MemoryInputs::import_bytes).
+    mi_.import_bytes = models::onnx_weight_bytes(o_.model);
+    mi_.baseline -= std::min(mi_.baseline, mi_.import_bytes);
     mi_.rss_at_start = rss_start_;
     mi_.data_bytes = data_bytes_of(train_mem_, test_mem_);
     mi_.eval_bytes = (p_.eval_shares ? 0 : eval_plan.arena_bytes[0]) +

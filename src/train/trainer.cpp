@@ -8,7 +8,10 @@
 #include <ostream>
 #include <variant>
 
+#include <malloc.h>
+
 #include "dist/comm.hpp"
+#include "models/onnx_model.hpp"
 #include "train/json.hpp"
 #include "memfit/rng.hpp"
 #include "train/checkpoint.hpp"
@@ -37,6 +40,9 @@ void check_run_dir(const std::string& dir) {
 
 // Fresh parameters from the seed, then --init-from's weights over them
 // (not on --resume: the checkpoint brings its own).
+// An imported model's file weights are then let go: the parameters hold
+// them (the plan's baseline does not count them; its peak counts the moment
+// both exist).
 void initialise_weights(RunPlan& p, std::ostream& log) {
   const TrainOptions& o = p.options;
   p.train_ex->init_params(o.seed);
@@ -44,6 +50,12 @@ void initialise_weights(RunPlan& p, std::ostream& log) {
     size_t n = load_weights(o.init_from, *p.train_ex, o.reinit);
     log << "initialised " << n << " tensors from " << o.init_from << "\n";
   }
+  if (models::onnx_weight_bytes(o.model) == 0) return;
+  for (StepGraph* sg : {p.train_g.get(), p.eval_g.get()})
+    if (sg)
+      for (size_t i = 0; i < sg->g.num_values(); ++i) sg->g.value(static_cast<ValueId>(i)).init.values.reset();
+  models::release_onnx_weights(o.model);
+  ::malloc_trim(0);
 }
 
 // Every rank must run the same policy (each plans and fits on its own
