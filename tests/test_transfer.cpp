@@ -43,6 +43,21 @@ TEST(Transfer, FrozenBackboneNewHeadLearnsInLessMemory) {
   EXPECT_NE(std::memcmp(a.data(a.at("fc2.weight")), b.data(b.at("fc2.weight")), a.at("fc2.weight").nbytes()), 0);
 }
 
+// --freeze '!fc2' freezes everything but fc2: the plan keeps gradients and
+// state for fc2 alone, as --freeze of every other layer does.
+TEST(Transfer, FreezeAllButAHead) {
+  RunResult all_but = run_memfit("plan --batch 32 --json --freeze '!fc2'");
+  RunResult listed = run_memfit("plan --batch 32 --json --freeze conv1 --freeze conv2 --freeze fc1");
+  ASSERT_EQ(all_but.code, 0) << all_but.out;
+  ASSERT_EQ(listed.code, 0) << listed.out;
+  // (The totals differ by each process's measured baseline.)
+  for (const char* c : {"by_class/gradients", "by_class/optimizer_state", "by_class/activations_arena"})
+    EXPECT_EQ(json_number(all_but.out, c), json_number(listed.out, c)) << c;
+  RunResult none = run_memfit("plan --batch 32 --freeze '!nosuchlayer'");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.out.find("--freeze '!nosuchlayer' matches no parameter"), std::string::npos) << none.out;
+}
+
 TEST(Transfer, InitFromErrorsNameTheTensor) {
   const std::string d = temp_dir("transfer-err");
   RunResult pre = run_memfit("train --subset 256 --test-subset 64 --steps 1 --batch 32 --out " + d);

@@ -118,7 +118,8 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
         o.freeze.push_back(v);
         return std::string();
       },
-      "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1); repeatable");
+      "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1; '!classifier': all but "
+                 "those); repeatable");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
   a.add("recompute", &o.recompute, "none|auto|cheap|segments",
         "recompute activations in backward instead of keeping them (default auto: GELU and layer-norm outputs, "

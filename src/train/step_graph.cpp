@@ -111,15 +111,24 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   }
   g.value(sg->loss).is_output = true;
   g.value(sg->loss).is_loss = true;
+  // --freeze PATTERN freezes what matches; --freeze '!PATTERN' everything
+  // that matches no such kept pattern (a backbone: all but the head).
+  bool keep_listed = false;
   for (const auto& pat : s.freeze) {
+    const bool keep = !pat.empty() && pat[0] == '!';
+    keep_listed = keep_listed || keep;
     bool any = false;
-    for (ValueId p : g.params()) any = any || name_matches(pat, g.value(p).name);
+    for (ValueId p : g.params()) any = any || name_matches(keep ? pat.substr(1) : pat, g.value(p).name);
     if (!any) throw GraphError("--freeze '" + pat + "' matches no parameter of " + s.model);
   }
   for (ValueId p : g.params()) {
     Value& v = g.value(p);
-    for (const auto& pat : s.freeze)
-      if (name_matches(pat, v.name)) v.trainable = false;
+    bool kept = false;
+    for (const auto& pat : s.freeze) {
+      if (!pat.empty() && pat[0] == '!') kept = kept || name_matches(pat.substr(1), v.name);
+      else if (name_matches(pat, v.name)) v.trainable = false;
+    }
+    if (keep_listed && !kept) v.trainable = false;
     if (s.bias_only && !(v.name.size() >= 5 && v.name.compare(v.name.size() - 5, 5, ".bias") == 0)) v.trainable = false;
   }
   if (s.training) {
