@@ -146,7 +146,9 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
         # The run directory the options name (out, or resume's, or the default).
         run_dir = _memfit.options("train", to_argv(given))["out"]
         os.makedirs(run_dir, exist_ok=True)
+        module = model
         model = _model_arg(model, _example(example_input, train_src), run_dir)
+        say(_exported_line(module, model))
     argv = to_argv({"model": model, **given}) + ["--progress", "bar"]
     sink = display
     if callable(progress):
@@ -230,6 +232,14 @@ def _model_arg(model, example_input, folder):
     return export_training(model, example_input, os.path.join(folder, "model.onnx"),
                            input_name="tokens" if tokens else "image",
                            attention_mask=tokens and _takes_attention_mask(model, example_input))
+
+
+def _exported_line(module, path):
+    """What the export did, said before the plan."""
+    import torch
+    from ._onnx import exported_with
+    return (f"memfit: {type(module).__name__} exported to {path} by torch {torch.__version__}'s {exported_with()} "
+            f"exporter (training mode, opset 17)\n")
 
 
 def _takes_attention_mask(model, example_input):

@@ -12,6 +12,13 @@ import os
 import struct
 
 
+def exported_with():
+    """The exporter export_training uses with the installed torch: the
+    TorchScript one ("TorchScript"), which torch >= 2.5 keeps beside its
+    dynamo exporter (dynamo=False) and which alone writes training mode."""
+    return "TorchScript"
+
+
 def export_training(model, example_input, path, opset=17, input_name="image", output_name="logits",
                     attention_mask=False):
     """Writes path (atomically: a .tmp file renamed) and returns it.
