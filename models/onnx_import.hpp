@@ -94,6 +94,17 @@ struct RecurrentMatch {
   std::string w_ih, w_hh, b_ih, b_hh;
 };
 
+// Stochastic depth as torchvision writes it (StochasticDepth, mode "row"):
+// noise = Div(Cast(Less(RandomUniformLike(zeros [N, 1, ...]), s)), s), each
+// sample kept with probability s and scaled by 1/s, read by the Mul that
+// applies it. memfit's dropout of a tensor of ones of that shape, p = 1 - s,
+// is exactly that noise, drawn from memfit's counter-based generator (and
+// ones in evaluation). Keyed by the Div.
+struct StochasticDepthMatch {
+  int uniform = -1;       // the RandomUniformLike (its input gives the shape)
+  double survival = 1.0;  // s
+};
+
 struct OnnxFile {
   std::string path;
   onnx::GraphProto graph;                   // nodes and the input/output types; initializers moved out
@@ -120,6 +131,7 @@ struct OnnxFile {
   // node in attention_at (the scores' shape comes from its q and k).
   std::map<size_t, size_t> scores_shape_at;
   std::map<size_t, RecurrentMatch> recurrent_at;  // by the RNN, GRU or LSTM node itself
+  std::map<size_t, StochasticDepthMatch> depth_at;
   // Float initializers that reach a recurrent layer's W, R or B through the
   // Slice, Concat and Unsqueeze nodes torch writes its gate reordering with:
   // parameters, which those nodes read as tensors of the graph (elsewhere a

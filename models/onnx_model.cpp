@@ -373,8 +373,8 @@ bool is_onnx_path(const std::string& path) {
 std::string onnx_supported_ops() {
   std::string s;
   for (const auto& [op, rule] : op_rules())
-    if (op != "Erf" && op != "Pow" && op != "Where") s += (s.empty() ? "" : ", ") + op;
-  return s + "; Erf and Pow inside GELU; Where as attention's mask";
+    if (op != "Erf" && op != "RandomUniformLike" && op != "Less") s += (s.empty() ? "" : ", ") + op;
+  return s + "; Erf inside GELU; RandomUniformLike and Less as stochastic depth";
 }
 
 Model load_onnx_model(const std::string& path) {

@@ -1224,6 +1224,17 @@ void op_recurrent(Env& e, const onnx::NodeProto& n) { emit_recurrent(e, n, Recur
 
 // Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
 // here means the pattern around it did not match.
+// Stochastic depth's noise (StochasticDepthMatch): dropout of ones.
+void emit_stochastic_depth(Env& e, const onnx::NodeProto& n, const StochasticDepthMatch& m) {
+  const onnx::NodeProto& u = e.f.graph.node(m.uniform);
+  const Shape dims = const_dims(constant(e, u, 0));
+  if (dims.empty() || dims[0] != e.batch)
+    refuse(e.f, u, "draws noise of shape " + shape_str(dims) + ": memfit's stochastic depth draws one number per sample");
+  folded_count(e, u, dims);
+  const ValueId ones = e.b.g.add1("fill", {}, {{"shape", dims}, {"value", 1.0}}, layer_of(e, u) + ".ones");
+  bind(e, n, dropout(e.b, ones, 1.0 - m.survival, module_path(u.name()).empty() ? u.name() : module_path(u.name())));
+}
+
 // Pow of constants (a scale computed from a shape); elsewhere only inside
 // GELU's tanh form (onnx_patterns.cpp).
 void op_pow(Env& e, const onnx::NodeProto& n) {
@@ -1233,9 +1244,9 @@ void op_pow(Env& e, const onnx::NodeProto& n) {
 
 void op_pattern_only(Env& e, const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
-  if (op == "Where")
-    refuse(e.f, n, "Where is imported only as an attention mask: Where(mask, -inf, scores) (masked_fill) between "
-                   "q @ k^T and the Softmax, whose probabilities go to one MatMul with v");
+  if (op == "RandomUniformLike" || op == "Less")
+    refuse(e.f, n, op + " is imported only as torchvision's stochastic depth: Div(Cast(Less(RandomUniformLike(zeros "
+                        "[N, 1, ...]), s)), s) applied by a Mul");
   refuse(e.f, n, op + " is imported only inside GELU: x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) or "
                  "x * 0.5 * (1 + Erf(x / sqrt(2))); export nn.GELU, or GELU's formula as torch writes it");
 }
@@ -1510,6 +1521,8 @@ const std::map<std::string, OpRule>& op_rules() {
       {"GRU", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout", "linear_before_reset"}, 3}},
       {"LSTM", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "input_forget", "layout"}, 3}},
       {"Erf", {op_pattern_only, {}}},  // inside GELU only (onnx_patterns.cpp)
+      {"RandomUniformLike", {op_pattern_only, {"dtype", "high", "low", "seed"}}},  // stochastic depth only
+      {"Less", {op_pattern_only, {}, 2}},
       {"Pow", {op_pow, {}, 2}},
       {"Where", {op_where, {}, 3}},  // on constants; on a graph tensor as attention's mask (onnx_patterns.cpp)
   };
@@ -1596,6 +1609,10 @@ ValueId convert(const OnnxFile& f, Builder& b, ValueId x, ValueId mask) {
       }
       if (auto r = f.recurrent_at.find(at); r != f.recurrent_at.end()) {
         emit_recurrent(e, n, r->second);
+        continue;
+      }
+      if (auto d = f.depth_at.find(at); d != f.depth_at.end()) {
+        emit_stochastic_depth(e, n, d->second);
         continue;
       }
       first_output_only(e, n, used);

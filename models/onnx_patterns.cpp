@@ -336,6 +336,32 @@ void find_attention(OnnxFile& f, Index& ix) {
   }
 }
 
+// ------------------------------------------------------ stochastic depth ----
+
+void find_stochastic_depth(OnnxFile& f, Index& ix) {
+  for (int u = 0; u < ix.nodes.size(); ++u) {
+    const auto& un = ix.at(u);
+    if (un.op_type() != "RandomUniformLike" || !ix.free(u)) continue;
+    double low = 0, high = 1;
+    for (const auto& a : un.attribute()) {
+      if (a.name() == "low") low = a.f();
+      if (a.name() == "high") high = a.f();
+    }
+    if (low != 0 || high != 1) continue;
+    const int less = ix.only_reader(un.output(0), "Less");
+    if (!ix.binary(less) || ix.at(less).input(0) != un.output(0)) continue;
+    auto s = ix.scalars.find(ix.at(less).input(1));
+    if (s == ix.scalars.end() || !(s->second > 0 && s->second <= 1)) continue;
+    const int cast = ix.only_reader(ix.at(less).output(0), "Cast");
+    if (cast < 0 || !casts_to_float(ix, cast)) continue;
+    const int div = ix.only_reader(ix.at(cast).output(0), "Div");
+    if (!ix.binary(div) || ix.at(div).input(0) != ix.at(cast).output(0) || !ix.scalar_is(ix.at(div).input(1), s->second))
+      continue;
+    ix.take({u, less, cast});
+    f.depth_at[static_cast<size_t>(div)] = StochasticDepthMatch{u, s->second};
+  }
+}
+
 // ---------------------------------------------------------------- matmul ----
 
 void find_matmuls(OnnxFile& f, Index& ix) {
@@ -566,6 +592,7 @@ void find_patterns(OnnxFile& f, const std::map<std::string, double>& scalars) {
   find_silu(f, ix);
   find_attention(f, ix);
   find_matmuls(f, ix);
+  find_stochastic_depth(f, ix);
 }
 
 }  // namespace memfit::models::onnx_import

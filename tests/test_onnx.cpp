@@ -1390,6 +1390,74 @@ TEST(OnnxHuggingFace, DistilBertMatchesPyTorch) { check_hf("hf_distilbert", fals
 // wte, wpe, ln_f and 12 per block.
 TEST(OnnxHuggingFace, Gpt2MatchesPyTorch) { check_hf("hf_gpt2", true, 4 + 2 * 12); }
 
+// torchvision's stochastic depth as torch 2.x exports it (tests/golden/
+// make_stochastic_depth.py: conv, StochasticDepth(0.2, "row"), fc): the
+// noise is memfit's dropout of ones [N, 1, 1, 1] with p 0.2, so in training
+// each sample's logits are either the fc bias alone (dropped) or the
+// evaluation logits with the conv's output scaled by 1 / 0.8 (kept), and a
+// batch of 64 has both; in evaluation there is no dropout at all.
+TEST(Onnx, StochasticDepthDropsWholeSamples) {
+  const std::string path = std::string(MEMFIT_TEST_DATA) + "/golden/stochastic_depth.onnx";
+  const models::Model mod = models::resolve(path);
+  constexpr int64_t N = 64, K = 5;
+  const std::vector<float> image = memfit::testing::random_floats(N * 3 * 64, 4, -1.0f, 1.0f);
+  auto logits = [&](bool training, int* dropouts) {
+    Graph g;
+    Builder b(g, training);
+    models::Inputs in;
+    in.values["image"] = g.input("image", {N, 3, 8, 8});
+    const ValueId y = mod.build(b, in, K);
+    g.value(y).is_output = true;
+    *dropouts = 0;
+    for (const Node& n : g.nodes())
+      if (n.op == "dropout") {
+        ++*dropouts;
+        EXPECT_EQ(g.value(n.inputs[0]).shape, (Shape{N, 1, 1, 1}));
+        EXPECT_NEAR(n.attrs.f("p"), 0.2, 1e-7);  // 1 - the file's float 0.8
+      }
+    ExecConfig cfg;
+    cfg.backend = Backend::Reference64;
+    Executor ex(g, cfg);
+    ex.init_params(3);
+    ex.write_f32(in.values["image"], image.data());
+    kernels::StepContext ctx;
+    ctx.seed = 11;
+    ex.run(ctx);
+    std::vector<float> out(static_cast<size_t>(N * K));
+    ex.read_f32(y, out.data());
+    return out;
+  };
+  int train_drop = 0, eval_drop = 0;
+  const std::vector<float> t = logits(true, &train_drop), e = logits(false, &eval_drop);
+  EXPECT_EQ(train_drop, 1);
+  EXPECT_EQ(eval_drop, 0);
+  // A dropped sample's logits are the fc bias b whatever its image, so b is
+  // the row that several samples share; a kept one's are b + (e - b) / 0.8.
+  int kept = 0, dropped = 0;
+  std::vector<float> bias;
+  std::map<std::vector<float>, int> rows;
+  for (int64_t n = 0; n < N; ++n) ++rows[std::vector<float>(t.begin() + n * K, t.begin() + (n + 1) * K)];
+  for (const auto& [row, count] : rows)
+    if (count > 1) bias = row;
+  ASSERT_EQ(bias.size(), size_t(K)) << "no two samples share their logits: none was dropped";
+  for (int64_t n = 0; n < N; ++n) {
+    bool is_bias = true, is_kept = true;
+    for (int64_t k = 0; k < K; ++k) {
+      const double tv = t[size_t(n * K + k)], ev = e[size_t(n * K + k)], bv = bias[size_t(k)];
+      is_bias = is_bias && tv == bv;
+      is_kept = is_kept && std::abs(tv - (bv + (ev - bv) / 0.8)) <= 1e-5 * (1 + std::abs(tv));
+    }
+    EXPECT_TRUE(is_bias || is_kept) << "sample " << n;
+    dropped += is_bias;
+    kept += is_kept && !is_bias;
+  }
+  EXPECT_EQ(kept + dropped, N);
+  // p = 0.2 over 64 samples: about 13 dropped; none, or over half, has
+  // probability below 1e-6.
+  EXPECT_GT(dropped, 0);
+  EXPECT_GT(kept, 32);
+}
+
 // Shape and mask arithmetic folds on constants, floats too (Hugging Face's
 // (1 - mask) * min): Equal, Where and Reshape of constants, a
 // ConstantOfShape and a Sub with broadcasting give one scalar factor. A
