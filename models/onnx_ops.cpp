@@ -1224,6 +1224,26 @@ void op_recurrent(Env& e, const onnx::NodeProto& n) { emit_recurrent(e, n, Recur
 
 // Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
 // here means the pattern around it did not match.
+// Sqrt of a constant (a scale computed from a shape, 1 / sqrt(d) as an
+// exported scaled_dot_product_attention writes it); of a tensor of the
+// graph it is refused.
+void op_sqrt(Env& e, const onnx::NodeProto& n) {
+  if (!foldable(e, n.input(0)))
+    refuse(e.f, n, "takes the square root of a tensor of the graph: memfit imports Sqrt on constants only");
+  const Const& c = constant(e, n, 0);
+  Const r;
+  r.dims = c.dims;
+  r.is_float = true;
+  auto f = std::make_shared<std::vector<float>>(static_cast<size_t>(c.size()));
+  for (int64_t k = 0; k < c.size(); ++k) {
+    const double v = const_at(c, k);
+    if (v < 0) refuse(e.f, n, "takes the square root of " + std::to_string(v));
+    (*f)[static_cast<size_t>(k)] = static_cast<float>(std::sqrt(v));
+  }
+  r.f = std::move(f);
+  bind_const(e, n, std::move(r));
+}
+
 // Stochastic depth's noise (StochasticDepthMatch): dropout of ones.
 void emit_stochastic_depth(Env& e, const onnx::NodeProto& n, const StochasticDepthMatch& m) {
   const onnx::NodeProto& u = e.f.graph.node(m.uniform);
@@ -1524,6 +1544,7 @@ const std::map<std::string, OpRule>& op_rules() {
       {"RandomUniformLike", {op_pattern_only, {"dtype", "high", "low", "seed"}}},  // stochastic depth only
       {"Less", {op_pattern_only, {}, 2}},
       {"Pow", {op_pow, {}, 2}},
+      {"Sqrt", {op_sqrt, {}}},  // on constants
       {"Where", {op_where, {}, 3}},  // on constants; on a graph tensor as attention's mask (onnx_patterns.cpp)
   };
   return r;

@@ -1460,7 +1460,7 @@ TEST(Onnx, StochasticDepthDropsWholeSamples) {
 
 // Shape and mask arithmetic folds on constants, floats too (Hugging Face's
 // (1 - mask) * min): Equal, Where and Reshape of constants, a
-// ConstantOfShape and a Sub with broadcasting give one scalar factor. A
+// ConstantOfShape, a Sub with broadcasting and a Sqrt give one scalar factor. A
 // float initializer of several numbers is a weight, never folded: its Mul
 // by a number is a scale of a parameter.
 TEST(Onnx, ConstantArithmeticFolds) {
@@ -1497,7 +1497,9 @@ TEST(Onnx, ConstantArithmeticFolds) {
     a.mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
     a.mutable_t()->add_dims(1);
     a.mutable_t()->add_float_data(3.0f);
-    add_node(g, "Sub", "/sub", "threes", "k").add_input("half");            // [1] of 2.5
+    add_node(g, "Sub", "/sub", "threes", "k0").add_input("half");           // [1] of 2.5
+    add_node(g, "Mul", "/sq", "k0", "k00").add_input("k0");                 // 6.25
+    add_node(g, "Sqrt", "/sqrt", "k00", "k");                               // 2.5
     add_node(g, "Mul", "/mul", "flat", "y").add_input("k");                 // flat * 2.5
     add_node(g, "Mul", "/wmul", "w", "w2").add_input("two");                // a parameter, scaled
     add_node(g, "Add", "/add", "y", "out").add_input("w2");
@@ -1514,6 +1516,10 @@ TEST(Onnx, ConstantArithmeticFolds) {
   bool weight = false;
   for (size_t i = 0; i < g.num_values(); ++i) weight = weight || (g.value(static_cast<ValueId>(i)).cls == VClass::Param && g.value(static_cast<ValueId>(i)).name == "w");
   EXPECT_TRUE(weight) << "the float initializer 'w' must stay a parameter";
+  // Sqrt of a tensor of the graph is refused by name.
+  const std::string graph_sqrt = write_tiny("sqrt-graph", [&](onnx::GraphProto& g) { add_node(g, "Sqrt", "/s", "flat", "y"); });
+  EXPECT_NE(model_error(graph_sqrt).find("node '/s' (Sqrt): takes the square root of a tensor of the graph"), std::string::npos)
+      << model_error(graph_sqrt);
   // Where on a tensor of the graph outside an attention is refused by name.
   const std::string graph_where = write_tiny("where-graph", [&](onnx::GraphProto& g) {
     ints(g, "one", {1});
