@@ -217,11 +217,13 @@ void op_conv(Env& e, const onnx::NodeProto& n) {
 
 // Gemm: Y = A op(B) + C with alpha = beta = 1. A Linear (B [N, K] with
 // transB, C [N]) is memfit's linear; otherwise a matmul and a broadcast add.
+// Gemm: alpha * op(A) op(B) + beta * C, op a transpose where transA or
+// transB says so. nn.Linear (transB, alpha = beta = 1, C its bias) is
+// memfit's linear; otherwise a matmul with trans flags, scaled, and C (a
+// bias [out]) scaled and added.
 void op_gemm(Env& e, const onnx::NodeProto& n) {
-  if (attr_i(n, "transA", 0) != 0) refuse(e.f, n, "attribute transA=1 is not supported");
-  if (attr_f(n, "alpha", 1.0) != 1.0 || attr_f(n, "beta", 1.0) != 1.0)
-    refuse(e.f, n, "attributes alpha and beta must be 1");
-  const bool tb = attr_i(n, "transB", 0) != 0;
+  const bool ta = attr_i(n, "transA", 0) != 0, tb = attr_i(n, "transB", 0) != 0;
+  const double alpha = attr_f(n, "alpha", 1.0), beta = attr_f(n, "beta", 1.0);
   const ValueId a = value(e, n, 0), w = value(e, n, 1);
   const std::string layer = layer_of(e, n);
   ValueId c = kNone;
@@ -231,14 +233,19 @@ void op_gemm(Env& e, const onnx::NodeProto& n) {
     const int64_t out = shape_of(e, w).size() == 2 ? shape_of(e, w)[tb ? 0 : 1] : -1;
     if (cs != Shape{out}) refuse(e.f, n, "its C " + shape_str(cs) + " must be [" + std::to_string(out) + "] (a bias)");
   }
-  if (tb) {
+  if (tb && !ta && alpha == 1.0 && beta == 1.0) {
     std::vector<ValueId> ins{a, w};
     if (c != kNone) ins.push_back(c);
     bind(e, n, e.b.g.add1("linear", ins, {}, layer));
     return;
   }
-  ValueId y = e.b.g.add1("matmul", {a, w}, {{"trans_a", int64_t(0)}, {"trans_b", int64_t(0)}}, layer);
-  bind(e, n, c == kNone ? y : add_broadcast(e.b, y, c));
+  ValueId y = e.b.g.add1("matmul", {a, w}, {{"trans_a", int64_t(ta)}, {"trans_b", int64_t(tb)}}, layer);
+  if (alpha != 1.0) y = e.b.g.add1("scale", {y}, {{"alpha", alpha}}, layer + ".alpha");
+  if (c != kNone && beta != 0.0) {
+    const ValueId bc = beta == 1.0 ? c : e.b.g.add1("scale", {c}, {{"alpha", beta}}, layer + ".beta");
+    y = add_broadcast(e.b, y, bc);
+  }
+  bind(e, n, y);
 }
 
 void op_matmul(Env& e, const onnx::NodeProto& n) {

@@ -849,8 +849,8 @@ TEST(Onnx, TruncatedOrMissingFileIsRefused) {
   EXPECT_EQ(model_error("/nonexistent/model.onnx"), "cannot read ONNX model /nonexistent/model.onnx: not found");
 }
 
-// ReduceMean and ReduceSum over any axes (attribute or, from opset 18, input),
-// with and without keepdims, a Sub and a Div of two tensors with
+// Gemm with alpha, beta, transA and transB; ReduceMean and ReduceSum over
+// any axes (attribute or, from opset 18, input), with and without keepdims, a Sub and a Div of two tensors with
 // broadcasting, and a MaxPool with ceil_mode where its size is the floor's:
 // the imported graph computes what the ops define (the reference backend in
 // double against the formula, from the convolution's output).
@@ -876,7 +876,57 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
   auto c_at = [](const std::vector<double>& c, int64_t s, int64_t ch, int64_t h, int64_t w) {
     return c[static_cast<size_t>(((s * 2 + ch) * 4 + h) * 4 + w)];
   };
+  // Gemm's weight [32, 3] (w[k][j] = (k - 2 j) / 40) and bias [3] (j - 1)
+  // as initializers.
+  auto gemm_weights = [](onnx::GraphProto& g, bool transposed) {
+    onnx::TensorProto& w = *g.add_initializer();
+    w.set_name("gw");
+    w.set_data_type(onnx::TensorProto::FLOAT);
+    if (transposed) w.add_dims(3), w.add_dims(32);
+    else w.add_dims(32), w.add_dims(3);
+    for (int r = 0; r < (transposed ? 3 : 32); ++r)
+      for (int q = 0; q < (transposed ? 32 : 3); ++q) {
+        const int k = transposed ? q : r, j = transposed ? r : q;
+        w.add_float_data(static_cast<float>(k - 2 * j) / 40.0f);
+      }
+    onnx::TensorProto& b = *g.add_initializer();
+    b.set_name("gb");
+    b.set_data_type(onnx::TensorProto::FLOAT);
+    b.add_dims(3);
+    for (int j = 0; j < 3; ++j) b.add_float_data(static_cast<float>(j - 1));
+  };
+  auto float_attr = [](onnx::NodeProto& n, const char* name, float v) {
+    auto& a = *n.add_attribute();
+    a.set_name(name);
+    a.set_type(onnx::AttributeProto::FLOAT);
+    a.set_f(v);
+  };
+  // 0.5 * flat W + 2 b, flat = c as [N, 32].
+  auto gemm_want = [](const std::vector<double>& c, int64_t s, int64_t j) {
+    double y = 0;
+    for (int64_t k = 0; k < 32; ++k) y += c[static_cast<size_t>(s * 32 + k)] * static_cast<double>(static_cast<float>(k - 2 * j) / 40.0f);
+    return 0.5 * y + 2.0 * static_cast<double>(j - 1);
+  };
   const std::vector<Case> cases = {
+      {"gemm-alpha-beta", [&](onnx::GraphProto& g) {
+         gemm_weights(g, false);
+         auto& m = add_node(g, "Gemm", "/gemm", "flat", "y");
+         m.add_input("gw");
+         m.add_input("gb");
+         float_attr(m, "alpha", 0.5f);
+         float_attr(m, "beta", 2.0f);
+       }, 14, 3, gemm_want},
+      {"gemm-transA-transB", [&](onnx::GraphProto& g) {
+         gemm_weights(g, true);
+         ints_attr(add_node(g, "Transpose", "/t", "flat", "ft"), "perm", {1, 0});  // [32, N]
+         auto& m = add_node(g, "Gemm", "/gemm", "ft", "y");
+         m.add_input("gw");
+         m.add_input("gb");
+         int_attr(m, "transA", 1);
+         int_attr(m, "transB", 1);
+         float_attr(m, "alpha", 0.5f);
+         float_attr(m, "beta", 2.0f);
+       }, 14, 3, gemm_want},
       {"mean-hw", [&](onnx::GraphProto& g) { ints_attr(add_node(g, "ReduceMean", "/mean", "c", "m"), "axes", {2, 3});
                                              int_attr(*g.mutable_node(g.node_size() - 1), "keepdims", 0); }, 14, 2,
        [&](const std::vector<double>& c, int64_t s, int64_t i) {
