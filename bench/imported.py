@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Models users bring, trained by memfit and by PyTorch side by side.
 
-For torchvision's ResNet-18 and MobileNetV2 (weights=None, 10 classes) at
+For torchvision's ResNet-18, MobileNetV2 and EfficientNet-B0 (weights=None,
+10 classes; EfficientNet's stochastic depth needs torch 2.x's export) at
 64 x 64 and 224 x 224 and a Hugging Face BertForSequenceClassification
 (built from a config: 2 layers of width 128, 2 heads, 4 classes, 128
 tokens), each is exported by the package's exporter and trained
@@ -39,8 +40,8 @@ sys.path.insert(0, HERE)
 from machine import cpu_name  # noqa: E402
 
 CASES = [
-    ("resnet18", 64, 32), ("mobilenet_v2", 64, 32),
-    ("resnet18", 224, 16), ("mobilenet_v2", 224, 16),
+    ("resnet18", 64, 32), ("mobilenet_v2", 64, 32), ("efficientnet_b0", 64, 32),
+    ("resnet18", 224, 16), ("mobilenet_v2", 224, 16), ("efficientnet_b0", 224, 16),
     ("hf-bert", 128, 32),
 ]
 
@@ -126,7 +127,7 @@ def run_memfit(a, name, size, batch, path, work):
             make_images(data, size, max(1, batch // 10 + 1))
     cmd = [a.binary, "train", "--model", path, "--data", data, "--batch", str(batch), "--steps", str(a.steps),
            "--eval-every", "0", "--optimizer", "adam", "--lr", "1e-3", "--threads", str(a.threads), "--json",
-           "--progress", "none", "--out", os.path.join(work, f"run-{name}-{size}")]
+           "--out", os.path.join(work, f"run-{name}-{size}")]
     if name != "hf-bert":
         cmd += ["--image-size", str(size)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)

@@ -67,6 +67,8 @@ class Executor {
   const Plan& plan() const { return plan_; }
   const ExecConfig& config() const { return cfg_; }
   const Device& device() const { return *dev_; }
+  // Whether a kernel of the step calls the library's gemm (Kernel::runs_library_gemm).
+  bool runs_library_gemm() const;
   size_t elem_size(ValueId v) const;  // bytes per element as stored
 
   void* data(ValueId v);

@@ -48,6 +48,10 @@ class Kernel {
   // run() and frees before it returns (oneDNN's gemm packing buffers on CPUs
   // without its brgemm kernels). Not placed: the plan counts the largest.
   virtual size_t heap_bytes() const { return 0; }
+  // Whether run() calls the library's gemm, whose code the library generates
+  // at its first call (oneDNN's x64:gemm:jit convolutions): the plan has it
+  // generated before the baseline is measured (Device::settle).
+  virtual bool runs_library_gemm() const { return false; }
   // Called once after planning. Pointers stay valid for the kernel's life.
   void bind(std::vector<void*> in, std::vector<void*> out, void* scratch) {
     in_ = std::move(in);

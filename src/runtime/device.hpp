@@ -85,8 +85,10 @@ class Device {
   // A step's time with activations stored as `precision`, relative to f32.
   virtual double storage_cost(DType precision) const { (void)precision; return 1.0; }
   // Before a plan's baseline memory is measured: load the code the first
-  // step would load, and hand back caches an earlier plan left behind.
-  virtual void settle() const {}
+  // step would load (library_gemm: some kernel calls the library's gemm,
+  // Kernel::runs_library_gemm), and hand back caches an earlier plan left
+  // behind.
+  virtual void settle(bool library_gemm = false) const { (void)library_gemm; }
   // True if every element of the f32 buffers (device memory) is finite.
   virtual bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) const = 0;
 };

@@ -355,6 +355,12 @@ void Executor::run_timed(size_t begin, size_t end, const kernels::StepContext& c
   }
 }
 
+bool Executor::runs_library_gemm() const {
+  for (const auto& k : kernels_)
+    if (k && k->runs_library_gemm()) return true;
+  return false;
+}
+
 void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& ctx) {
   if (profiling_ && !cfg_.plan.guard_bytes) return run_timed(begin, end, ctx);
   if (!cfg_.plan.guard_bytes) {

@@ -88,7 +88,7 @@ GenerateResult generate(const GenerateOptions& o, std::ostream& log,
   cfg.defer_allocation = true;
   Executor ex(sg->g, cfg);
   start_threads();
-  ex.device().settle();
+  ex.device().settle(ex.runs_library_gemm());
   const size_t baseline = current_rss();
   ex.allocate();
   ex.init_params(o.seed);

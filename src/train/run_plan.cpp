@@ -155,7 +155,7 @@ class Planner {
     start_threads();
     // Hand back what an earlier attempt (a fit search, a re-plan) freed, so the
     // baseline measures this plan's process and not the previous one's heap.
-    device_for(o_.backend).settle();
+    device_for(o_.backend).settle(ex().runs_library_gemm() || p_.eval_ex->runs_library_gemm());
     ::malloc_trim(0);
     const size_t rss_kernels = current_rss();
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -45,6 +46,11 @@ void Call::run() const {
 namespace memfit::kernels::cpu {
 
 void RelayoutKernel::setup(dnnl::primitive prim, const dnnl::memory::desc& scratchpad, std::vector<Operand> ops) {
+  const_dnnl_primitive_desc_t pd = nullptr;
+  const char* impl = nullptr;
+  if (dnnl_primitive_get_primitive_desc(prim.get(), &pd) == dnnl_success &&
+      dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+    gemm_ = std::strstr(impl, "gemm") && !std::strstr(impl, "brg");  // "x64:gemm:jit", not brgemm
   main_.set(std::move(prim));
   scratchpad_ = scratchpad;
   shared_ = scratchpad.get_size();

@@ -132,6 +132,7 @@ std::unique_ptr<Base> try_make(const A&... a) {
 class RelayoutKernel : public Kernel {
  public:
   size_t scratch_bytes() const override { return scratch_total_; }
+  bool runs_library_gemm() const override { return gemm_; }
   void run(const StepContext&) override;
 
  protected:
@@ -157,6 +158,7 @@ class RelayoutKernel : public Kernel {
   dnnl::memory::desc scratchpad_;
   std::vector<Slot> slots_;
   size_t shared_ = 0, scratch_total_ = 0;
+  bool gemm_ = false;  // the primitive's implementation is oneDNN's gemm-based one
 };
 
 }  // namespace memfit::kernels::cpu

@@ -41,7 +41,6 @@ const char* isa_name(dnnl::cpu_isa isa) {
 }
 
 void warm_gemm_code() {
-  if (onednn_bf16_compute()) return;  // AVX-512: matmul runs on brgemm
   static const bool done = [] {
     // Large enough for the packed (copy) path in every transposition, so
     // that each of the driver's code paths has run once.

@@ -31,7 +31,9 @@ bool onednn_bf16_compute();
 // AVX-512's brgemm, i.e. on AVX2) generates all its f32 kernels at its first
 // call, ~2-5 MiB of code and driver pages; called before the process
 // baseline is measured, they are part of it instead of growing the first
-// step past the plan. Nothing to do where oneDNN has AVX-512 (brgemm).
+// step past the plan. Where oneDNN has AVX-512 (brgemm) only convolutions
+// with few channels use it (x64:gemm:jit: 3 to 7 MiB of a MnasNet's first
+// step); CpuDevice::settle calls this for a plan with such a kernel.
 void warm_gemm_code();
 
 // What this process computes on, as the plan and the bench tables state it.

@@ -50,8 +50,10 @@ class CpuDevice final : public HostDevice {
     return !kernels::cpu::bf16_kernels_available() ? 2.0 : kernels::cpu::bf16_convs_native() ? 0.6 : 1.05;
   }
 
-  void settle() const override {
-    kernels::cpu::warm_gemm_code();
+  void settle(bool library_gemm) const override {
+    // Without AVX-512's brgemm every matmul runs on the gemm; with it, only
+    // the convolutions that use it.
+    if (library_gemm || !kernels::cpu::onednn_bf16_compute()) kernels::cpu::warm_gemm_code();
     kernels::cpu::drop_primitive_cache();
   }
 };
