@@ -1,10 +1,20 @@
 // max_pool2d, avg_pool2d, global_avg_pool and their backward ops.
 // N batch, C channels, H/W input size, R/S window, OH/OW output size.
 #include "ops/common/op_common.hpp"
-#include "ops/pool/params.hpp"
 
 namespace memfit {
 namespace {
+
+// Pooling's output size over `in` input positions: floor((in + 2 pad -
+// window) / stride) + 1, or in ceil mode (max pooling's PyTorch
+// ceil_mode=True) rounded up, less one where that last window would start
+// past the input and its left padding (ops/pool/params.hpp: PoolParams).
+int64_t pool_out_size(int64_t in, int64_t window, int64_t stride, int64_t pad, bool ceil) {
+  const int64_t span = in + 2 * pad - window;
+  int64_t out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceil && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
 
 std::vector<ValueMeta> infer_pool(const Graph& g, const Node& n, bool with_idx) {
   expect_rank(g, n, 0, 4);
@@ -19,8 +29,8 @@ std::vector<ValueMeta> infer_pool(const Graph& g, const Node& n, bool with_idx) 
   const bool ceil = n.attrs.i("ceil", 0) != 0;
   if (ceil && !with_idx) shape_fail(g, n, "ceil mode is max pooling's only");
   if (x[2] + 2 * pd[0] < k[0] || x[3] + 2 * pd[1] < k[1]) shape_fail(g, n, "window larger than the input");
-  const int64_t oh = kernels::pool_out_size(x[2], k[0], st[0], pd[0], ceil);
-  const int64_t ow = kernels::pool_out_size(x[3], k[1], st[1], pd[1], ceil);
+  const int64_t oh = pool_out_size(x[2], k[0], st[0], pd[0], ceil);
+  const int64_t ow = pool_out_size(x[3], k[1], st[1], pd[1], ceil);
   Shape y{x[0], x[1], oh, ow};
   std::vector<ValueMeta> r{{y, in_dtype(g, n, 0)}};
   if (with_idx) r.push_back({y, DType::i32});

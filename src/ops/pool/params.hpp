@@ -24,7 +24,7 @@ namespace memfit::kernels {
 // Ceil mode (max pooling, attribute ceil=1) counts a last, partial window
 // where the floor does not (PyTorch's ceil_mode=True): output size
 // ceil((H + 2 pad - R) / stride) + 1, less one where that window would
-// start past the input and its left padding. Its part past the input is
+// start past the input and its left padding (ops/pool/op.cpp). Its part past the input is
 // padding at the end, pad_h_end = (OH - 1) stride + R - H - pad_h, which
 // never wins a max; -1 (without ceil mode): the same as pad_h.
 struct PoolParams {
@@ -35,14 +35,6 @@ struct PoolParams {
   int64_t end_pad_h() const { return pad_h_end < 0 ? pad_h : pad_h_end; }
   int64_t end_pad_w() const { return pad_w_end < 0 ? pad_w : pad_w_end; }
 };
-
-// Pooling's output size over `in` input positions (the rule above).
-inline int64_t pool_out_size(int64_t in, int64_t window, int64_t stride, int64_t pad, bool ceil) {
-  const int64_t span = in + 2 * pad - window;
-  int64_t out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
-  if (ceil && (out - 1) * stride >= in + pad) --out;
-  return out;
-}
 
 // global_avg_pool      in: x[N,C,H,W]  out: y[N,C]
 // global_avg_pool_bwd  in: dy[N,C]     out: dx[N,C,H,W] = dy / (H*W)
