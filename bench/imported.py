@@ -24,33 +24,24 @@ frameworks one after the other, never together.
 """
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from machine import cpu_name  # noqa: E402
+from onnx_coverage import load_exporter, make_images  # noqa: E402
 
 CASES = [
     ("resnet18", 64, 32), ("mobilenet_v2", 64, 32), ("efficientnet_b0", 64, 32),
     ("resnet18", 224, 16), ("mobilenet_v2", 224, 16), ("efficientnet_b0", 224, 16),
     ("hf-bert", 128, 32),
 ]
-
-
-def exporter():
-    spec = importlib.util.spec_from_file_location("memfit_onnx", os.path.join(ROOT, "python", "memfit", "_onnx.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
 
 
 def build(name):
@@ -63,18 +54,6 @@ def build(name):
             num_labels=4))
     import torchvision
     return torchvision.models.get_model(name, weights=None, num_classes=10)
-
-
-def make_images(folder, size, count):
-    from PIL import Image
-    rng = random.Random(0)
-    for split, n in (("train", count), ("test", 1)):
-        for c in range(10):
-            d = os.path.join(folder, split, f"class{c}")
-            os.makedirs(d, exist_ok=True)
-            for i in range(n):
-                im = Image.new("RGB", (size, size), (25 * c % 256, rng.randrange(256), (60 * c + i) % 256))
-                im.save(os.path.join(d, f"{i}.png"))
 
 
 def make_texts(folder, count, length):
@@ -161,7 +140,7 @@ def main():
     ap.add_argument("--jsonl")
     a = ap.parse_args()
     import torch
-    ex = exporter()
+    ex = load_exporter()
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for name, size, batch in CASES:

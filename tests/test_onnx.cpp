@@ -126,6 +126,34 @@ onnx::NodeProto& add_node(onnx::GraphProto& g, const std::string& op, const std:
   return n;
 }
 
+// An INT64 initializer [v.size()] named `name`.
+void int_initializer(onnx::GraphProto& g, const std::string& name, const std::vector<int64_t>& v) {
+  onnx::TensorProto& t = *g.add_initializer();
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::INT64);
+  t.add_dims(static_cast<int64_t>(v.size()));
+  for (int64_t x : v) t.add_int64_data(x);
+}
+
+// A FLOAT initializer [v.size()], or a scalar (no dims).
+void float_initializer(onnx::GraphProto& g, const std::string& name, const std::vector<float>& v, bool scalar = false) {
+  onnx::TensorProto& t = *g.add_initializer();
+  t.set_name(name);
+  t.set_data_type(onnx::TensorProto::FLOAT);
+  if (!scalar) t.add_dims(static_cast<int64_t>(v.size()));
+  for (float x : v) t.add_float_data(x);
+}
+
+// write_tiny's model at `path` built into g on an image [3, 1, 4, 4] for
+// `classes` outputs (training: dropout and batch norm as in training);
+// returns the output.
+ValueId build_tiny(Graph& g, const std::string& path, int64_t classes, bool training = false) {
+  Builder b(g, training);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {3, 1, 4, 4});
+  return models::resolve(path).build(b, in, classes);
+}
+
 }  // namespace
 
 // memfit trained through the ONNX files reproduces the golden fixtures with
@@ -648,11 +676,7 @@ TEST(Onnx, UnsupportedAttributesAreRefusedByName) {
   auto padded = [&](const std::string& name, const std::string& pool, std::vector<int64_t> pads) {
     return write_tiny(name, [&](onnx::GraphProto& g) {
       g.mutable_node()->RemoveLast();  // pad the convolution's output, not the flattened one
-      onnx::TensorProto& t = *g.add_initializer();
-      t.set_name("pads");
-      t.set_data_type(onnx::TensorProto::INT64);
-      t.add_dims(static_cast<int64_t>(pads.size()));
-      for (int64_t v : pads) t.add_int64_data(v);
+      int_initializer(g, "pads", pads);
       onnx::NodeProto& pad = add_node(g, "Pad", "/pad/Pad", "c", "cp");
       pad.add_input("pads");
       onnx::NodeProto& p = add_node(g, pool, "/pool/" + pool, "cp", "p");
@@ -805,13 +829,8 @@ TEST(Onnx, ExternalDataIsReadFromTheModelsFolder) {
 // ones, and the model says so.
 TEST(Onnx, InferenceBatchNormTrains) {
   const std::string path = write_tiny("bn-eval", [](onnx::GraphProto& g) {
-    for (const char* name : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) {
-      onnx::TensorProto& t = *g.add_initializer();
-      t.set_name(name);
-      t.set_data_type(onnx::TensorProto::FLOAT);
-      t.add_dims(32);
-      for (int i = 0; i < 32; ++i) t.add_float_data(std::string(name) == "bn.running_var" || std::string(name) == "bn.weight" ? 1.0f : 0.0f);
-    }
+    for (const char* name : {"bn.weight", "bn.running_var"}) float_initializer(g, name, std::vector<float>(32, 1.0f));
+    for (const char* name : {"bn.bias", "bn.running_mean"}) float_initializer(g, name, std::vector<float>(32, 0.0f));
     auto& n = add_node(g, "BatchNormalization", "/bn/BatchNormalization", "flat", "y");
     for (const char* in : {"bn.weight", "bn.bias", "bn.running_mean", "bn.running_var"}) n.add_input(in);
   });
@@ -819,10 +838,7 @@ TEST(Onnx, InferenceBatchNormTrains) {
   ASSERT_EQ(m.notes.size(), 1u);
   EXPECT_NE(m.notes[0].find("1 batch norm of " + path + " exported for inference"), std::string::npos) << m.notes[0];
   Graph g;
-  Builder b(g, true);
-  models::Inputs in;
-  in.values["image"] = g.input("image", {3, 1, 4, 4});
-  m.build(b, in, 32);
+  build_tiny(g, path, 32, /*training=*/true);
   int bns = 0;
   for (const Node& n : g.nodes())
     if (n.op == "batch_norm") bns += n.attrs.i("training") == 1;
@@ -941,11 +957,7 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
        }, 11, 16,
        [&](const std::vector<double>& c, int64_t s, int64_t i) { return c_at(c, s, 0, i / 4, i % 4) + c_at(c, s, 1, i / 4, i % 4); }},
       {"mean-h-input", [&](onnx::GraphProto& g) {
-         onnx::TensorProto& t = *g.add_initializer();
-         t.set_name("axes");
-         t.set_data_type(onnx::TensorProto::INT64);
-         t.add_dims(1);
-         t.add_int64_data(-2);
+         int_initializer(g, "axes", {-2});
          add_node(g, "ReduceMean", "/mean", "c", "r").add_input("axes");
          add_node(g, "Flatten", "/flat2", "r", "m");
        }, 18, 8,
@@ -1032,10 +1044,7 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
       continue;
     }
     Graph g;
-    Builder b(g);
-    models::Inputs in;
-    in.values["image"] = g.input("image", {3, 1, 4, 4});
-    models::resolve(ceil).build(b, in, 8);
+    build_tiny(g, ceil, 8);
     int pools = 0;
     for (const Node& n : g.nodes())
       if (n.op == "max_pool2d") {
@@ -1353,13 +1362,7 @@ TEST(OnnxRecurrent, WhatTheLayersCannotBeIsRefusedByName) {
 // an Expand that leaves a tensor of the graph as it is passes, one that
 // would grow it is refused.
 TEST(Onnx, ConstantOfShapeAndExpandFold) {
-  auto ints = [](onnx::GraphProto& g, const std::string& name, std::vector<int64_t> v) {
-    onnx::TensorProto& t = *g.add_initializer();
-    t.set_name(name);
-    t.set_data_type(onnx::TensorProto::INT64);
-    t.add_dims(static_cast<int64_t>(v.size()));
-    for (int64_t x : v) t.add_int64_data(x);
-  };
+  auto ints = int_initializer;
   const std::string path = write_tiny("cos-expand", [&](onnx::GraphProto& g) {
     ints(g, "one", {1});
     ints(g, "row", {1, 32});
@@ -1375,10 +1378,7 @@ TEST(Onnx, ConstantOfShapeAndExpandFold) {
     add_node(g, "Mul", "/mul", "e", "y").add_input("k1");
   });
   Graph g;
-  Builder b(g);
-  models::Inputs in;
-  in.values["image"] = g.input("image", {3, 1, 4, 4});
-  models::resolve(path).build(b, in, 32);
+  build_tiny(g, path, 32);
   std::vector<double> scales;
   for (const Node& n : g.nodes())
     if (n.op == "scale") scales.push_back(n.attrs.f("alpha"));
@@ -1514,20 +1514,8 @@ TEST(Onnx, StochasticDepthDropsWholeSamples) {
 // float initializer of several numbers is a weight, never folded: its Mul
 // by a number is a scale of a parameter.
 TEST(Onnx, ConstantArithmeticFolds) {
-  auto ints = [](onnx::GraphProto& g, const std::string& name, std::vector<int64_t> v) {
-    onnx::TensorProto& t = *g.add_initializer();
-    t.set_name(name);
-    t.set_data_type(onnx::TensorProto::INT64);
-    t.add_dims(static_cast<int64_t>(v.size()));
-    for (int64_t x : v) t.add_int64_data(x);
-  };
-  auto floats = [](onnx::GraphProto& g, const std::string& name, std::vector<float> v, bool scalar) {
-    onnx::TensorProto& t = *g.add_initializer();
-    t.set_name(name);
-    t.set_data_type(onnx::TensorProto::FLOAT);
-    if (!scalar) t.add_dims(static_cast<int64_t>(v.size()));
-    for (float x : v) t.add_float_data(x);
-  };
+  auto ints = int_initializer;
+  auto floats = float_initializer;
   const std::string path = write_tiny("const-arith", [&](onnx::GraphProto& g) {
     ints(g, "v", {-1});
     ints(g, "minus1", {-1});
@@ -1555,10 +1543,7 @@ TEST(Onnx, ConstantArithmeticFolds) {
     add_node(g, "Add", "/add", "y", "out").add_input("w2");
   });
   Graph g;
-  Builder b(g);
-  models::Inputs in;
-  in.values["image"] = g.input("image", {3, 1, 4, 4});
-  models::resolve(path).build(b, in, 32);
+  build_tiny(g, path, 32);
   std::vector<double> scales;
   for (const Node& n : g.nodes())
     if (n.op == "scale") scales.push_back(n.attrs.f("alpha"));

@@ -368,6 +368,34 @@ class StackedClassifier(nn.Module):
         return self.fc(x[:, -1] + h[-1])
 
 
+def sgd_reference(model, x, y, forward, loss_fn, lr, steps):
+    """PyTorch's numbers for the batch x (token ids) and targets y, in
+    float64 from the model's float32 weights: the fixture's input, labels,
+    logits, loss and each parameter's gradient ("grad." + its name), and the
+    losses of `steps` plain SGD steps (lr, no momentum) on that batch.
+    forward(model, ids) gives the logits, loss_fn(logits, targets) the loss.
+    The model is left in float64."""
+    model = model.double()
+    xt, yt = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
+    logits = forward(model, xt)
+    loss = loss_fn(logits, yt)
+    loss.backward()
+    out = {"input": x, "labels": y, "logits": logits.detach().numpy().astype(np.float32),
+           "loss": np.array([loss.item()], dtype=np.float32)}
+    for n, p in model.named_parameters():
+        out[f"grad.{n}"] = p.grad.numpy().astype(np.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.0)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        step_loss = loss_fn(forward(model, xt), yt)
+        losses.append(step_loss.item())
+        step_loss.backward()
+        opt.step()
+    out["losses"] = np.array(losses, dtype=np.float32)
+    return out
+
+
 def export_recurrent(model_class, name, out_dir):
     """model_class's model (seed 0) exported, with PyTorch's logits, loss and
     gradients for one batch and the losses of RNN_STEPS plain SGD steps
@@ -379,24 +407,7 @@ def export_recurrent(model_class, name, out_dir):
     rng = np.random.default_rng(1)
     x = rng.integers(0, RNN_VOCAB, (RNN_B, RNN_T)).astype(np.int32)
     y = np.array([3, 1, 0, 2], dtype=np.int32)
-    model = model.double()
-    xt, yt = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
-    logits = model(xt)
-    loss = F.cross_entropy(logits, yt)
-    loss.backward()
-    out = {"input": x, "labels": y, "logits": logits.detach().numpy().astype(np.float32),
-           "loss": np.array([loss.item()], dtype=np.float32)}
-    for n, p in model.named_parameters():
-        out[f"grad.{n}"] = p.grad.numpy().astype(np.float32)
-    opt = torch.optim.SGD(model.parameters(), lr=RNN_LR, momentum=0.0)
-    losses = []
-    for _ in range(RNN_STEPS):
-        opt.zero_grad()
-        step_loss = F.cross_entropy(model(xt), yt)
-        losses.append(step_loss.item())
-        step_loss.backward()
-        opt.step()
-    out["losses"] = np.array(losses, dtype=np.float32)
+    out = sgd_reference(model, x, y, lambda m, xt: m(xt), F.cross_entropy, RNN_LR, RNN_STEPS)
     golden.write_safetensors(os.path.join(out_dir, f"{name}.safetensors"), out,
                              {"generator": "tests/golden/export_onnx.py", "torch_version": torch.__version__,
                               "lr": repr(RNN_LR)})

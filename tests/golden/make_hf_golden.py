@@ -26,7 +26,6 @@ repository (about 150 KB each). transformers 4.40 and Debian's torch 1.13
 made them.
 """
 import argparse
-import importlib.util
 import os
 import sys
 
@@ -37,10 +36,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_golden as golden  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("memfit_onnx_export", os.path.join(HERE, "..", "..", "python", "memfit", "_onnx.py"))
-_onnx = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_onnx)
+from export_onnx import _onnx, sgd_reference  # noqa: E402  (the package's exporter, loaded by path)
 
 VOCAB, HIDDEN, LAYERS, HEADS, FF, POSITIONS, CLASSES = 64, 32, 2, 2, 64, 16, 3
 B, T = 4, 12
@@ -85,24 +81,8 @@ def make(name, out_dir):
         y = np.concatenate([x[:, 1:], rng.integers(1, VOCAB, (B, 1))], axis=1).astype(np.int32)
     else:
         y = np.array([2, 0, 1, 2], dtype=np.int32)
-    model = model.double()
-    xt, yt = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
-    logits = model(input_ids=xt).logits
-    loss = loss_of(logits, yt, lm)
-    loss.backward()
-    out = {"input": x, "labels": y, "logits": logits.detach().numpy().astype(np.float32),
-           "loss": np.array([loss.item()], dtype=np.float32)}
-    for n, p in model.named_parameters():
-        out[f"grad.{n}"] = p.grad.numpy().astype(np.float32)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.0)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        step_loss = loss_of(model(input_ids=xt).logits, yt, lm)
-        losses.append(step_loss.item())
-        step_loss.backward()
-        opt.step()
-    out["losses"] = np.array(losses, dtype=np.float32)
+    out = sgd_reference(model, x, y, lambda m, xt: m(input_ids=xt).logits,
+                        lambda logits, yt: loss_of(logits, yt, lm), LR, STEPS)
     golden.write_safetensors(os.path.join(out_dir, f"{name}.safetensors"), out,
                              {"generator": "tests/golden/make_hf_golden.py", "torch_version": torch.__version__,
                               "transformers_version": transformers.__version__, "lr": repr(LR)})
