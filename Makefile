@@ -182,7 +182,7 @@ python: deps-run $(BUILD)/Makefile
 # in; nothing of it is used by memfit). Debian's python3-torch 1.13 stays for
 # the golden fixtures.
 bench-venv:
-	@if ! $(BENCH_VENV)/bin/python -c "import torch, torchvision, onnx, transformers" 2>/dev/null; then 	  echo "memfit: installing PyTorch, torchvision, onnx and transformers 4.40 from PyPI into $(BENCH_VENV)"; 	  [ -x $(BENCH_VENV)/bin/python ] || python3 -m venv $(BENCH_VENV) 2>/dev/null || { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; 	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv && 	    python3 -m venv $(BENCH_VENV); }; 	  $(BENCH_VENV)/bin/python -m pip install -q --upgrade pip && $(BENCH_VENV)/bin/python -m pip install -q torch numpy torchvision onnx "transformers==4.40.2"; 	fi
+	@if ! $(BENCH_VENV)/bin/python -c "import torch, torchvision, onnx, onnxscript, transformers" 2>/dev/null; then 	  echo "memfit: installing PyTorch, torchvision, onnx, onnxscript and transformers 4.40 from PyPI into $(BENCH_VENV)"; 	  [ -x $(BENCH_VENV)/bin/python ] || python3 -m venv $(BENCH_VENV) 2>/dev/null || { SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; 	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-venv && 	    python3 -m venv $(BENCH_VENV); }; 	  $(BENCH_VENV)/bin/python -m pip install -q --upgrade pip && $(BENCH_VENV)/bin/python -m pip install -q torch numpy torchvision onnx onnxscript "transformers==4.40.2"; 	fi
 
 bench: build bench-venv
 	/usr/bin/python3 bench/run.py --build $(BUILD) --torch-python $(BENCH_VENV)/bin/python

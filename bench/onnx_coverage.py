@@ -21,6 +21,10 @@ falling loss (the bar a test can hold it to).
   /usr/bin/python3 bench/onnx_coverage.py --binary build/memfit
   /usr/bin/python3 bench/onnx_coverage.py --models mobilenet_v2,resnet18 --min-train 2   (a quick check)
 
+--exporter dynamo exports with torch's dynamo exporter instead (as the
+package does where torch has no other: traced in training mode, not
+optimised).
+
 Models whose parameters exceed --max-params (default 100 M: the largest
 RegNets, ViTs and VGGs) are listed as skipped, with their size, not run.
 """
@@ -93,7 +97,8 @@ def run_model(name, args, exporter, data, work):
     path = os.path.join(work, f"{name}.onnx")
     t0 = time.time()
     try:
-        exporter.export_training(model.train(), torch.zeros(2, 3, args.size, args.size), path, args.opset)
+        exporter.export_training(model.train(), torch.zeros(2, 3, args.size, args.size), path, args.opset,
+                                 exporter=args.exporter)
         row["exported"] = True
     except Exception as e:  # the exporter's own refusal
         row["exported"] = False
@@ -154,6 +159,8 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--opset", type=int, default=17)
+    ap.add_argument("--exporter", default="auto", choices=("auto", "torchscript", "dynamo"),
+                    help="torch's exporter (auto: TorchScript where the installed torch has it)")
     ap.add_argument("--max-params", type=float, default=100e6)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--min-train", type=int, default=0, help="exit 1 when fewer models train with a falling loss")

@@ -174,6 +174,9 @@ struct Env {
   ValueId mask_value = kNone;
   std::vector<int64_t> mask_probe;  // [B, T], row-major
   std::set<std::string> tainted;
+  // SplitToSequence's outputs: the pieces, which SequenceAt reads (the
+  // dynamo exporter's torch.chunk / split); no other op reads a sequence.
+  std::map<std::string, std::vector<ValueId>> sequences;
 };
 
 using Handler = void (*)(Env&, const onnx::NodeProto&);

@@ -268,12 +268,29 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
   std::map<std::string, double> scalars;  // single-number constants, for the patterns
   for (const auto& [name, c] : f->initializers)
     if (c.size() == 1) scalars[name] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
-  for (const auto& n : f->graph.node())
-    if (n.op_type() == "Constant" && n.output_size() == 1)
+  // Constants of one number (a value tensor without dims, value_float,
+  // value_int), and their Cast or CastLike (the dynamo exporter writes
+  // CastLike(p, x) for a scalar p used with x).
+  for (const auto& n : f->graph.node()) {
+    if (n.output_size() != 1) continue;
+    if (n.op_type() == "Constant") {
       if (const auto* a = attr(n, "value"); a && a->t().dims_size() == 0) {
         const Const c = read_tensor(*f, a->t(), "node '" + n.name() + "''s value");
         if (c.size() == 1) scalars[n.output(0)] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
+      } else if (const auto* v = attr(n, "value_float")) {
+        scalars[n.output(0)] = v->f();
+      } else if (const auto* v = attr(n, "value_int")) {
+        scalars[n.output(0)] = static_cast<double>(v->i());
       }
+    } else if ((n.op_type() == "Cast" || n.op_type() == "CastLike") && n.input_size() >= 1 && scalars.count(n.input(0))) {
+      const auto* to = attr(n, "to");
+      const bool to_int = n.op_type() == "Cast" && to && to->i() != onnx::TensorProto::FLOAT &&
+                          to->i() != onnx::TensorProto::DOUBLE && to->i() != onnx::TensorProto::FLOAT16 &&
+                          to->i() != onnx::TensorProto::BFLOAT16;
+      const double v = scalars.at(n.input(0));
+      scalars[n.output(0)] = to_int ? std::trunc(v) : v;
+    }
+  }
   find_patterns(*f, scalars);
   // Batch norms exported for inference: training_mode 0 (its default) from
   // opset 14; before it, the form with one output.

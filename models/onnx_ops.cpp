@@ -196,6 +196,19 @@ ValueId from_2d(Env& e, ValueId y) {
   return reshape(e.b, y, {s[0], s[1], s[3]});
 }
 
+double const_at(const Const& c, int64_t k);
+
+// Whether input k is a constant a node computed (not an initializer) whose
+// every element is 0: the dynamo exporter gives a convolution without a
+// bias one, Expand(CastLike(0, x), [C]).
+bool zero_constant(Env& e, const onnx::NodeProto& n, int k) {
+  if (!has_input(n, k) || !e.consts.count(n.input(k))) return false;
+  const Const& c = e.consts.at(n.input(k));
+  for (int64_t j = 0; j < c.size(); ++j)
+    if (const_at(c, j) != 0) return false;
+  return true;
+}
+
 void op_conv(Env& e, const onnx::NodeProto& n) {
   const ValueId x = value(e, n, 0), w = value(e, n, 1);
   const Shape xs = shape_of(e, x), ws = shape_of(e, w);
@@ -209,7 +222,7 @@ void op_conv(Env& e, const onnx::NodeProto& n) {
   // A 1-d convolution's weight [O, C/g, K] is read as [O, C/g, 1, K]: the
   // parameter keeps the file's name and shape.
   std::vector<ValueId> ins{one_d ? as_2d(e, x) : x, one_d ? reshape(e.b, w, {ws[0], ws[1], 1, ws[2]}) : w};
-  if (has_input(n, 2)) ins.push_back(value(e, n, 2));
+  if (has_input(n, 2) && !zero_constant(e, n, 2)) ins.push_back(value(e, n, 2));
   Attrs a{{"stride", sp.stride}, {"pad", sp.pad}, {"dilation", sp.dilation}, {"groups", attr_i(n, "group", 1)}};
   const ValueId y = e.b.g.add1("conv2d", ins, std::move(a), layer_of(e, n));
   bind(e, n, one_d ? from_2d(e, y) : y);
@@ -402,13 +415,12 @@ void op_global_avg_pool(Env& e, const onnx::NodeProto& n) {
   bind(e, n, reshape(e.b, global_avg_pool(e.b, x), {s[0], s[1], 1, 1}));  // ONNX keeps the 1x1 axes
 }
 
-// Training-mode batch norm: batch statistics forward, running statistics
-// updated (ONNX momentum is the running value's weight, PyTorch's is the
-// batch's: memfit takes PyTorch's).
-// Batch norm, trained with batch statistics whatever the file's
-// training_mode: one exported for inference (model.eval(), the dynamo
-// exporter) becomes a trained batch norm whose running statistics start
-// from the file's (Model::notes says so).
+// Batch norm, trained with batch statistics and its running statistics
+// updated whatever the file's training_mode (ONNX's momentum is the
+// running value's weight, PyTorch's the batch's: memfit takes PyTorch's):
+// one exported for inference (model.eval(), the dynamo exporter) becomes a
+// trained batch norm whose running statistics start from the file's
+// (Model::notes says so).
 void op_batchnorm(Env& e, const onnx::NodeProto& n) {
   const ValueId x = value(e, n, 0);
   const ValueId gamma = value(e, n, 1), beta = value(e, n, 2);
@@ -533,27 +545,37 @@ bool fold_arith(Env& e, const onnx::NodeProto& n) {
   Const r;
   r.dims = a.dims.empty() && c.dims.empty() ? Shape{} : out;
   r.is_float = a.is_float || c.is_float;
+  if (op == "Mod" && r.is_float && attr_i(n, "fmod", 0) != 1) refuse(e.f, n, "Mod of floats needs fmod=1 (ONNX's rule)");
   if (r.is_float) {
     auto f = std::make_shared<std::vector<float>>(ia.size());
     for (size_t k = 0; k < ia.size(); ++k) {
       const double x = const_at(a, ia[k]), y = const_at(c, ic[k]);
-      (*f)[k] = static_cast<float>(op == "Add" ? x + y : op == "Sub" ? x - y : op == "Mul" ? x * y : op == "Pow" ? std::pow(x, y) : x / y);
+      (*f)[k] = static_cast<float>(op == "Add"   ? x + y
+                                   : op == "Sub" ? x - y
+                                   : op == "Mul" ? x * y
+                                   : op == "Pow" ? std::pow(x, y)
+                                   : op == "Mod" ? std::fmod(x, y)
+                                                 : x / y);
     }
     r.f = std::move(f);
     bind_const(e, n, std::move(r));
     return true;
   }
   if (op == "Pow") refuse(e.f, n, "raises integers to a power: memfit folds Pow on floats (a scale such as d ** 0.5)");
+  // Mod of integers: fmod=1 keeps the dividend's sign (C's %), fmod=0 the
+  // divisor's (Python's %, which torch's remainder writes).
+  const bool c_mod = attr_i(n, "fmod", 0) == 1;
   r.i.resize(ia.size());
   for (size_t k = 0; k < ia.size(); ++k) {
     const int64_t x = a.i[static_cast<size_t>(ia[k])], y = c.i[static_cast<size_t>(ic[k])];
-    if (op == "Div" && y == 0) refuse(e.f, n, "divides by zero");
+    if ((op == "Div" || op == "Mod") && y == 0) refuse(e.f, n, "divides by zero");
     int64_t v = 0;
     bool over = false;
     if (op == "Add") over = __builtin_add_overflow(x, y, &v);
     else if (op == "Sub") over = __builtin_sub_overflow(x, y, &v);
     else if (op == "Mul") over = __builtin_mul_overflow(x, y, &v);
-    else if (x == std::numeric_limits<int64_t>::min() && y == -1) over = true;
+    else if (x == std::numeric_limits<int64_t>::min() && y == -1) v = 0, over = op == "Div";
+    else if (op == "Mod") v = x % y, v = !c_mod && v != 0 && ((v < 0) != (y < 0)) ? v + y : v;
     else v = x / y;
     if (over) refuse(e.f, n, "overflows 64-bit integers on its constant inputs");
     r.i[k] = v;
@@ -618,7 +640,9 @@ void op_flatten(Env& e, const onnx::NodeProto& n) {
 // entry equal to the batch the file was exported with is memfit's batch (a
 // traced x.view(16, -1)).
 void op_reshape(Env& e, const onnx::NodeProto& n) {
-  if (attr_i(n, "allowzero", 0) != 0) refuse(e.f, n, "attribute allowzero=1 is not supported");
+  // allowzero=1 (the dynamo exporter's): a 0 in the shape is an empty axis,
+  // which memfit's tensors never have; without one it is the same reshape.
+  const bool allowzero = attr_i(n, "allowzero", 0) != 0;
   const bool on_const = foldable(e, n.input(0));  // a shape computation's
   const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
   Shape to = const_ints(e, n, 1);
@@ -626,6 +650,7 @@ void op_reshape(Env& e, const onnx::NodeProto& n) {
   if (!to.empty() && exported_batch > 0 && to[0] == exported_batch && !xs.empty() && xs[0] == e.batch) to[0] = e.batch;
   int64_t known = 1, infer = -1;
   for (size_t k = 0; k < to.size(); ++k) {
+    if (to[k] == 0 && allowzero) refuse(e.f, n, "shape " + shape_str(to) + " has an empty axis (allowzero=1): memfit's tensors are never empty");
     if (to[k] == 0) {
       if (k >= xs.size()) refuse(e.f, n, "shape entry 0 at axis " + std::to_string(k) + " past the input's rank");
       to[k] = xs[k];
@@ -689,6 +714,58 @@ void op_split(Env& e, const onnx::NodeProto& n) {
     start += sizes[static_cast<size_t>(k)];
   }
   if (start != xs[static_cast<size_t>(axis)]) refuse(e.f, n, "split sizes do not add up to the axis");
+}
+
+// SplitToSequence(x, split): x cut along the axis into a sequence of
+// pieces (torch.chunk and torch.split as the dynamo exporter writes them):
+// split a number is each piece's size (the last one smaller if the axis
+// does not divide), a list the sizes, none pieces of 1 (without the axis
+// when keepdims=0). The pieces are slices of the graph; SequenceAt picks one.
+void op_split_to_sequence(Env& e, const onnx::NodeProto& n) {
+  if (is_const(e, n.input(0))) refuse(e.f, n, "splits a constant: memfit splits tensors of the graph");
+  const ValueId x = value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  const int64_t axis = axis_in(e, n, attr_i(n, "axis", 0), xs.size());
+  const int64_t len = xs[static_cast<size_t>(axis)];
+  Shape sizes;
+  bool squeeze = false;
+  if (!has_input(n, 1)) {
+    sizes.assign(static_cast<size_t>(len), 1);
+    squeeze = attr_i(n, "keepdims", 1) == 0;
+  } else if (const Const& c = constant(e, n, 1); !c.is_float && c.dims.empty() && c.size() == 1) {
+    const int64_t each = c.i[0];
+    if (each < 1) refuse(e.f, n, "split " + std::to_string(each) + " is not a size");
+    for (int64_t at = 0; at < len; at += each) sizes.push_back(std::min(each, len - at));
+  } else {
+    sizes = const_ints(e, n, 1);
+  }
+  if (sizes.size() > 4096) refuse(e.f, n, "makes " + std::to_string(sizes.size()) + " pieces: memfit takes up to 4096");
+  std::vector<ValueId> pieces;
+  int64_t start = 0;
+  for (int64_t size : sizes) {
+    if (size < 1 || size > len - start) refuse(e.f, n, "split sizes " + shape_str(sizes) + " do not add up to the axis's " + std::to_string(len));
+    ValueId p = slice(e.b, x, axis, start, size);
+    if (squeeze) {
+      Shape ps = xs;
+      ps.erase(ps.begin() + axis);
+      p = reshape(e.b, p, ps);
+    }
+    pieces.push_back(p);
+    start += size;
+  }
+  if (start != len) refuse(e.f, n, "split sizes " + shape_str(sizes) + " do not add up to the axis's " + std::to_string(len));
+  e.sequences[n.output(0)] = std::move(pieces);
+}
+
+// SequenceAt(sequence, position): a SplitToSequence's piece.
+void op_sequence_at(Env& e, const onnx::NodeProto& n) {
+  const auto seq = e.sequences.find(n.input(0));
+  if (seq == e.sequences.end()) refuse(e.f, n, "reads '" + n.input(0) + "', which is no SplitToSequence's output");
+  const double at = const_scalar(e, n, 1);
+  const auto count = static_cast<double>(seq->second.size());
+  if (!(at >= -count && at < count) || at != std::floor(at))
+    refuse(e.f, n, "position " + std::to_string(at) + " is outside a sequence of " + std::to_string(seq->second.size()));
+  bind(e, n, seq->second[static_cast<size_t>(at < 0 ? at + count : at)]);
 }
 
 // A constant's dims ([size] for a bare list of numbers).
@@ -876,17 +953,53 @@ void op_gather(Env& e, const onnx::NodeProto& n) {
       if (idx[k] != idx[0] + static_cast<int64_t>(k))
         refuse(e.f, n, "gathers rows by constant indices that are not consecutive: memfit reads a run of rows "
                        "(a position table at arange(T)) or rows by the data's token ids");
-    if (idx.empty() || idx[0] < 0 || ts.size() != 2 || idx.back() >= ts[0])
+    // Of a tensor of any rank: its consecutive entries along axis 0 (the
+    // dynamo exporter's as_strided of a contiguous view: a flattened tensor
+    // read at n * C + c, a reshape).
+    if (idx.empty() || idx[0] < 0 || ts.empty() || idx.back() >= ts[0])
       refuse(e.f, n, "gathers rows outside the table " + shape_str(ts));
     ValueId rows = static_cast<int64_t>(idx.size()) == ts[0] ? table : slice(e.b, table, 0, idx[0], static_cast<int64_t>(idx.size()));
     Shape out = const_dims(c);
-    out.push_back(ts[1]);
+    out.insert(out.end(), ts.begin() + 1, ts.end());
     return bind(e, n, out == shape_of(e, rows) ? rows : reshape(e.b, rows, out));
   }
   const ValueId ids = value(e, n, 1);
   if (e.b.g.value(ids).dtype != DType::i32 || shape_of(e, table).size() != 2)
     refuse(e.f, n, "memfit gathers rows of a [vocab, dim] table by token ids only (an embedding)");
   bind(e, n, e.b.g.add1("embedding", {ids, table}, {{"dtype", int64_t(DType::f32)}}, layer_of(e, n)));
+}
+
+// GatherElements(data, indices, axis) of constants: out[.., i, ..] =
+// data[.., indices[.., i, ..], ..] along the axis, out shaped as the
+// indices (torch.gather; Hugging Face's BERT gathers its all-zero token
+// types by its position ids). Of a tensor of the graph it is refused.
+void op_gather_elements(Env& e, const onnx::NodeProto& n) {
+  if (!foldable(e, n.input(0)) || !is_const(e, n.input(1)))
+    refuse(e.f, n, "gathers from a tensor of the graph: memfit imports GatherElements on constants only (ids or masks "
+                   "computed from a module's buffers)");
+  const Const &d = constant(e, n, 0), &ix = constant(e, n, 1);
+  if (ix.is_float) refuse(e.f, n, "has float indices");
+  const Shape ds = const_dims(d), is = const_dims(ix);
+  if (ds.size() != is.size() || ds.empty())
+    refuse(e.f, n, "indices " + shape_str(is) + " and data " + shape_str(ds) + " differ in rank");
+  const auto axis = static_cast<size_t>(axis_in(e, n, attr_i(n, "axis", 0), ds.size()));
+  for (size_t a = 0; a < ds.size(); ++a)
+    if (a != axis && is[a] > ds[a]) refuse(e.f, n, "indices " + shape_str(is) + " exceed data " + shape_str(ds) + " on axis " + std::to_string(a));
+  folded_count(e, n, is);
+  std::vector<int64_t> src(static_cast<size_t>(numel(is)));
+  std::vector<int64_t> at(is.size(), 0);
+  for (size_t k = 0; k < src.size(); ++k) {
+    int64_t j = ix.i[k];
+    if (j < -ds[axis] || j >= ds[axis]) refuse(e.f, n, "index " + std::to_string(j) + " is out of range for axis " + std::to_string(axis) + " of " + shape_str(ds));
+    if (j < 0) j += ds[axis];
+    int64_t off = 0;
+    for (size_t a = 0; a < ds.size(); ++a) off = off * ds[a] + (a == axis ? j : at[a]);
+    src[k] = off;
+    for (size_t a = is.size(); a-- > 0;)
+      if (++at[a] < is[a]) break;
+      else at[a] = 0;
+  }
+  bind_const(e, n, gathered(d, is, src));
 }
 
 void op_identity(Env& e, const onnx::NodeProto& n) {
@@ -987,6 +1100,25 @@ void op_squeeze(Env& e, const onnx::NodeProto& n) {
 }
 
 // Cast of a shape computation (torch casts sizes to int64 and back).
+// A constant as floats or as integers (Cast, CastLike); a float that is no
+// 64-bit integer (NaN, infinite, beyond its range) is refused.
+Const cast_const(Env& e, const onnx::NodeProto& n, Const c, bool to_float) {
+  if (to_float && !c.is_float) {
+    c.f = std::make_shared<std::vector<float>>(c.i.begin(), c.i.end());
+    c.is_float = true;
+    c.i.clear();
+  } else if (!to_float && c.is_float) {
+    c.i.clear();
+    for (float v : *c.f) {
+      if (!(std::abs(v) < 9.2e18f)) refuse(e.f, n, "casts " + std::to_string(v) + " to an integer");
+      c.i.push_back(static_cast<int64_t>(v));
+    }
+    c.is_float = false;
+    c.f.reset();
+  }
+  return c;
+}
+
 void op_cast(Env& e, const onnx::NodeProto& n) {
   // To float32, a float tensor of the graph stays as it is (memfit's types
   // follow --precision); a model's .float() or .to(dtype) of its own floats.
@@ -996,16 +1128,25 @@ void op_cast(Env& e, const onnx::NodeProto& n) {
   if (!is_const(e, n.input(0)))
     refuse(e.f, n, "casts a tensor of the graph: memfit's types follow its precision policy (--precision), not the file");
   const int64_t to = attr_i(n, "to", 0);
-  Const c = constant(e, n, 0);
-  const bool want_float = to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE;
-  if (want_float && !c.is_float) {
-    c.f = std::make_shared<std::vector<float>>(c.i.begin(), c.i.end());
-    c.is_float = true;
-  } else if (!want_float && c.is_float) {
-    c.i.assign(c.f->begin(), c.f->end());
-    c.is_float = false;
+  bind_const(e, n, cast_const(e, n, constant(e, n, 0), to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE));
+}
+
+// CastLike(x, like): Cast to the type of `like`. A constant cast like a
+// float tensor of the graph (the dynamo exporter's zero bias, its scalar
+// factors) becomes a float constant; like an integer tensor, an integer
+// one. A float tensor of the graph cast like a float stays as it is.
+void op_cast_like(Env& e, const onnx::NodeProto& n) {
+  // The type of `like`: a constant's, a graph value's, or float for a
+  // value a pattern took (stochastic depth's uniform noise, which the
+  // dynamo exporter casts its survival probability like).
+  bool to_float = true;
+  if (is_const(e, n.input(1))) to_float = constant(e, n, 1).is_float;
+  else if (e.values.count(n.input(1))) to_float = e.b.g.value(value(e, n, 1)).dtype != DType::i32;
+  if (!is_const(e, n.input(0))) {
+    if (to_float && e.b.g.value(value(e, n, 0)).dtype != DType::i32) return bind(e, n, value(e, n, 0));
+    refuse(e.f, n, "casts a tensor of the graph: memfit's types follow its precision policy (--precision), not the file");
   }
-  bind_const(e, n, std::move(c));
+  bind_const(e, n, cast_const(e, n, constant(e, n, 0), to_float));
 }
 
 // Range(start, limit, delta) of constants (torch.arange): a constant.
@@ -1269,6 +1410,12 @@ void op_pow(Env& e, const onnx::NodeProto& n) {
                                        "inside GELU only");
 }
 
+// Mod of constants (a window's padding, (w - W % w) % w, in a shifted-window
+// attention's shape arithmetic).
+void op_mod(Env& e, const onnx::NodeProto& n) {
+  if (!fold_arith(e, n)) refuse(e.f, n, "takes a remainder of a tensor of the graph: memfit imports Mod on constants only");
+}
+
 void op_pattern_only(Env& e, const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
   if (op == "RandomUniformLike" || op == "Less")
@@ -1523,6 +1670,7 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Mul", {op_scale, {}, 2}},
       {"Div", {op_scale, {}, 2}},
       {"Sub", {op_binary, {}, 2}},
+      {"Mod", {op_mod, {"fmod"}, 2}},
       {"Flatten", {op_flatten, {"axis"}}},
       {"Reshape", {op_reshape, {"allowzero"}, 2}},
       {"Transpose", {op_transpose, {"perm"}}},
@@ -1533,6 +1681,10 @@ const std::map<std::string, OpRule>& op_rules() {
       {"LogSoftmax", {op_log_softmax, {"axis"}}},  // as the last node: the loss's input
       {"Dropout", {op_dropout, {"ratio", "seed"}}},  // seed: memfit's masks come from its own counter-based generator
       {"Gather", {op_gather, {"axis"}, 2}},
+      {"GatherElements", {op_gather_elements, {"axis"}, 2}},
+      {"SplitToSequence", {op_split_to_sequence, {"axis", "keepdims"}, 1}},
+      {"SequenceAt", {op_sequence_at, {}, 2}},
+      {"CastLike", {op_cast_like, {"saturate"}, 2}},
       {"Identity", {op_identity, {}}},
       {"Constant", {op_constant, {"value", "value_float", "value_floats", "value_int", "value_ints"}, 0}},
       {"Pad", {op_pad, {"mode", "pads"}}},
@@ -1577,7 +1729,7 @@ static void taint(Env& e, const onnx::NodeProto& n) {
 ValueId convert(const OnnxFile& f, Builder& b, ValueId x, ValueId mask) {
   if (f.released)
     file_error(f, "its weights were let go once the run's parameters held them; resolve the file again to build it");
-  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0), nullptr, {}, kNone, {}, {}};
+  Env e{f, b, {}, {}, {}, b.g.value(x).shape.at(0), nullptr, {}, kNone, {}, {}, {}};
   e.values[f.input] = x;
   if (!f.mask_input.empty()) {
     // The attention_mask input as a constant (Env::mask_probe): a pattern

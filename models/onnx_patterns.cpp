@@ -83,8 +83,8 @@ bool swaps_last_two(const Shape& p) {
 
 // ------------------------------------------------------------------ gelu ----
 
-// The tail both forms share: h = 1 + f, then x * h * 0.5 in either
-// association ((x * h) * 0.5 or (x * 0.5) * h). Returns the last node, or
+// The tail both forms share: h = 1 + f, then x * h * 0.5 in any
+// association ((x * h) * 0.5, (x * 0.5) * h or x * (0.5 * h)). Returns the last node, or
 // -1; parts gets the tail's nodes.
 int gelu_tail(const Index& ix, const std::string& f_out, const std::string& x, std::vector<int>& parts) {
   const int plus = ix.only_reader(f_out, "Add");
@@ -96,6 +96,12 @@ int gelu_tail(const Index& ix, const std::string& f_out, const std::string& x, s
   if (m == x) {  // (x * (1 + f)) * 0.5
     const int last = ix.only_reader(ix.at(mul).output(0), "Mul");
     if (!ix.binary(last) || !ix.scalar_is(ix.other(last, ix.at(mul).output(0)), 0.5)) return -1;
+    parts.push_back(mul);
+    return last;
+  }
+  if (ix.scalar_is(m, 0.5)) {  // x * (0.5 * (1 + f)) (the dynamo exporter's)
+    const int last = ix.only_reader(ix.at(mul).output(0), "Mul");
+    if (!ix.binary(last) || ix.other(last, ix.at(mul).output(0)) != x) return -1;
     parts.push_back(mul);
     return last;
   }
@@ -348,16 +354,31 @@ void find_stochastic_depth(OnnxFile& f, Index& ix) {
       if (a.name() == "high") high = a.f();
     }
     if (low != 0 || high != 1) continue;
-    const int less = ix.only_reader(un.output(0), "Less");
-    if (!ix.binary(less) || ix.at(less).input(0) != un.output(0)) continue;
+    // The noise's readers: the Less, and (the dynamo exporter's) a CastLike
+    // of the survival probability to the noise's type, the Less's s.
+    int less = -1, like = -1;
+    const auto rd = ix.readers.find(un.output(0));
+    if (rd == ix.readers.end()) continue;
+    for (int r : rd->second) {
+      const auto& rn = ix.at(r);
+      if (rn.op_type() == "Less" && less < 0 && ix.free(r)) less = r;
+      else if (rn.op_type() == "CastLike" && like < 0 && rn.input_size() == 2 && rn.input(1) == un.output(0)) like = r;
+      else less = -2;
+    }
+    if (less < 0 || ix.outputs.count(un.output(0)) || !ix.binary(less) || ix.at(less).input(0) != un.output(0)) continue;
+    if (like >= 0 && (ix.at(less).input(1) != ix.at(like).output(0) || !ix.single(ix.at(like).output(0)))) continue;
     auto s = ix.scalars.find(ix.at(less).input(1));
     if (s == ix.scalars.end() || !(s->second > 0 && s->second <= 1)) continue;
-    const int cast = ix.only_reader(ix.at(less).output(0), "Cast");
-    if (cast < 0 || !casts_to_float(ix, cast)) continue;
+    // Cast to float (TorchScript's export), or CastLike the noise's zeros
+    // (the dynamo exporter's).
+    int cast = ix.only_reader(ix.at(less).output(0), "Cast");
+    if (cast >= 0 && !casts_to_float(ix, cast)) continue;
+    if (cast < 0) cast = ix.only_reader(ix.at(less).output(0), "CastLike");
+    if (cast < 0) continue;
     const int div = ix.only_reader(ix.at(cast).output(0), "Div");
     if (!ix.binary(div) || ix.at(div).input(0) != ix.at(cast).output(0) || !ix.scalar_is(ix.at(div).input(1), s->second))
       continue;
-    ix.take({u, less, cast});
+    ix.take({u, less, cast, like});
     f.depth_at[static_cast<size_t>(div)] = StochasticDepthMatch{u, s->second};
   }
 }

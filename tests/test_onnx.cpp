@@ -154,6 +154,34 @@ ValueId build_tiny(Graph& g, const std::string& path, int64_t classes, bool trai
   return models::resolve(path).build(b, in, classes);
 }
 
+// An integer attribute on n.
+void int_attr(onnx::NodeProto& n, const char* name, int64_t v) {
+  auto& a = *n.add_attribute();
+  a.set_name(name);
+  a.set_type(onnx::AttributeProto::INT);
+  a.set_i(v);
+}
+
+// The tail of the constant-folding tests: the integer constant k, plus
+// 10 (so never 0 or 1, which a scale would drop), cast to float scales
+// the input into "out".
+void scale_input_by(onnx::GraphProto& g, const std::string& k) {
+  int_initializer(g, "ten", {10});
+  add_node(g, "Add", "/add", k, "k10").add_input("ten");
+  int_attr(add_node(g, "Cast", "/cast", "k10", "kf"), "to", onnx::TensorProto::FLOAT);
+  add_node(g, "Mul", "/mul", "flat", "out").add_input("kf");
+}
+
+// The k that scale_input_by's model at `path` scales its input by.
+double folded_k(const std::string& path) {
+  Graph g;
+  build_tiny(g, path, 32);
+  for (const Node& n : g.nodes())
+    if (n.op == "scale") return n.attrs.f("alpha") - 10.0;
+  ADD_FAILURE() << "no scale in " << path;
+  return 0.0;
+}
+
 }  // namespace
 
 // memfit trained through the ONNX files reproduces the golden fixtures with
@@ -210,6 +238,26 @@ int expect_step0_matches(Executor& ex, const train::StepGraph& sg, const io::Saf
     ++checked;
   }
   return checked;
+}
+
+// The step graph of spec's model trained by plain SGD (no momentum, no
+// weight decay: the fixtures' torch.optim.SGD), its logits kept to compare
+// (the loss may reuse their buffer).
+std::unique_ptr<train::StepGraph> plain_sgd_graph(train::StepSpec spec) {
+  spec.optimizer.kind = "sgd";
+  spec.optimizer.momentum = 0.0;
+  spec.optimizer.weight_decay = 0.0;
+  auto sg = train::build_step_graph(spec);
+  sg->g.value(sg->logits).is_output = true;
+  return sg;
+}
+
+// How many forward nodes of each op g has.
+std::map<std::string, int> forward_ops(const Graph& g) {
+  std::map<std::string, int> ops;
+  for (const Node& n : g.nodes())
+    if (n.phase == Phase::Forward) ++ops[n.op];
+  return ops;
 }
 
 // The fixture's batch of `tokens` token ids through sg (SGD at the
@@ -883,12 +931,6 @@ TEST(Onnx, ReductionsBroadcastsAndCeilModePoolsCompute) {
     a.set_type(onnx::AttributeProto::INTS);
     for (int64_t x : v) a.add_ints(x);
   };
-  auto int_attr = [](onnx::NodeProto& n, const char* name, int64_t v) {
-    auto& a = *n.add_attribute();
-    a.set_name(name);
-    a.set_type(onnx::AttributeProto::INT);
-    a.set_i(v);
-  };
   auto c_at = [](const std::vector<double>& c, int64_t s, int64_t ch, int64_t h, int64_t w) {
     return c[static_cast<size_t>(((s * 2 + ch) * 4 + h) * 4 + w)];
   };
@@ -1411,15 +1453,9 @@ void check_hf(const std::string& name, bool lm, size_t params) {
   spec.data = {{"tokens", DType::i32, {kT}, 0.0, kVocab},
                lm ? TensorSpec{"targets", DType::i32, {kT}, -1.0, kVocab} : TensorSpec{"labels", DType::i32, {}, -1.0, kClasses}};
   spec.classes = lm ? kVocab : kClasses;
-  spec.optimizer.kind = "sgd";
-  spec.optimizer.momentum = 0.0;
-  spec.optimizer.weight_decay = 0.0;
-  auto sg = train::build_step_graph(spec);
-  sg->g.value(sg->logits).is_output = true;  // kept to compare (the loss may reuse its buffer)
+  auto sg = plain_sgd_graph(spec);
   const Graph& g = sg->g;
-  std::map<std::string, int> ops;
-  for (const Node& n : g.nodes())
-    if (n.phase == Phase::Forward) ++ops[n.op];
+  std::map<std::string, int> ops = forward_ops(g);
   EXPECT_EQ(ops["attention"], 2) << "each layer's attention is one fused op";
   EXPECT_EQ(ops["softmax"], 0) << "a softmax outside the fused attention";
   EXPECT_EQ(g.trainable_params().size(), params);
@@ -1508,6 +1544,74 @@ TEST(Onnx, StochasticDepthDropsWholeSamples) {
   EXPECT_GT(kept, 32);
 }
 
+// A CNN as torch's dynamo exporter writes it (tests/golden/
+// make_dynamo_golden.py, the package's exporter="dynamo"; the files are kept
+// in the repository as Debian's torch has no dynamo exporter): batch norm in
+// inference form with the module's momentum, a convolution whose bias is a
+// computed zero (Expand(CastLike(0, x), [C])), torch.chunk as
+// SplitToSequence and SequenceAt, GELU as x * (0.5 * (1 + erf(x / sqrt 2))),
+// stochastic depth and dropout at p = 0, Hardswish, adaptive average
+// pooling and a LayerNorm2d on its [N, C, 1, 1] output, Reshape with
+// allowzero=1, the batch axis read through Shape. Step 0 and 5 SGD steps
+// match PyTorch with the tolerances of expect_golden_steps: batch norm
+// trains on the batch's statistics, as the module in training mode does.
+TEST(OnnxDynamo, CnnMatchesPyTorch) {
+  const std::string dir = std::string(MEMFIT_TEST_DATA) + "/golden/";
+  io::SafetensorsFile f = io::SafetensorsFile::load(dir + "dynamo_cnn.safetensors");
+  train::StepSpec spec;
+  spec.model = dir + "dynamo_cnn.onnx";
+  spec.batch = 4;
+  spec.height = spec.width = 8;
+  auto sg = plain_sgd_graph(spec);
+  const Graph& g = sg->g;
+  std::map<std::string, int> ops = forward_ops(g);
+  EXPECT_EQ(ops["batch_norm"], 1);
+  EXPECT_EQ(ops["conv2d"], 2);
+  EXPECT_EQ(ops["dropout"], 0) << "a dropout at p = 0 is no node";
+  EXPECT_EQ(ops["gelu"], 1) << "the Erf GELU is one op";
+  EXPECT_EQ(ops["layer_norm"], 1);
+  // conv1 (no bias), bn1's weight and bias, conv2, norm, fc: weight and
+  // bias each.
+  const size_t params = 1 + 2 + 2 + 2 + 2;
+  EXPECT_EQ(g.trainable_params().size(), params);
+  EXPECT_EQ(expect_golden_steps(*sg, f, 4 * 1 * 8 * 8), static_cast<int>(params));
+}
+
+// The same module with stochastic depth p = 0.2 and dropout p = 0.25: one
+// dropout of ones [N, 1, 1, 1] with p 0.2 (1 - the noise's CastLike'd 0.8)
+// for the residual branch, one of p 0.25 on the pooled features; conv1 has
+// no bias parameter (its computed zero bias is no weight).
+TEST(OnnxDynamo, DropoutAndStochasticDepthImportInTrainingForm) {
+  const std::string path = std::string(MEMFIT_TEST_DATA) + "/golden/dynamo_cnn_dropout.onnx";
+  const models::Model mod = models::resolve(path);
+  constexpr int64_t N = 4;
+  Graph g;
+  Builder b(g, true);
+  models::Inputs in;
+  in.values["image"] = g.input("image", {N, 1, 8, 8});
+  const ValueId y = mod.build(b, in, 10);
+  EXPECT_EQ(g.value(y).shape, (Shape{N, 10}));
+  int depth = 0, drop = 0, bn = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op == "batch_norm") ++bn;
+    if (n.op == "conv2d" && g.value(n.inputs[1]).shape == Shape{8, 1, 3, 3}) {
+      EXPECT_EQ(n.inputs.size(), 2u) << "conv1's computed zero bias became an input";
+    }
+    if (n.op != "dropout") continue;
+    if (g.value(n.inputs[0]).shape == Shape{N, 1, 1, 1}) {
+      ++depth;
+      EXPECT_NEAR(n.attrs.f("p"), 0.2, 1e-7);
+    } else {
+      ++drop;
+      EXPECT_NEAR(n.attrs.f("p"), 0.25, 1e-7);
+    }
+  }
+  EXPECT_EQ(bn, 1);
+  EXPECT_EQ(depth, 1);
+  EXPECT_EQ(drop, 1);
+  EXPECT_EQ(g.params().size(), 9u);
+}
+
 // Shape and mask arithmetic folds on constants, floats too (Hugging Face's
 // (1 - mask) * min): Equal, Where and Reshape of constants, a
 // ConstantOfShape, a Sub with broadcasting and a Sqrt give one scalar factor. A
@@ -1563,6 +1667,148 @@ TEST(Onnx, ConstantArithmeticFolds) {
   });
   const std::string e = model_error(graph_where);
   EXPECT_NE(e.find("node '/w' (Where): input 'flat' is a tensor of the graph"), std::string::npos) << e;
+}
+
+// Mod of constants folds with ONNX's two rules (fmod=0: the divisor's
+// sign, as Python's %; fmod=1: the dividend's, as C's %), as a shifted-window
+// attention's padding (w - W % w) % w is computed: (-7) mod 3 is 2 and -1
+// under the two rules, 7 mod -3 is -2 and 1; the result scales the input.
+TEST(Onnx, ModFoldsWithBothSignRules) {
+  auto ints = int_initializer;
+  auto factor = [&](int64_t x, int64_t y, int64_t fmod) {
+    return folded_k(write_tiny("mod-" + std::to_string(x) + "-" + std::to_string(y) + "-" + std::to_string(fmod),
+                               [&](onnx::GraphProto& g) {
+                                 ints(g, "x", {x});
+                                 ints(g, "y", {y});
+                                 auto& m = add_node(g, "Mod", "/mod", "x", "r");
+                                 m.add_input("y");
+                                 int_attr(m, "fmod", fmod);
+                                 scale_input_by(g, "r");
+                               }));
+  };
+  EXPECT_EQ(factor(-7, 3, 0), 2.0);
+  EXPECT_EQ(factor(-7, 3, 1), -1.0);
+  EXPECT_EQ(factor(7, -3, 0), -2.0);
+  EXPECT_EQ(factor(7, -3, 1), 1.0);
+  EXPECT_EQ(factor(6, 3, 0), 0.0);
+  // A remainder of a tensor of the graph, and one by zero, are refused by name.
+  const std::string graph_mod = write_tiny("mod-graph", [&](onnx::GraphProto& g) {
+    ints(g, "three", {3});
+    add_node(g, "Mod", "/m", "flat", "out").add_input("three");
+  });
+  EXPECT_NE(model_error(graph_mod).find("node '/m' (Mod): takes a remainder of a tensor of the graph"), std::string::npos)
+      << model_error(graph_mod);
+  const std::string by_zero = write_tiny("mod-zero", [&](onnx::GraphProto& g) {
+    ints(g, "three", {3});
+    ints(g, "zero", {0});
+    add_node(g, "Mod", "/m", "three", "r").add_input("zero");
+    add_node(g, "Mul", "/mul", "flat", "out").add_input("r");
+  });
+  EXPECT_NE(model_error(by_zero).find("node '/m' (Mod): divides by zero"), std::string::npos) << model_error(by_zero);
+}
+
+// SplitToSequence and SequenceAt (torch.chunk and split as the dynamo
+// exporter writes them): the input's [N, 32] cut into pieces of 12 is 12,
+// 12 and 8 wide, and position -1 is the last, the slice from 24; a list of
+// sizes and none (pieces of 1, keepdims=0 without the axis) cut alike.
+// A position outside the sequence, sizes that do not add up, and a
+// sequence read by any other op are refused by name.
+TEST(Onnx, SplitToSequencePiecesAreSlices) {
+  auto split = [&](const std::string& name, const std::vector<int64_t>& sizes, bool scalar, int64_t at, int64_t keepdims) {
+    return write_tiny("seq-" + name, [&](onnx::GraphProto& g) {
+      auto& n = add_node(g, "SplitToSequence", "/split", "flat", "seq");
+      if (!sizes.empty()) {
+        onnx::TensorProto& t = *g.add_initializer();
+        t.set_name("sizes");
+        t.set_data_type(onnx::TensorProto::INT64);
+        if (!scalar) t.add_dims(static_cast<int64_t>(sizes.size()));
+        for (int64_t v : sizes) t.add_int64_data(v);
+        n.add_input("sizes");
+      }
+      int_attr(n, "axis", 1);
+      if (keepdims >= 0) int_attr(n, "keepdims", keepdims);
+      int_initializer(g, "at", {at});
+      add_node(g, "SequenceAt", "/at", "seq", "out").add_input("at");
+    });
+  };
+  auto piece = [&](const std::string& path, int64_t classes) {
+    Graph g;
+    const Node& n = g.node(g.value(build_tiny(g, path, classes)).producer);
+    EXPECT_EQ(n.op, "slice");
+    return std::make_pair(n.attrs.i("start"), n.attrs.i("len"));
+  };
+  using Piece = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(piece(split("chunks", {12}, true, -1, -1), 8), Piece(24, 8));
+  EXPECT_EQ(piece(split("sizes", {20, 5, 7}, false, 1, -1), 5), Piece(20, 5));
+  EXPECT_EQ(piece(split("ones", {}, false, 3, 1), 1), Piece(3, 1));
+  // Without the axis (keepdims=0) the piece is [N]: no logits.
+  try {
+    Graph squeezed;
+    build_tiny(squeezed, split("squeezed", {}, false, 3, 0), 1);
+    ADD_FAILURE() << "a piece without its axis built as logits";
+  } catch (const GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("is [3], not the logits [N, classes]"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(model_error(split("outside", {12}, true, 3, -1)).find("node '/at' (SequenceAt): position 3"), std::string::npos)
+      << model_error(split("outside", {12}, true, 3, -1));
+  EXPECT_NE(model_error(split("short", {20, 5}, false, 0, -1)).find("node '/split' (SplitToSequence): split sizes [20, 5]"),
+            std::string::npos)
+      << model_error(split("short", {20, 5}, false, 0, -1));
+  const std::string other = write_tiny("seq-other", [&](onnx::GraphProto& g) {
+    add_node(g, "SplitToSequence", "/split", "flat", "seq");
+    add_node(g, "Relu", "/relu", "seq", "out");
+  });
+  EXPECT_NE(model_error(other).find("node '/relu' (Relu)"), std::string::npos) << model_error(other);
+}
+
+// GatherElements of constants folds (torch.gather of a module's buffer by
+// position ids, as Hugging Face's BERT reads its token types): from data
+// [[0, 1, 2], [3, 4, 5]], index [[-1]] along axis 1 is 2, [[1]] along axis 0
+// is 3, and index [[1], [0]] along axis 1 takes [1, 3], whose second entry
+// (a Slice) is read; the result scales the input. Out of range indices and
+// a gather from the graph's tensor are refused by name.
+TEST(Onnx, GatherElementsOfConstantsFolds) {
+  auto gather = [&](const std::string& name, int64_t axis, const std::vector<int64_t>& index, const Shape& index_dims,
+                    int64_t pick) {
+    return write_tiny("gather-el-" + name, [&](onnx::GraphProto& g) {
+      onnx::TensorProto& d = *g.add_initializer();
+      d.set_name("data");
+      d.set_data_type(onnx::TensorProto::INT64);
+      d.add_dims(2);
+      d.add_dims(3);
+      for (int64_t v = 0; v < 6; ++v) d.add_int64_data(v);
+      onnx::TensorProto& t = *g.add_initializer();
+      t.set_name("index");
+      t.set_data_type(onnx::TensorProto::INT64);
+      for (int64_t v : index_dims) t.add_dims(v);
+      for (int64_t v : index) t.add_int64_data(v);
+      int_initializer(g, "pick", {pick});
+      int_initializer(g, "pick_end", {pick + 1});
+      int_initializer(g, "zero", {0});
+      int_initializer(g, "minus_one", {-1});
+      auto& n = add_node(g, "GatherElements", "/ge", "data", "got");
+      n.add_input("index");
+      int_attr(n, "axis", axis);
+      add_node(g, "Reshape", "/flat_ids", "got", "ids").add_input("minus_one");
+      auto& sl = add_node(g, "Slice", "/pick", "ids", "one");
+      sl.add_input("pick");
+      sl.add_input("pick_end");
+      sl.add_input("zero");
+      scale_input_by(g, "one");
+    });
+  };
+  auto factor = folded_k;
+  EXPECT_EQ(factor(gather("last", 1, {-1}, {1, 1}, 0)), 2.0);
+  EXPECT_EQ(factor(gather("row", 0, {1}, {1, 1}, 0)), 3.0);
+  EXPECT_EQ(factor(gather("column", 1, {1, 0}, {2, 1}, 1)), 3.0);
+  const std::string e = model_error(gather("out-of-range", 1, {3}, {1, 1}, 0));
+  EXPECT_NE(e.find("node '/ge' (GatherElements): index 3 is out of range for axis 1 of [2, 3]"), std::string::npos) << e;
+  const std::string graph = write_tiny("gather-el-graph", [&](onnx::GraphProto& g) {
+    int_initializer(g, "index", {0});
+    add_node(g, "GatherElements", "/ge", "flat", "out").add_input("index");
+  });
+  EXPECT_NE(model_error(graph).find("node '/ge' (GatherElements): gathers from a tensor of the graph"), std::string::npos)
+      << model_error(graph);
 }
 
 // The command trains each classifier on labelled text (4 classes of 12

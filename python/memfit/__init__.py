@@ -81,13 +81,15 @@ def plan(model="convnet", batch=None, memory=None, example_input=None, **options
     recomputation and precision as the command does, and .policy says what it
     chose; raises BudgetError when nothing fits (no_fit=True: returns the plan
     as asked, .fits False), ValueError for an option the command does not take.
-    model may be a torch.nn.Module with example_input (exported to ONNX).
+    model may be a torch.nn.Module with example_input (exported to ONNX;
+    exporter="auto", "torchscript" or "dynamo" as for train).
     """
+    exporter = options.pop("exporter", "auto")
     data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
     train_src, test_src, options = _data_sources(options, data_kw, print, batch=batch)
     options = _with_frozen(model, options)
     with tempfile.TemporaryDirectory(prefix="memfit-plan-") as tmp:
-        model = _model_arg(model, _example(example_input, train_src), tmp)
+        model = _model_arg(model, _example(example_input, train_src), tmp, exporter)
         argv = to_argv({"model": model, "batch": batch, "memory": memory, **options})
         try:
             out = _memfit.plan(argv, train_src, test_src)
@@ -111,6 +113,9 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     the step in progress and the checkpoint. model may be a torch.nn.Module
     with example_input: it is exported to ONNX into the run directory; its
     parameters with requires_grad=False are frozen (added to freeze=).
+    exporter="auto" exports with torch's TorchScript exporter where the
+    installed torch has it, else with its dynamo exporter; "torchscript" or
+    "dynamo" chooses.
 
     data (and test_data) may be a path, or what the notebook holds:
     (x, y) numpy arrays or CPU torch tensors, images [N, C, H, W],
@@ -129,6 +134,7 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
     layout=, vocab=, pad_id=, materialise=, columns=. Bad data raises
     DataError naming the index.
     """
+    exporter = options.pop("exporter", "auto")
     data_kw = {k: options.pop(k) for k in _data.DATA_KEYWORDS if k in options}
     # Under mpirun, rank 0 speaks for the job; the other ranks show nothing.
     if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMIX_RANK", "0")) != "0":
@@ -147,8 +153,8 @@ def train(model="convnet", data=None, batch=None, memory=None, steps=None, epoch
         run_dir = _memfit.options("train", to_argv(given))["out"]
         os.makedirs(run_dir, exist_ok=True)
         module = model
-        model = _model_arg(model, _example(example_input, train_src), run_dir)
-        say(_exported_line(module, model))
+        model = _model_arg(model, _example(example_input, train_src), run_dir, exporter)
+        say(_exported_line(module, model, exporter))
     argv = to_argv({"model": model, **given}) + ["--progress", "bar"]
     sink = display
     if callable(progress):
@@ -217,7 +223,7 @@ def _with_frozen(model, options):
     return {**options, "freeze": given + [f for f in frozen if f not in given]}
 
 
-def _model_arg(model, example_input, folder):
+def _model_arg(model, example_input, folder, exporter="auto"):
     """A zoo name or model file as it is; a torch.nn.Module exported to
     folder/model.onnx (the engine reads ONNX models)."""
     if isinstance(model, (str, os.PathLike)):
@@ -231,15 +237,15 @@ def _model_arg(model, example_input, folder):
     tokens = not getattr(example_input, "is_floating_point", lambda: True)()  # token ids: an integer tensor
     return export_training(model, example_input, os.path.join(folder, "model.onnx"),
                            input_name="tokens" if tokens else "image",
-                           attention_mask=tokens and _takes_attention_mask(model, example_input))
+                           attention_mask=tokens and _takes_attention_mask(model, example_input), exporter=exporter)
 
 
-def _exported_line(module, path):
+def _exported_line(module, path, exporter="auto"):
     """What the export did, said before the plan."""
     import torch
-    from ._onnx import exported_with
-    return (f"memfit: {type(module).__name__} exported to {path} by torch {torch.__version__}'s {exported_with()} "
-            f"exporter (training mode, opset 17)\n")
+    from ._onnx import exported_with, export_opset
+    return (f"memfit: {type(module).__name__} exported to {path} by torch {torch.__version__}'s "
+            f"{exported_with(exporter)} exporter (training mode, opset {export_opset(exporter)})\n")
 
 
 def _takes_attention_mask(model, example_input):

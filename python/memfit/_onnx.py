@@ -7,20 +7,88 @@ No import of memfit's extension and nothing beyond torch, so that
 tests/golden/export_onnx.py loads this file by its path for the golden
 models' exports: the package and the tests export the same way.
 """
+import contextlib
 import inspect
+import io
 import os
 import struct
+import warnings
+
+# What torch says on every training-mode export, which a user cannot act
+# on: the TorchScript exporter's deprecations and its note on batch norm's
+# num_batches_tracked counter (memfit keeps its own step), the dynamo
+# exporter's advice to export in eval mode.
+_EXPECTED = ("Removing mutation from node aten::add_", "legacy TorchScript-based ONNX export", "The feature will be removed",
+             "Setting `training` to something other than default", "while it is in training mode")
 
 
-def exported_with():
-    """The exporter export_training uses with the installed torch: the
-    TorchScript one ("TorchScript"), which torch >= 2.5 keeps beside its
-    dynamo exporter (dynamo=False) and which alone writes training mode."""
+@contextlib.contextmanager
+def _quiet_export():
+    """The export without torch's expected warnings, the TracerWarnings of
+    torch's own argument checks (batch norm's batch-size check in
+    torch/nn/functional.py) and the dynamo exporter's progress lines; any
+    other warning (a TracerWarning that the module's own code traced a
+    value as a constant) is shown once."""
+    with warnings.catch_warnings(record=True) as seen, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        yield
+    shown = set()
+    for w in seen:
+        text = str(w.message)
+        own_check = w.category.__name__ == "TracerWarning" and \
+            os.path.join("torch", "nn", "functional.py") in os.path.normpath(w.filename)
+        if any(e in text for e in _EXPECTED) or own_check or text in shown:
+            continue
+        shown.add(text)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _has_torchscript_exporter(torch):
+    """Whether torch.onnx.export still has the TorchScript exporter (torch
+    before 2.5 has no other; later ones keep it behind dynamo=False)."""
+    params = inspect.signature(torch.onnx.export).parameters
+    return "dynamo" not in params or "training" in params
+
+
+def exported_with(exporter="auto"):
+    """The exporter export_training uses with the installed torch:
+    "TorchScript" wherever torch has it (it writes training mode: dropout
+    and batch norm as in training), else "dynamo" (torch.export's, its
+    graph traced in training mode, kept unoptimised so that batch norm is
+    not folded into the convolutions). exporter: "auto", "torchscript" or
+    "dynamo"."""
+    import torch
+    if exporter not in ("auto", "torchscript", "dynamo"):
+        raise ValueError(f"exporter={exporter!r}: one of 'auto', 'torchscript', 'dynamo'")
+    if exporter == "dynamo" or (exporter == "auto" and not _has_torchscript_exporter(torch)):
+        return "dynamo"
     return "TorchScript"
 
 
+def export_opset(exporter="auto", opset=17):
+    """The opset export_training writes: opset, or at least 18 with the
+    dynamo exporter (its lowest)."""
+    return max(opset, 18) if exported_with(exporter) == "dynamo" else opset
+
+
+def _export_dynamo(torch, model, args, names, output_name, tmp, opset):
+    """torch.onnx.export(dynamo=True) of the module in training mode:
+    optimize=False (its optimiser folds batch norm into the convolution, a
+    different model to train), the weights inside the file, the batch axis
+    a dynamic dimension. Its batch norms come out in inference form with
+    the module's momentum, which memfit trains (batch statistics, its
+    running statistics from the file's); its dropouts stay Dropout nodes in
+    training mode."""
+    batch = torch.export.Dim("N", min=1)
+    shapes = tuple({0: batch} for _ in names)
+    program = torch.onnx.export(model, args, None, dynamo=True, optimize=False, external_data=False,
+                                opset_version=max(opset, 18), input_names=names, output_names=[output_name],
+                                dynamic_shapes=shapes)
+    program.save(tmp, external_data=False)
+
+
 def export_training(model, example_input, path, opset=17, input_name="image", output_name="logits",
-                    attention_mask=False):
+                    attention_mask=False, exporter="auto"):
     """Writes path (atomically: a .tmp file renamed) and returns it.
 
     The export traces one forward pass in training mode, which would move
@@ -35,10 +103,15 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
     attention_mask=True: the module is called as model(x, attention_mask)
     (a Hugging Face text model's second argument), the mask a second input
     named attention_mask (all 1s in the trace), which memfit feeds from the
-    data's padding."""
+    data's padding.
+
+    exporter: "auto" (TorchScript where the installed torch has it, else
+    dynamo), "torchscript" or "dynamo"; exported_with(exporter) names the
+    one used."""
     import torch
     import torch.nn as nn
 
+    dynamo = exported_with(exporter) == "dynamo"
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     kept = [m.momentum for m in bns]
     if len(set(kept)) > 1:
@@ -58,6 +131,13 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
         config.use_cache = False
     tmp = path + ".tmp"
     try:
+        args, names = example_input, [input_name]
+        if attention_mask:
+            args, names = (example_input, torch.ones_like(example_input)), [input_name, "attention_mask"]
+        if dynamo:
+            with _quiet_export():
+                _export_dynamo(torch, model, args if isinstance(args, tuple) else (args,), names, output_name, tmp, opset)
+            return _finish_dynamo(tmp, path, bns, kept)
         kwargs = {}
         if "dynamo" in inspect.signature(torch.onnx.export).parameters:
             # torch >= 2.5 also has the dynamo exporter (its default from 2.9),
@@ -65,13 +145,11 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
             # drops training mode; the TorchScript exporter keeps all three
             # as memfit reads them.
             kwargs["dynamo"] = False
-        args, names = example_input, [input_name]
-        if attention_mask:
-            args, names = (example_input, torch.ones_like(example_input)), [input_name, "attention_mask"]
-        torch.onnx.export(model, args, tmp, export_params=True, do_constant_folding=False,
-                          training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
-                          input_names=names, output_names=[output_name],
-                          dynamic_axes={n: {0: "N"} for n in names}, **kwargs)
+        with _quiet_export():
+            torch.onnx.export(model, args, tmp, export_params=True, do_constant_folding=False,
+                              training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
+                              input_names=names, output_names=[output_name],
+                              dynamic_axes={n: {0: "N"} for n in names}, **kwargs)
     finally:
         if cached:
             config.use_cache = cached
@@ -90,6 +168,32 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
         blob = blob.replace(attr + struct.pack("<f", 1.0), attr + struct.pack("<f", 1.0 - kept[0]))
     with open(tmp, "wb") as f:
         f.write(blob)
+    os.replace(tmp, path)
+    return path
+
+
+def _finish_dynamo(tmp, path, bns, kept):
+    """The dynamo export's batch norms carry the traced momentum (0, so
+    that the trace left the running statistics as they were): each is set
+    back to the module's, in ONNX's form (1 - momentum)."""
+    import onnx
+    m = onnx.load(tmp)
+    found = 0
+    for node in m.graph.node:
+        if node.op_type != "BatchNormalization":
+            continue
+        found += 1
+        for a in node.attribute:
+            if a.name == "momentum":
+                a.f = 1.0 - kept[0]
+                break
+        else:
+            node.attribute.append(onnx.helper.make_attribute("momentum", 1.0 - kept[0]))
+    if found != len(bns):
+        os.remove(tmp)
+        raise RuntimeError(f"{path}: expected {len(bns)} BatchNormalization nodes in the dynamo export, found {found} "
+                           "(folded into a convolution?)")
+    onnx.save(m, tmp)
     os.replace(tmp, path)
     return path
 

@@ -369,14 +369,15 @@ class StackedClassifier(nn.Module):
 
 
 def sgd_reference(model, x, y, forward, loss_fn, lr, steps):
-    """PyTorch's numbers for the batch x (token ids) and targets y, in
+    """PyTorch's numbers for the batch x (token ids, or images) and targets y, in
     float64 from the model's float32 weights: the fixture's input, labels,
     logits, loss and each parameter's gradient ("grad." + its name), and the
     losses of `steps` plain SGD steps (lr, no momentum) on that batch.
     forward(model, ids) gives the logits, loss_fn(logits, targets) the loss.
     The model is left in float64."""
     model = model.double()
-    xt, yt = torch.from_numpy(x.astype(np.int64)), torch.from_numpy(y.astype(np.int64))
+    xt = torch.from_numpy(x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float64))
+    yt = torch.from_numpy(y.astype(np.int64))
     logits = forward(model, xt)
     loss = loss_fn(logits, yt)
     loss.backward()

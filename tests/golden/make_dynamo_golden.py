@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""A small CNN exported by torch's dynamo exporter (torch.onnx.export(...,
+dynamo=True), the default of current torch), for test_onnx's OnnxDynamo
+tests.
+
+    make bench-venv && bench/.venv/bin/python tests/golden/make_dynamo_golden.py
+
+The package's export with exporter="dynamo" (python/memfit/_onnx.py: the
+module traced in training mode by torch.export, not optimised, weights in
+the file). The model has what that exporter writes differently from the
+TorchScript one: a convolution without a bias (its zero bias a computed
+constant, Expand(CastLike(0, x), [C])), batch norm in inference form with
+the module's momentum, a residual branch under torchvision's stochastic
+depth (the noise's probability CastLike the noise), torch.chunk as
+SplitToSequence and SequenceAt, GELU as x * (0.5 * (1 + erf(x / sqrt 2))),
+adaptive average pooling and ConvNeXt's LayerNorm2d after it (its
+permute of [N, C, 1, 1] a Gather of the flattened pool at computed
+offsets), dropout as Dropout nodes in training mode, Reshape with
+allowzero=1, the batch axis a dynamic dimension read through Shape.
+
+Writes, beside this script:
+- dynamo_cnn.onnx and dynamo_cnn.safetensors: stochastic depth and dropout
+  at p = 0 (PyTorch's masks come from its own generator), with PyTorch's
+  logits, loss and gradients for one batch and the losses of 5 plain SGD
+  steps (lr 0.1), in float64 from the float32 weights;
+- dynamo_cnn_dropout.onnx: the same module with stochastic depth p = 0.2
+  and dropout p = 0.25, for the structure the importer makes of them.
+
+Debian's torch 1.13 has no dynamo exporter, so the files (a few KB) are
+kept in the repository.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torchvision.ops import StochasticDepth
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import make_golden as golden  # noqa: E402
+from export_onnx import _onnx, sgd_reference  # noqa: E402  (the package's exporter, loaded by path)
+
+B, LR, STEPS = 4, 0.1, 5
+
+
+class DynNet(nn.Module):
+    def __init__(self, p_depth, p_drop):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.sd = StochasticDepth(p_depth, "row")
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.norm = nn.LayerNorm(8, eps=1e-6)
+        self.drop = nn.Dropout(p_drop)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)   # [N, 8, 4, 4]
+        a, b = torch.chunk(x, 2, dim=1)                           # SplitToSequence, SequenceAt
+        x = torch.cat([a, F.gelu(b)], 1)                          # Erf GELU as x * (0.5 * (1 + erf))
+        x = x + self.sd(F.hardswish(self.conv2(x)))
+        x = self.pool(x).permute(0, 2, 3, 1)                      # ConvNeXt's LayerNorm2d on [N, 8, 1, 1]
+        x = self.norm(x).permute(0, 3, 1, 2)
+        return self.fc(self.drop(torch.flatten(x, 1)))
+
+
+def main():
+    torch.set_num_threads(1)
+    example = torch.zeros(2, 1, 8, 8)
+    torch.manual_seed(0)
+    model = DynNet(0.2, 0.25).train()
+    path = os.path.join(HERE, "dynamo_cnn_dropout.onnx")
+    _onnx.export_training(model, example, path, 17, exporter="dynamo")
+    print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
+
+    torch.manual_seed(0)
+    model = DynNet(0.0, 0.0).train()
+    path = os.path.join(HERE, "dynamo_cnn.onnx")
+    _onnx.export_training(model, example, path, 17, exporter="dynamo")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((B, 1, 8, 8)).astype(np.float32)
+    y = np.array([3, 1, 4, 1], dtype=np.int32)
+    out = sgd_reference(model, x, y, lambda m, xt: m(xt), F.cross_entropy, LR, STEPS)
+    golden.write_safetensors(os.path.join(HERE, "dynamo_cnn.safetensors"), out,
+                             {"generator": "tests/golden/make_dynamo_golden.py", "torch_version": torch.__version__,
+                              "lr": repr(LR)})
+    print(f"{path}: {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
