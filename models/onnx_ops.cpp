@@ -810,7 +810,11 @@ void op_slice(Env& e, const onnx::NodeProto& n) {
     auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + xs[a] : v, int64_t(0), xs[a]); };
     from[a] = clampi(starts[k]);
     len[a] = std::max<int64_t>(0, clampi(ends[k]) - from[a]);
-    if (len[a] == 0) refuse(e.f, n, "the slice of axis " + std::to_string(a) + " is empty");
+    // An empty piece of a shape is an empty list (torch's unflatten writes
+    // shape[:d] + sizes + shape[d + 1:], whose last part is empty at the
+    // last axis); memfit's tensors are never empty.
+    const bool shape_list = on_const && xs.size() == 1 && !constant(e, n, 0).is_float;
+    if (len[a] == 0 && !shape_list) refuse(e.f, n, "the slice of axis " + std::to_string(a) + " is empty");
   }
   if (on_const) return bind_const(e, n, slice_const(constant(e, n, 0), from, len));
   ValueId y = value(e, n, 0);
@@ -846,15 +850,28 @@ void op_constant_of_shape(Env& e, const onnx::NodeProto& n) {
 // stretched). A constant is folded. A tensor of the graph passes where the
 // result has its shape; memfit broadcasts inside the op that reads a tensor
 // (add_broadcast, binary), so an Expand that grows one is refused.
+// Expand: of constants, folded; of a weight or a tensor of the graph, a
+// copy over its leading axes (expand_leading: ViT's class token
+// [1, 1, D] -> [N, 1, D]), its 1s before the kept axes dropped. Repeating
+// any other axis is refused: memfit broadcasts inside the op that reads it.
 void op_expand(Env& e, const onnx::NodeProto& n) {
-  const bool on_const = is_const(e, n.input(0));
+  const bool on_const = foldable(e, n.input(0));
   const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
   const Shape out = broadcast_dims(e, n, xs, const_ints(e, n, 1));
   if (!on_const) {
-    if (out != xs)
+    const ValueId x = value(e, n, 0);
+    if (out == xs) return bind(e, n, x);
+    // The leading axes that grow must be 1s in x; from the first that
+    // does not grow on, x's axes are the output's.
+    const size_t lead = out.size() - xs.size();
+    size_t keep = 0;
+    while (keep < xs.size() && xs[keep] == 1 && out[lead + keep] != 1) ++keep;
+    const Shape tail(xs.begin() + static_cast<int64_t>(keep), xs.end());
+    if (!std::equal(tail.begin(), tail.end(), out.end() - static_cast<int64_t>(tail.size())) || tail.empty())
       refuse(e.f, n, "expands a tensor of the graph from " + shape_str(xs) + " to " + shape_str(out) +
-                     ": memfit broadcasts inside the op that reads it (Add, Mul, ...), not as a copy");
-    return bind(e, n, value(e, n, 0));
+                     ": memfit repeats a tensor over its leading axes only, and broadcasts inside the op that reads it "
+                     "(Add, Mul, ...)");
+    return bind(e, n, expand_leading(e.b, tail == xs ? x : reshape(e.b, x, tail), out));
   }
   bind_const(e, n, gathered(constant(e, n, 0), out, broadcast_index(xs, out)));
 }

@@ -1,4 +1,5 @@
-// add_broadcast (a bias or a position table added over leading axes) and its
+// add_broadcast (a bias or a position table added over leading axes),
+// expand_leading (a class token repeated over the batch) and their
 // gradient sum_leading: gradient checks in double, the fast CPU kernels
 // against the reference, in place, and shape errors naming the layer.
 //
@@ -39,6 +40,36 @@ TEST(GradCheckBroadcast, TableOverTheBatchThenLinear) {
 
 TEST(GradCheckBroadcast, SameShapeIsAPlainAdd) {
   grad_check({f32_input({2, 3}), f32_input({2, 3})}, [](Builder& b, const Ins& in) { return add_broadcast(b, in[0], in[1]); });
+}
+
+// expand_leading: a class token [1, 3] over a batch of 4 then concatenated
+// before the patches, as a ViT does; the linear after makes dy vary by row,
+// so the gradient's sum over the rows is checked.
+TEST(GradCheckBroadcast, ExpandOverTheBatchThenConcat) {
+  grad_check({f32_input({1, 3}), f32_input({4, 2, 3})}, [](Builder& b, const Ins& in) {
+    return linear(b, concat(b, {expand_leading(b, in[0], {4, 1, 3}), in[1]}, 1), 2);
+  });
+}
+
+// The CPU table runs expand_leading's reference kernel (a copy per row):
+// equal to it bit for bit on the fast backend, its gradient too.
+TEST(Broadcast, ExpandRunsOnTheCpuBackend) {
+  Graph g;
+  Builder b(g);
+  const ValueId x = g.input("x", {2, 5});
+  const ValueId y = expand_leading(b, x, {3, 4, 2, 5});
+  const ValueId s = g.add1("sum_leading", {y}, {{"shape", Shape{2, 5}}}, "sum");
+  g.value(y).is_output = true;
+  g.value(s).is_output = true;
+  memfit::testing::GraphData data;
+  std::vector<float> xv(10);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = 0.5f * static_cast<float>(i) - 2.0f;
+  data.floats[x] = xv;
+  const auto cpu = memfit::testing::run_graph(g, Backend::Cpu, data, {y, s});
+  for (size_t r = 0; r < 12; ++r)
+    for (size_t k = 0; k < 10; ++k) ASSERT_EQ(cpu.at(y)[r * 10 + k], xv[k]) << "row " << r;
+  for (size_t k = 0; k < 10; ++k) EXPECT_EQ(cpu.at(s)[k], 12 * xv[k]);  // exact: small multiples of 0.5
+  EXPECT_NE(error_of([&] { expand_leading(b, x, {3, 5, 2}); }).find("cannot expand [2, 5] to [3, 5, 2]"), std::string::npos);
 }
 
 TEST(Broadcast, CpuKernelsMatchTheReference) {

@@ -1402,7 +1402,8 @@ TEST(OnnxRecurrent, WhatTheLayersCannotBeIsRefusedByName) {
 
 // ConstantOfShape and Expand fold on constants (here into a scalar factor);
 // an Expand that leaves a tensor of the graph as it is passes, one that
-// would grow it is refused.
+// grows it over new leading axes is a copy, one that repeats an inner axis
+// is refused.
 TEST(Onnx, ConstantOfShapeAndExpandFold) {
   auto ints = int_initializer;
   const std::string path = write_tiny("cos-expand", [&](onnx::GraphProto& g) {
@@ -1425,12 +1426,44 @@ TEST(Onnx, ConstantOfShapeAndExpandFold) {
   for (const Node& n : g.nodes())
     if (n.op == "scale") scales.push_back(n.attrs.f("alpha"));
   EXPECT_EQ(scales, std::vector<double>{2.5});
-  const std::string grow = write_tiny("expand-grow", [&](onnx::GraphProto& g) {
-    ints(g, "to", {2, 1, 32});
-    add_node(g, "Expand", "/grow", "flat", "y").add_input("to");
+  // Over new leading axes it is a copy (ViT's class token over the batch):
+  // [N, 32] -> [2, N, 32] (then its second copy, as [N, 32]), and a
+  // leading 1 that grows is such an axis too: [1, N, 32] -> [2, N, 32].
+  for (bool unit : {false, true}) {
+    const std::string grow = write_tiny(unit ? "expand-grow-1" : "expand-grow", [&](onnx::GraphProto& g) {
+      ints(g, "to", {2, 1, 32});
+      ints(g, "unit", {1, -1, 32});
+      ints(g, "from", {1});
+      ints(g, "end", {2});
+      ints(g, "axis0", {0});
+      ints(g, "rows", {-1, 32});
+      std::string x = "flat";
+      if (unit) add_node(g, "Reshape", "/unit", "flat", "u").add_input("unit"), x = "u";
+      add_node(g, "Expand", "/grow", x, "e").add_input("to");
+      auto& sl = add_node(g, "Slice", "/second", "e", "s");
+      for (const char* in : {"from", "end", "axis0"}) sl.add_input(in);
+      add_node(g, "Reshape", "/rows", "s", "y").add_input("rows");
+    });
+    Graph grown;
+    build_tiny(grown, grow, 32);
+    int copies = 0;
+    for (const Node& n : grown.nodes())
+      if (n.op == "expand_leading") {
+        ++copies;
+        EXPECT_EQ(grown.value(n.inputs[0]).shape, (Shape{3, 32}));
+        EXPECT_EQ(grown.value(n.outputs[0]).shape, (Shape{2, 3, 32}));
+      }
+    EXPECT_EQ(copies, 1);
+  }
+  // Repeating an inner axis is refused.
+  const std::string inner = write_tiny("expand-inner", [&](onnx::GraphProto& g) {
+    ints(g, "col", {-1, 32, 1});
+    ints(g, "to", {1, 32, 4});
+    add_node(g, "Reshape", "/col", "flat", "c").add_input("col");
+    add_node(g, "Expand", "/grow", "c", "y").add_input("to");
   });
-  const std::string e = model_error(grow);
-  EXPECT_NE(e.find("node '/grow' (Expand): expands a tensor of the graph from [1, 32] to [2, 1, 32]"), std::string::npos) << e;
+  const std::string e = model_error(inner);
+  EXPECT_NE(e.find("node '/grow' (Expand): expands a tensor of the graph from [1, 32, 1] to [1, 32, 4]"), std::string::npos) << e;
 }
 
 // Hugging Face models as users build them from a config and call them,
@@ -1575,6 +1608,37 @@ TEST(OnnxDynamo, CnnMatchesPyTorch) {
   const size_t params = 1 + 2 + 2 + 2 + 2;
   EXPECT_EQ(g.trainable_params().size(), params);
   EXPECT_EQ(expect_golden_steps(*sg, f, 4 * 1 * 8 * 8), static_cast<int>(params));
+}
+
+// torchvision's VisionTransformer (tests/golden/make_dynamo_golden.py: 16 x
+// 16 images, patches of 8, 2 layers of 32 features, 2 heads) exported by
+// each of torch's exporters: the class token expanded over the batch
+// (expand_leading) and concatenated before the patches, the position
+// table added, nn.MultiheadAttention's packed projection unflattened into
+// q, k and v (an empty piece of a shape where the unflattened axis is the
+// last), the Erf GELU. Both files match PyTorch's step 0 and 5 SGD steps
+// as above.
+TEST(OnnxDynamo, VisionTransformerMatchesPyTorchFromBothExporters) {
+  const std::string dir = std::string(MEMFIT_TEST_DATA) + "/golden/";
+  io::SafetensorsFile f = io::SafetensorsFile::load(dir + "vit.safetensors");
+  for (const char* exporter : {"torchscript", "dynamo"}) {
+    SCOPED_TRACE(exporter);
+    train::StepSpec spec;
+    spec.model = dir + "vit_" + exporter + ".onnx";
+    spec.batch = 4;
+    spec.channels = 3;
+    spec.height = spec.width = 16;
+    auto sg = plain_sgd_graph(spec);
+    std::map<std::string, int> ops = forward_ops(sg->g);
+    EXPECT_EQ(ops["expand_leading"], 1) << "the class token";
+    EXPECT_EQ(ops["gelu"], 2);
+    // class token, position table, patch conv (2), per layer: 2 norms (4),
+    // packed in-projection (2), out-projection (2), MLP (4); final norm (2),
+    // head (2).
+    const size_t params = 1 + 1 + 2 + 2 * (4 + 2 + 2 + 4) + 2 + 2;
+    EXPECT_EQ(sg->g.trainable_params().size(), params);
+    EXPECT_EQ(expect_golden_steps(*sg, f, 4 * 3 * 16 * 16), static_cast<int>(params));
+  }
 }
 
 // The same module with stochastic depth p = 0.2 and dropout p = 0.25: one

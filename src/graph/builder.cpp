@@ -128,6 +128,10 @@ ValueId add_broadcast(Builder& b, ValueId a, ValueId c) {
   return b.g.add1("add_broadcast", {a, c}, {}, b.auto_name("add_broadcast"));
 }
 
+ValueId expand_leading(Builder& b, ValueId x, Shape shape) {
+  return b.g.add1("expand_leading", {x}, {{"shape", std::move(shape)}}, b.auto_name("expand_leading"));
+}
+
 ValueId cast(Builder& b, ValueId x, DType dtype) {
   return b.g.add1("cast", {x}, {{"dtype", int64_t(dtype)}}, b.auto_name("cast"));
 }

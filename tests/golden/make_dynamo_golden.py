@@ -24,10 +24,13 @@ Writes, beside this script:
   logits, loss and gradients for one batch and the losses of 5 plain SGD
   steps (lr 0.1), in float64 from the float32 weights;
 - dynamo_cnn_dropout.onnx: the same module with stochastic depth p = 0.2
-  and dropout p = 0.25, for the structure the importer makes of them.
+  and dropout p = 0.25, for the structure the importer makes of them;
+- vit_torchscript.onnx, vit_dynamo.onnx and vit.safetensors: a small
+  torchvision VisionTransformer (16 x 16 images, patches of 8, 2 layers of
+  32 features) by each exporter, with PyTorch's numbers as above.
 
-Debian's torch 1.13 has no dynamo exporter, so the files (a few KB) are
-kept in the repository.
+Debian's torch 1.13 has no dynamo exporter, so the files (a few tens of
+KB each) are kept in the repository.
 """
 import os
 import sys
@@ -36,6 +39,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torchvision.models.vision_transformer import VisionTransformer
 from torchvision.ops import StochasticDepth
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +48,24 @@ import make_golden as golden  # noqa: E402
 from export_onnx import _onnx, sgd_reference  # noqa: E402  (the package's exporter, loaded by path)
 
 B, LR, STEPS = 4, 0.1, 5
+
+
+def export(model, example, path, exporter="dynamo"):
+    """The package's export, then each node's metadata and doc string
+    stripped: the dynamo exporter writes the Python stack trace of every
+    node (this machine's paths, most of the file's size), which memfit does
+    not read."""
+    import onnx
+    _onnx.export_training(model, example, path, 17, exporter=exporter)
+    m = onnx.load(path)
+    for node in m.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    for v in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+        del v.metadata_props[:]
+    m.graph.doc_string = ""
+    onnx.save(m, path)
+    print(f"{path}: {os.path.getsize(path)} bytes ({exporter}, torch {torch.__version__})")
 
 
 class DynNet(nn.Module):
@@ -73,14 +95,11 @@ def main():
     example = torch.zeros(2, 1, 8, 8)
     torch.manual_seed(0)
     model = DynNet(0.2, 0.25).train()
-    path = os.path.join(HERE, "dynamo_cnn_dropout.onnx")
-    _onnx.export_training(model, example, path, 17, exporter="dynamo")
-    print(f"{path}: {os.path.getsize(path)} bytes (torch {torch.__version__})")
+    export(model, example, os.path.join(HERE, "dynamo_cnn_dropout.onnx"))
 
     torch.manual_seed(0)
     model = DynNet(0.0, 0.0).train()
-    path = os.path.join(HERE, "dynamo_cnn.onnx")
-    _onnx.export_training(model, example, path, 17, exporter="dynamo")
+    export(model, example, os.path.join(HERE, "dynamo_cnn.onnx"))
     rng = np.random.default_rng(0)
     x = rng.standard_normal((B, 1, 8, 8)).astype(np.float32)
     y = np.array([3, 1, 4, 1], dtype=np.int32)
@@ -88,7 +107,22 @@ def main():
     golden.write_safetensors(os.path.join(HERE, "dynamo_cnn.safetensors"), out,
                              {"generator": "tests/golden/make_dynamo_golden.py", "torch_version": torch.__version__,
                               "lr": repr(LR)})
-    print(f"{path}: {os.path.getsize(path)} bytes")
+
+    # torchvision's VisionTransformer, small: its class token expanded over
+    # the batch and concatenated before the patches, nn.MultiheadAttention's
+    # packed projection (unflattened into q, k, v), the Erf GELU; dropout 0
+    # (its default). Exported by both exporters, one fixture for the two.
+    torch.manual_seed(0)
+    vit = VisionTransformer(image_size=16, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                            num_classes=10).train()
+    example = torch.zeros(2, 3, 16, 16)
+    for exporter in ("torchscript", "dynamo"):
+        export(vit, example, os.path.join(HERE, f"vit_{exporter}.onnx"), exporter)
+    x = rng.standard_normal((B, 3, 16, 16)).astype(np.float32)
+    out = sgd_reference(vit, x, y, lambda m, xt: m(xt), F.cross_entropy, LR, STEPS)
+    golden.write_safetensors(os.path.join(HERE, "vit.safetensors"), out,
+                             {"generator": "tests/golden/make_dynamo_golden.py", "torch_version": torch.__version__,
+                              "lr": repr(LR)})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 // a position table's rows): a [..., S...], b [S...] (b's shape is a's
 // trailing axes). Its gradient for b sums dy over the leading axes:
 // sum_leading [R..., S...] -> [S...], stored as attribute "dtype" (b's type;
-// default: the input's).
+// default: the input's). expand_leading: x [S...] repeated to attribute
+// "shape" [R..., S...] (a class token over the batch); its gradient is
+// sum_leading back to x's shape.
 #include "ops/common/op_common.hpp"
 
 namespace memfit {
@@ -39,6 +41,28 @@ void register_broadcast_ops() {
   };
   add.flops = [](const Graph& g, const Node& n) { return static_cast<double>(numel(in_shape(g, n, 0))); };
   register_op(add);
+
+  OpDef expand = simple_op("expand_leading");
+  expand.traits.no_gradient = false;
+  expand.traits.reference_serves_cpu = true;  // a copy of x per row
+  expand.infer = [](const Graph& g, const Node& n) {
+    const Shape& x = in_shape(g, n, 0);
+    const Shape& s = n.attrs.ints("shape");
+    if (x.empty() || x.size() > s.size() || !std::equal(x.begin(), x.end(), s.end() - static_cast<int64_t>(x.size())))
+      shape_fail(g, n, "cannot expand " + shape_str(x) + " to " + shape_str(s) + ": x must be the trailing axes");
+    for (int64_t d : s)
+      if (d < 1) shape_fail(g, n, "cannot expand to " + shape_str(s));
+    return std::vector<ValueMeta>{{s, in_dtype(g, n, 0)}};
+  };
+  expand.grad = [](GradContext& c) {
+    std::vector<ValueId> r{kNone};
+    if (c.out_grads[0] != kNone && c.need[0])
+      r[0] = c.emit1("sum_leading", {c.out_grads[0]},
+                     {{"shape", c.g.value(c.in(0)).shape}, {"dtype", int64_t(grad_dtype(c.g, c.in(0)))}});
+    return r;
+  };
+  expand.flops = [](const Graph& g, const Node& n) { return static_cast<double>(numel(n.attrs.ints("shape"))); };
+  register_op(expand);
 
   OpDef sum;
   sum.name = "sum_leading";

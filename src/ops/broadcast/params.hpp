@@ -9,6 +9,7 @@ namespace memfit::kernels {
 
 // add_broadcast  in: a[R,S], b[S]   out: y[R,S] = a + b (y may be a's buffer)
 // sum_leading    in: x[R,S]         out: y[S] = sum over rows of x
+// expand_leading in: x[S]           out: y[R,S], each row x
 struct BroadcastParams {
   int64_t R, S;
 };

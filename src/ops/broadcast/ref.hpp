@@ -1,4 +1,4 @@
-// Scalar reference kernels of add_broadcast and sum_leading
+// Scalar reference kernels of add_broadcast, expand_leading and sum_leading
 // (ops/broadcast/params.hpp); T is float or double. Sums in double.
 #pragma once
 
@@ -20,6 +20,22 @@ class AddBroadcast final : public Kernel {
     T* y = out<T>(0);
     for (int64_t r = 0; r < p_.R; ++r)
       for (int64_t s = 0; s < p_.S; ++s) y[r * p_.S + s] = a[r * p_.S + s] + b[s];
+  }
+
+ private:
+  BroadcastParams p_;
+};
+
+template <class T>
+class ExpandLeading final : public Kernel {
+ public:
+  explicit ExpandLeading(BroadcastParams p) : p_(p) {}
+  const char* name() const override { return "ref.expand_leading"; }
+  void run(const StepContext&) override {
+    const T* x = in<T>(0);
+    T* y = out<T>(0);
+    for (int64_t r = 0; r < p_.R; ++r)
+      for (int64_t s = 0; s < p_.S; ++s) y[r * p_.S + s] = x[s];
   }
 
  private:
