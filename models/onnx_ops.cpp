@@ -555,6 +555,8 @@ bool fold_arith(Env& e, const onnx::NodeProto& n) {
                                    : op == "Mul" ? x * y
                                    : op == "Pow" ? std::pow(x, y)
                                    : op == "Mod" ? std::fmod(x, y)
+                                   : op == "Max" ? std::max(x, y)
+                                   : op == "Min" ? std::min(x, y)
                                                  : x / y);
     }
     r.f = std::move(f);
@@ -571,7 +573,8 @@ bool fold_arith(Env& e, const onnx::NodeProto& n) {
     if ((op == "Div" || op == "Mod") && y == 0) refuse(e.f, n, "divides by zero");
     int64_t v = 0;
     bool over = false;
-    if (op == "Add") over = __builtin_add_overflow(x, y, &v);
+    if (op == "Max" || op == "Min") v = op == "Max" ? std::max(x, y) : std::min(x, y);
+    else if (op == "Add") over = __builtin_add_overflow(x, y, &v);
     else if (op == "Sub") over = __builtin_sub_overflow(x, y, &v);
     else if (op == "Mul") over = __builtin_mul_overflow(x, y, &v);
     else if (x == std::numeric_limits<int64_t>::min() && y == -1) v = 0, over = op == "Div";
@@ -1427,6 +1430,53 @@ void op_pow(Env& e, const onnx::NodeProto& n) {
                                        "inside GELU only");
 }
 
+// Max and Min of constants (a shifted window's padding, max(0, w - H)):
+// two inputs with broadcasting, or one (itself).
+void op_max_min(Env& e, const onnx::NodeProto& n) {
+  if (n.input_size() == 1 && foldable(e, n.input(0))) return bind_const(e, n, constant(e, n, 0));
+  if (n.input_size() != 2 || !fold_arith(e, n))
+    refuse(e.f, n, "takes the " + std::string(n.op_type() == "Max" ? "maximum" : "minimum") +
+                       " of tensors of the graph, or of more than two: memfit imports " + n.op_type() +
+                       " of two constants only");
+}
+
+// ScatterND(data, indices, updates) of constants, no reduction (a mask
+// built by slice assignment, Swin's shifted-window regions): a copy of data
+// with the slices indices[..] names set from updates.
+void op_scatter_nd(Env& e, const onnx::NodeProto& n) {
+  if (attr_s(n, "reduction", "none") != "none") refuse(e.f, n, "reduction " + attr_s(n, "reduction", "") + " is not supported");
+  if (!foldable(e, n.input(0)) || !is_const(e, n.input(1)) || !foldable(e, n.input(2)))
+    refuse(e.f, n, "scatters into or from a tensor of the graph: memfit imports ScatterND on constants only");
+  Const r = constant(e, n, 0);
+  const Const &ix = constant(e, n, 1), &up = constant(e, n, 2);
+  if (ix.is_float) refuse(e.f, n, "has float indices");
+  if (up.is_float != r.is_float) refuse(e.f, n, "updates differ from the data in type");
+  const Shape ds = const_dims(r), is = const_dims(ix);
+  if (is.empty() || is.back() < 1 || is.back() > static_cast<int64_t>(ds.size()))
+    refuse(e.f, n, "indices " + shape_str(is) + " do not index data " + shape_str(ds));
+  const auto k = static_cast<size_t>(is.back());
+  int64_t slice = 1;  // the elements one index names
+  for (size_t a = k; a < ds.size(); ++a) slice *= ds[a];
+  const int64_t count = numel(is) / static_cast<int64_t>(k);
+  if (up.size() != count * slice) refuse(e.f, n, "updates hold " + std::to_string(up.size()) + " numbers, not " + std::to_string(count * slice));
+  std::vector<float> f = r.is_float ? *r.f : std::vector<float>{};
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t off = 0;
+    for (size_t a = 0; a < k; ++a) {
+      int64_t v = ix.i[static_cast<size_t>(j) * k + a];
+      if (v < -ds[a] || v >= ds[a]) refuse(e.f, n, "index " + std::to_string(v) + " is out of range for axis " + std::to_string(a) + " of " + shape_str(ds));
+      off = off * ds[a] + (v < 0 ? v + ds[a] : v);
+    }
+    for (int64_t t = 0; t < slice; ++t) {
+      const auto dst = static_cast<size_t>(off * slice + t), src = static_cast<size_t>(j * slice + t);
+      if (r.is_float) f[dst] = (*up.f)[src];
+      else r.i[dst] = up.i[src];
+    }
+  }
+  if (r.is_float) r.f = std::make_shared<std::vector<float>>(std::move(f));
+  bind_const(e, n, std::move(r));
+}
+
 // Mod of constants (a window's padding, (w - W % w) % w, in a shifted-window
 // attention's shape arithmetic).
 void op_mod(Env& e, const onnx::NodeProto& n) {
@@ -1688,6 +1738,9 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Div", {op_scale, {}, 2}},
       {"Sub", {op_binary, {}, 2}},
       {"Mod", {op_mod, {"fmod"}, 2}},
+      {"Max", {op_max_min, {}, 1}},
+      {"Min", {op_max_min, {}, 1}},
+      {"ScatterND", {op_scatter_nd, {"reduction"}, 3}},
       {"Flatten", {op_flatten, {"axis"}}},
       {"Reshape", {op_reshape, {"allowzero"}, 2}},
       {"Transpose", {op_transpose, {"perm"}}},

@@ -1825,6 +1825,68 @@ TEST(Onnx, SplitToSequencePiecesAreSlices) {
   EXPECT_NE(model_error(other).find("node '/relu' (Relu)"), std::string::npos) << model_error(other);
 }
 
+// Max and Min of constants fold (a shifted window's padding, max(0, w - H)),
+// with broadcasting; of a tensor of the graph they are refused by name.
+// ScatterND of constants (a mask built by slice assignment) writes the
+// named slices: into zeros [2, 3], row 1 set to [4, 5, 6] and element
+// [0, 2] to 7, read back at [0, 2] and [1, 1].
+TEST(Onnx, MaxMinAndScatterNdOfConstantsFold) {
+  auto ints = int_initializer;
+  auto maxmin = [&](const char* op, int64_t x, int64_t y) {
+    return folded_k(write_tiny(std::string("maxmin-") + op + std::to_string(x) + std::to_string(y), [&](onnx::GraphProto& g) {
+      ints(g, "x", {x});
+      ints(g, "y", {y, y});
+      ints(g, "zero", {0});
+      ints(g, "one", {1});
+      add_node(g, op, "/m", "x", "two").add_input("y");
+      auto& sl = add_node(g, "Slice", "/first", "two", "k");
+      for (const char* in : {"zero", "one", "zero"}) sl.add_input(in);
+      scale_input_by(g, "k");
+    }));
+  };
+  EXPECT_EQ(maxmin("Max", 3, 5), 5.0);
+  EXPECT_EQ(maxmin("Max", -3, -5), -3.0);
+  EXPECT_EQ(maxmin("Min", 3, 5), 3.0);
+  const std::string graph_max = write_tiny("max-graph", [&](onnx::GraphProto& g) {
+    float_initializer(g, "half", {0.5f}, true);
+    add_node(g, "Max", "/m", "flat", "out").add_input("half");
+  });
+  EXPECT_NE(model_error(graph_max).find("node '/m' (Max): takes the maximum of tensors of the graph"), std::string::npos)
+      << model_error(graph_max);
+  auto scatter = [&](int64_t r, int64_t c) {
+    return folded_k(write_tiny("scatter-" + std::to_string(r) + std::to_string(c), [&](onnx::GraphProto& g) {
+      ints(g, "zeros", {0, 0, 0, 0, 0, 0});
+      ints(g, "dims", {2, 3});
+      ints(g, "row", {1});
+      ints(g, "row_values", {4, 5, 6});
+      ints(g, "at", {0, 2});
+      ints(g, "at_value", {7});
+      ints(g, "pick", {r * 3 + c});
+      ints(g, "pick_end", {r * 3 + c + 1});
+      ints(g, "zero", {0});
+      ints(g, "minus_one", {-1});
+      add_node(g, "Reshape", "/grid", "zeros", "grid").add_input("dims");
+      ints(g, "row_shape", {1, 1});
+      ints(g, "at_shape", {1, 2});
+      ints(g, "values_shape", {1, 3});
+      add_node(g, "Reshape", "/ri", "row", "ri").add_input("row_shape");
+      add_node(g, "Reshape", "/rv", "row_values", "rv").add_input("values_shape");
+      add_node(g, "Reshape", "/ai", "at", "ai").add_input("at_shape");
+      auto& s1 = add_node(g, "ScatterND", "/s1", "grid", "g1");  // row 1
+      for (const char* in : {"ri", "rv"}) s1.add_input(in);
+      auto& s2 = add_node(g, "ScatterND", "/s2", "g1", "g2");  // [0, 2]
+      for (const char* in : {"ai", "at_value"}) s2.add_input(in);
+      add_node(g, "Reshape", "/flat_g", "g2", "gf").add_input("minus_one");
+      auto& sl = add_node(g, "Slice", "/pick", "gf", "k");
+      for (const char* in : {"pick", "pick_end", "zero"}) sl.add_input(in);
+      scale_input_by(g, "k");
+    }));
+  };
+  EXPECT_EQ(scatter(0, 2), 7.0);
+  EXPECT_EQ(scatter(1, 1), 5.0);
+  EXPECT_EQ(scatter(0, 0), 0.0);
+}
+
 // GatherElements of constants folds (torch.gather of a module's buffer by
 // position ids, as Hugging Face's BERT reads its token types): from data
 // [[0, 1, 2], [3, 4, 5]], index [[-1]] along axis 1 is 2, [[1]] along axis 0
