@@ -1202,6 +1202,17 @@ void op_equal(Env& e, const onnx::NodeProto& n) {
   bind_const(e, n, std::move(r));
 }
 
+// Not of a constant (a comparison's negation in a mask's arithmetic): 1
+// where it is 0, else 0.
+void op_not(Env& e, const onnx::NodeProto& n) {
+  if (!foldable(e, n.input(0))) refuse(e.f, n, "negates a tensor of the graph: memfit imports Not on constants only (a mask)");
+  const Const& a = constant(e, n, 0);
+  Const r;
+  r.dims = a.dims;
+  for (int64_t k = 0; k < a.size(); ++k) r.i.push_back(const_at(a, k) == 0);
+  bind_const(e, n, std::move(r));
+}
+
 // Where(cond, x, y) of constants, with numpy broadcasting: a constant (a
 // shape or mask computation; torch writes expand(-1) as Where(shape == -1,
 // 1, shape)). Where on a tensor of the graph is an attention mask's only
@@ -1764,6 +1775,7 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Cast", {op_cast, {"to"}}},
       {"Range", {op_range, {}, 3}},
       {"Equal", {op_equal, {}, 2}},
+      {"Not", {op_not, {}}},
       {"ConstantOfShape", {op_constant_of_shape, {"value"}}},
       {"Expand", {op_expand, {}, 2}},
       {"RNN", {op_recurrent, {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout"}, 3}},

@@ -1826,11 +1826,12 @@ TEST(Onnx, SplitToSequencePiecesAreSlices) {
 }
 
 // Max and Min of constants fold (a shifted window's padding, max(0, w - H)),
-// with broadcasting; of a tensor of the graph they are refused by name.
+// with broadcasting, and so does Not; of a tensor of the graph they are
+// refused by name.
 // ScatterND of constants (a mask built by slice assignment) writes the
 // named slices: into zeros [2, 3], row 1 set to [4, 5, 6] and element
 // [0, 2] to 7, read back at [0, 2] and [1, 1].
-TEST(Onnx, MaxMinAndScatterNdOfConstantsFold) {
+TEST(Onnx, MaxMinNotAndScatterNdOfConstantsFold) {
   auto ints = int_initializer;
   auto maxmin = [&](const char* op, int64_t x, int64_t y) {
     return folded_k(write_tiny(std::string("maxmin-") + op + std::to_string(x) + std::to_string(y), [&](onnx::GraphProto& g) {
@@ -1847,6 +1848,18 @@ TEST(Onnx, MaxMinAndScatterNdOfConstantsFold) {
   EXPECT_EQ(maxmin("Max", 3, 5), 5.0);
   EXPECT_EQ(maxmin("Max", -3, -5), -3.0);
   EXPECT_EQ(maxmin("Min", 3, 5), 3.0);
+  // Not of a comparison: Not(3 == 5) is 1, Not(5 == 5) is 0.
+  auto not_equal = [&](int64_t x) {
+    return folded_k(write_tiny("not-" + std::to_string(x), [&](onnx::GraphProto& g) {
+      ints(g, "x", {x});
+      ints(g, "five", {5});
+      add_node(g, "Equal", "/eq", "x", "same").add_input("five");
+      add_node(g, "Not", "/not", "same", "k");
+      scale_input_by(g, "k");
+    }));
+  };
+  EXPECT_EQ(not_equal(3), 1.0);
+  EXPECT_EQ(not_equal(5), 0.0);
   const std::string graph_max = write_tiny("max-graph", [&](onnx::GraphProto& g) {
     float_initializer(g, "half", {0.5f}, true);
     add_node(g, "Max", "/m", "flat", "out").add_input("half");
