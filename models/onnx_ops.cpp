@@ -677,22 +677,78 @@ void op_reshape(Env& e, const onnx::NodeProto& n) {
   bind(e, n, reshape(e.b, value(e, n, 0), to));
 }
 
+// Transpose: memfit's permute; of a constant (a mask being built), folded.
 void op_transpose(Env& e, const onnx::NodeProto& n) {
-  const ValueId x = value(e, n, 0);
-  const size_t r = shape_of(e, x).size();
-  Shape perm;
-  for (size_t k = r; k-- > 0;) perm.push_back(static_cast<int64_t>(k));  // default: reversed
-  bind(e, n, permute(e.b, x, attr_ints(n, "perm", perm)));
+  const bool on_const = foldable(e, n.input(0));
+  const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
+  const size_t r = xs.size();
+  Shape reversed;
+  for (size_t k = r; k-- > 0;) reversed.push_back(static_cast<int64_t>(k));
+  const Shape perm = attr_ints(n, "perm", reversed);
+  if (!on_const) return bind(e, n, permute(e.b, value(e, n, 0), perm));
+  std::vector<bool> used(r, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(r) || used[static_cast<size_t>(p)]) refuse(e.f, n, "perm " + shape_str(perm) + " is no permutation of " + std::to_string(r) + " axes");
+    used[static_cast<size_t>(p)] = true;
+  }
+  if (perm.size() != r) refuse(e.f, n, "perm " + shape_str(perm) + " is no permutation of " + std::to_string(r) + " axes");
+  Shape out(r), stride(r, 1);
+  for (size_t a = r; a-- > 1;) stride[a - 1] = stride[a] * xs[a];
+  for (size_t a = 0; a < r; ++a) out[a] = xs[static_cast<size_t>(perm[a])];
+  std::vector<int64_t> src(static_cast<size_t>(numel(out))), at(r, 0);
+  for (size_t k = 0; k < src.size(); ++k) {
+    int64_t off = 0;
+    for (size_t a = 0; a < r; ++a) off += at[a] * stride[static_cast<size_t>(perm[a])];
+    src[k] = off;
+    for (size_t a = r; a-- > 0;)
+      if (++at[a] < out[a]) break;
+      else at[a] = 0;
+  }
+  bind_const(e, n, gathered(constant(e, n, 0), out, src));
 }
 
 void op_concat(Env& e, const onnx::NodeProto& n) {
   bool all_const = true;
   for (int k = 0; k < n.input_size(); ++k) all_const = all_const && is_const(e, n.input(k));
-  if (all_const) {  // a shape being assembled
+  bool lists = true;  // every input a number or a list: a shape being assembled
+  for (int k = 0; k < n.input_size() && all_const; ++k) lists = lists && const_dims(constant(e, n, k)).size() <= 1;
+  if (all_const && lists) {
     Const r;
     for (int k = 0; k < n.input_size(); ++k)
       for (int64_t v : const_ints(e, n, k)) r.i.push_back(v);
     r.dims = {static_cast<int64_t>(r.i.size())};
+    return bind_const(e, n, std::move(r));
+  }
+  if (all_const) {  // constants of higher rank (an index buffer given its last axis)
+    const Const& first = constant(e, n, 0);
+    Shape out = const_dims(first);
+    const auto axis = static_cast<size_t>(axis_in(e, n, attr_i(n, "axis", 0), out.size()));
+    for (int k = 1; k < n.input_size(); ++k) {
+      const Const& c = constant(e, n, k);
+      const Shape d = const_dims(c);
+      bool fits = d.size() == out.size() && c.is_float == first.is_float;
+      for (size_t a = 0; fits && a < d.size(); ++a) fits = a == axis || d[a] == out[a];
+      if (!fits) refuse(e.f, n, "concatenates constants of shapes or types that differ off its axis");
+      out[axis] += d[axis];
+    }
+    folded_count(e, n, out);
+    int64_t outer = 1, inner = 1;
+    for (size_t a = 0; a < axis; ++a) outer *= out[a];
+    for (size_t a = axis + 1; a < out.size(); ++a) inner *= out[a];
+    Const r;
+    r.dims = out;
+    r.is_float = first.is_float;
+    std::vector<float> f;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int k = 0; k < n.input_size(); ++k) {
+        const Const& c = constant(e, n, k);
+        const int64_t block = const_dims(c)[axis] * inner;
+        for (int64_t t = 0; t < block; ++t) {
+          if (r.is_float) f.push_back((*c.f)[static_cast<size_t>(o * block + t)]);
+          else r.i.push_back(c.i[static_cast<size_t>(o * block + t)]);
+        }
+      }
+    if (r.is_float) r.f = std::make_shared<std::vector<float>>(std::move(f));
     return bind_const(e, n, std::move(r));
   }
   std::vector<ValueId> xs;
@@ -940,6 +996,54 @@ bool gather_one(Env& e, const onnx::NodeProto& n) {
 
 // Gather from a float table by token ids: an embedding (the table a
 // parameter). On constants: a shape's entries.
+// Rows of a tensor of the graph at constant positions (negative ones from
+// the end), shaped [index dims..., row dims...]: gather_rows (Swin's
+// relative position bias, its table read by the module's index buffer).
+ValueId rows_at(Env& e, const onnx::NodeProto& n, ValueId table, std::vector<int64_t> idx, const Shape& index_dims) {
+  const Shape ts = shape_of(e, table);
+  if (ts.empty() || idx.empty()) refuse(e.f, n, "gathers no rows, or from a scalar");
+  if (idx.size() > (size_t(1) << 24)) refuse(e.f, n, "gathers " + std::to_string(idx.size()) + " rows: memfit takes up to 2^24");
+  for (int64_t& i : idx) {
+    if (i < -ts[0] || i >= ts[0]) refuse(e.f, n, "gathers row " + std::to_string(i) + " outside the table " + shape_str(ts));
+    if (i < 0) i += ts[0];
+  }
+  const ValueId y = gather_rows(e.b, table, std::move(idx));
+  Shape out = index_dims;
+  out.insert(out.end(), ts.begin() + 1, ts.end());
+  return out == shape_of(e, y) ? y : reshape(e.b, y, out);
+}
+
+// GatherND(data, indices) with batch_dims 0 and one index per row
+// (indices [..., 1]) of a tensor of the graph at constant indices: its
+// rows (the dynamo exporter's form of table[index_buffer]); of constants
+// it folds.
+void op_gather_nd(Env& e, const onnx::NodeProto& n) {
+  if (attr_i(n, "batch_dims", 0) != 0) refuse(e.f, n, "batch_dims " + std::to_string(attr_i(n, "batch_dims", 0)) + " is not supported (0 only)");
+  if (!is_const(e, n.input(1))) refuse(e.f, n, "gathers by indices the graph computes: memfit gathers at constant indices only");
+  const Const& ix = constant(e, n, 1);
+  if (ix.is_float) refuse(e.f, n, "has float indices");
+  Shape is = const_dims(ix);
+  if (is.empty() || is.back() != 1)
+    refuse(e.f, n, "indices " + shape_str(is) + " name more than one axis per entry: memfit gathers rows (indices [..., 1])");
+  is.pop_back();
+  if (foldable(e, n.input(0))) {
+    const Const& d = constant(e, n, 0);
+    const Shape ds = const_dims(d);
+    if (ds.empty()) refuse(e.f, n, "gathers from a scalar");
+    const int64_t row = numel(ds) / ds[0];
+    Shape out = is;
+    out.insert(out.end(), ds.begin() + 1, ds.end());
+    folded_count(e, n, out);
+    std::vector<int64_t> src;
+    for (int64_t i : ix.i) {
+      if (i < -ds[0] || i >= ds[0]) refuse(e.f, n, "gathers row " + std::to_string(i) + " outside " + shape_str(ds));
+      for (int64_t t = 0; t < row; ++t) src.push_back((i < 0 ? i + ds[0] : i) * row + t);
+    }
+    return bind_const(e, n, gathered(d, out, src));
+  }
+  bind(e, n, rows_at(e, n, value(e, n, 0), ix.i, is));
+}
+
 void op_gather(Env& e, const onnx::NodeProto& n) {
   if (is_const(e, n.input(0)) && is_const(e, n.input(1)) && !constant(e, n, 0).is_float) {
     const std::vector<int64_t> v = const_ints(e, n, 0), idx = const_ints(e, n, 1);
@@ -969,10 +1073,9 @@ void op_gather(Env& e, const onnx::NodeProto& n) {
       out.push_back(ts[1]);
       return bind(e, n, reshape(e.b, ts[0] == 1 ? table : slice(e.b, table, 0, idx[0], 1), out));
     }
-    for (size_t k = 0; k < idx.size(); ++k)
-      if (idx[k] != idx[0] + static_cast<int64_t>(k))
-        refuse(e.f, n, "gathers rows by constant indices that are not consecutive: memfit reads a run of rows "
-                       "(a position table at arange(T)) or rows by the data's token ids");
+    bool run = !idx.empty();
+    for (size_t k = 0; k < idx.size(); ++k) run = run && idx[k] == idx[0] + static_cast<int64_t>(k);
+    if (!run) return bind(e, n, rows_at(e, n, table, idx, const_dims(c)));
     // Of a tensor of any rank: its consecutive entries along axis 0 (the
     // dynamo exporter's as_strided of a contiguous view: a flattened tensor
     // read at n * C + c, a reshape).
@@ -1763,6 +1866,7 @@ const std::map<std::string, OpRule>& op_rules() {
       {"Dropout", {op_dropout, {"ratio", "seed"}}},  // seed: memfit's masks come from its own counter-based generator
       {"Gather", {op_gather, {"axis"}, 2}},
       {"GatherElements", {op_gather_elements, {"axis"}, 2}},
+      {"GatherND", {op_gather_nd, {"batch_dims"}, 2}},
       {"SplitToSequence", {op_split_to_sequence, {"axis", "keepdims"}, 1}},
       {"SequenceAt", {op_sequence_at, {}, 2}},
       {"CastLike", {op_cast_like, {"saturate"}, 2}},

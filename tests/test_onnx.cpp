@@ -1900,6 +1900,77 @@ TEST(Onnx, MaxMinNotAndScatterNdOfConstantsFold) {
   EXPECT_EQ(scatter(0, 0), 0.0);
 }
 
+// Constants of rank 2 fold through Transpose, Concat along an axis and
+// GatherND of rows (a shifted window's mask, an index buffer given its
+// last axis): [[1, 2], [3, 4]] transposed is [[1, 3], [2, 4]], with [[5, 6]]
+// after it, and rows [2] and [0] of that are [[5, 6], [1, 3]], read back
+// flat at 0 and 3. A weight gathered at constant positions that are not a
+// run (a relative position bias read by its index buffer), by Gather or by
+// GatherND, is memfit's gather_rows.
+TEST(Onnx, ConstantTablesFoldAndWeightRowsAreGathered) {
+  auto ints = int_initializer;
+  auto pick = [&](int64_t at) {
+    return folded_k(write_tiny("nd-" + std::to_string(at), [&](onnx::GraphProto& g) {
+      ints(g, "flat4", {1, 2, 3, 4});
+      ints(g, "two_two", {2, 2});
+      ints(g, "five_six", {5, 6});
+      ints(g, "one_two", {1, 2});
+      ints(g, "rows", {2, 0});
+      ints(g, "rows_shape", {2, 1});
+      ints(g, "minus_one", {-1});
+      ints(g, "at", {at});
+      ints(g, "at_end", {at + 1});
+      ints(g, "zero", {0});
+      add_node(g, "Reshape", "/sq", "flat4", "sq").add_input("two_two");
+      add_node(g, "Transpose", "/t", "sq", "t");
+      add_node(g, "Reshape", "/last", "five_six", "last").add_input("one_two");
+      auto& cat = add_node(g, "Concat", "/cat", "t", "cat");
+      cat.add_input("last");
+      int_attr(cat, "axis", 0);
+      add_node(g, "Reshape", "/ri", "rows", "ri").add_input("rows_shape");
+      add_node(g, "GatherND", "/nd", "cat", "got").add_input("ri");
+      add_node(g, "Reshape", "/flat_got", "got", "fg").add_input("minus_one");
+      auto& sl = add_node(g, "Slice", "/pick", "fg", "k");
+      for (const char* in : {"at", "at_end", "zero"}) sl.add_input(in);
+      scale_input_by(g, "k");
+    }));
+  };
+  EXPECT_EQ(pick(0), 5.0);
+  EXPECT_EQ(pick(1), 6.0);
+  EXPECT_EQ(pick(2), 1.0);
+  EXPECT_EQ(pick(3), 3.0);
+  for (const char* op : {"Gather", "GatherND"}) {
+    const std::string path = write_tiny(std::string("rows-") + op, [&](onnx::GraphProto& g) {
+      float_initializer(g, "bias", std::vector<float>(12, 0.5f));
+      ints(g, "bias_shape", {4, 3});
+      ints(g, "three", {3});
+      ints(g, "zero", {0});
+      ints(g, "one", {1});
+      onnx::TensorProto& t = *g.add_initializer();
+      t.set_name("index");
+      t.set_data_type(onnx::TensorProto::INT64);
+      t.add_dims(3);
+      if (std::string(op) == "GatherND") t.add_dims(1);
+      for (int64_t v : {3, 0, -1}) t.add_int64_data(v);
+      add_node(g, "Reshape", "/table", "bias", "table").add_input("bias_shape");
+      add_node(g, op, "/rows", "table", "rows").add_input("index");
+      auto& sl = add_node(g, "Slice", "/cols", "flat", "cols");
+      for (const char* in : {"zero", "three", "one"}) sl.add_input(in);
+      add_node(g, "Add", "/add", "cols", "out").add_input("rows");
+    });
+    Graph g;
+    build_tiny(g, path, 3);
+    int gathers = 0;
+    for (const Node& n : g.nodes())
+      if (n.op == "gather_rows") {
+        ++gathers;
+        EXPECT_EQ(n.attrs.ints("rows"), (Shape{3, 0, 3})) << op;
+        EXPECT_EQ(g.value(n.outputs[0]).shape, (Shape{3, 3})) << op;
+      }
+    EXPECT_EQ(gathers, 1) << op;
+  }
+}
+
 // GatherElements of constants folds (torch.gather of a module's buffer by
 // position ids, as Hugging Face's BERT reads its token types): from data
 // [[0, 1, 2], [3, 4, 5]], index [[-1]] along axis 1 is 2, [[1]] along axis 0

@@ -1,4 +1,4 @@
-// The embedding, permute and broadcast-matmul-gradient ops at the graph level:
+// The embedding, gather_rows, permute and broadcast-matmul-gradient ops at the graph level:
 // gradient checks in double (gradcheck.hpp: method and tolerance), shape
 // errors that name the layer, and the defined behaviour for out-of-range ids
 // on every backend.
@@ -176,6 +176,35 @@ TEST(Embedding, OutOfRangeIdsGiveNaNRowsAndAreDroppedBackward) {
 }
 
 // -------------------------------------------------------------- permute ----
+
+// gather_rows: a relative position bias table [5, 2, 3] read at constant
+// rows, row 3 three times and row 1 never (its gradient is written 0), then
+// a linear so that dy varies by row.
+TEST(GradCheckGatherRows, RepeatedAndUnreadRowsThenLinear) {
+  grad_check({f32_input({5, 2, 3})}, [](Builder& b, const Ins& in) {
+    return linear(b, reshape(b, gather_rows(b, in[0], {3, 0, 3, 4, 2, 3}), {6, 6}), 2);
+  });
+}
+
+// Its CPU backend runs the reference kernels: the rows copied, the gradient
+// summed; a row outside the table is refused when the node is added.
+TEST(GatherRows, RunsOnTheCpuBackendAndChecksItsRows) {
+  Graph g;
+  Builder b(g);
+  const ValueId t = g.input("t", {4, 3});
+  const ValueId y = gather_rows(b, t, {2, 2, 0});
+  const ValueId d = g.add1("gather_rows_bwd", {y}, {{"rows", Shape{2, 2, 0}}, {"shape", Shape{4, 3}}}, "bwd");
+  g.value(y).is_output = true;
+  g.value(d).is_output = true;
+  memfit::testing::GraphData data;
+  std::vector<float> tv(12);
+  std::iota(tv.begin(), tv.end(), 1.0f);
+  data.floats[t] = tv;
+  const auto cpu = memfit::testing::run_graph(g, Backend::Cpu, data, {y, d});
+  EXPECT_EQ(cpu.at(y), (std::vector<float>{7, 8, 9, 7, 8, 9, 1, 2, 3}));
+  EXPECT_EQ(cpu.at(d), (std::vector<float>{1, 2, 3, 0, 0, 0, 14, 16, 18, 0, 0, 0}));
+  EXPECT_NE(error_of([&] { gather_rows(b, t, {1, 4}); }).find("row 4 is outside the table [4, 3]"), std::string::npos);
+}
 
 TEST(GradCheckPermute, EveryPermutationOfRank3) {
   std::vector<int64_t> perm{0, 1, 2};

@@ -80,6 +80,9 @@ ValueId dropout(Builder& b, ValueId x, double p, const std::string& name = "drop
 ValueId add(Builder& b, ValueId a, ValueId c);
 // a + c with c broadcast over a's leading axes (c's shape: a's trailing axes).
 ValueId add_broadcast(Builder& b, ValueId a, ValueId c);
+// The rows of table [V, ...] at constant positions (each in [0, V)):
+// [rows.size(), ...] (a relative position bias read by an index buffer).
+ValueId gather_rows(Builder& b, ValueId table, Shape rows);
 // x repeated over new leading axes: shape is [R..., x's shape] (a class
 // token's [1, D] -> [N, 1, D], torch's expand); its gradient sums them.
 ValueId expand_leading(Builder& b, ValueId x, Shape shape);

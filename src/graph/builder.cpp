@@ -128,6 +128,10 @@ ValueId add_broadcast(Builder& b, ValueId a, ValueId c) {
   return b.g.add1("add_broadcast", {a, c}, {}, b.auto_name("add_broadcast"));
 }
 
+ValueId gather_rows(Builder& b, ValueId table, Shape rows) {
+  return b.g.add1("gather_rows", {table}, {{"rows", std::move(rows)}}, b.auto_name("gather_rows"));
+}
+
 ValueId expand_leading(Builder& b, ValueId x, Shape shape) {
   return b.g.add1("expand_leading", {x}, {{"shape", std::move(shape)}}, b.auto_name("expand_leading"));
 }

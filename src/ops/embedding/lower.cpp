@@ -12,6 +12,12 @@ void register_embedding_ref_kernels() {
     const Backend b = lg.backend();
     return make_ref<kernels::ref::Embedding>(b, embedding_params(g, n));
   });
+  register_kernel("gather_rows", [](const LoweredGraph& lg, NodeId id) {
+    return make_ref<kernels::ref::GatherRows>(lg.backend(), gather_rows_params(lg.graph(), lg.node(id)));
+  });
+  register_kernel("gather_rows_bwd", [](const LoweredGraph& lg, NodeId id) {
+    return make_ref<kernels::ref::GatherRowsBwd>(lg.backend(), gather_rows_params(lg.graph(), lg.node(id)));
+  });
   register_kernel("embedding_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);

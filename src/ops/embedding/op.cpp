@@ -62,9 +62,56 @@ std::vector<ValueId> grad_embedding(GradContext& c) {
   return r;
 }
 
+// gather_rows(table): rows of a table [V, ...] at constant positions
+// (attribute "rows", each in [0, V)), y [K, ...] for K rows: a relative
+// position bias read by a model's index buffer. Its gradient
+// gather_rows_bwd(dy) adds dy's rows back into a zero table (attribute
+// "shape"), f32 or the table's gradient type (attribute "dtype").
+std::vector<ValueMeta> infer_gather_rows(const Graph& g, const Node& n) {
+  const Shape& t = in_shape(g, n, 0);
+  const Shape& rows = n.attrs.ints("rows");
+  if (t.empty() || !is_float(in_dtype(g, n, 0))) shape_fail(g, n, "gather_rows takes a float table [rows, ...]");
+  if (rows.empty()) shape_fail(g, n, "gather_rows needs at least one row");
+  for (int64_t r : rows)
+    if (r < 0 || r >= t[0]) shape_fail(g, n, "row " + std::to_string(r) + " is outside the table " + shape_str(t));
+  Shape y = t;
+  y[0] = static_cast<int64_t>(rows.size());
+  return {{y, in_dtype(g, n, 0)}};
+}
+
+std::vector<ValueMeta> infer_gather_rows_bwd(const Graph& g, const Node& n) {
+  const Shape& dy = in_shape(g, n, 0);
+  const Shape& t = n.attrs.ints("shape");
+  const Shape& rows = n.attrs.ints("rows");
+  if (t.empty() || dy.size() != t.size() || dy[0] != static_cast<int64_t>(rows.size()) ||
+      !std::equal(t.begin() + 1, t.end(), dy.begin() + 1))
+    shape_fail(g, n, "gather_rows_bwd needs dy [rows, ...] of the table " + shape_str(t) + ", got " + shape_str(dy));
+  for (int64_t r : rows)
+    if (r < 0 || r >= t[0]) shape_fail(g, n, "row " + std::to_string(r) + " is outside the table " + shape_str(t));
+  return {{t, static_cast<DType>(n.attrs.i("dtype", int64_t(DType::f32)))}};
+}
+
+std::vector<ValueId> grad_gather_rows(GradContext& c) {
+  std::vector<ValueId> r{kNone};
+  if (c.out_grads[0] == kNone || !c.need[0]) return r;
+  Shape rows = c.fwd().attrs.ints("rows");  // a copy: emitting may move the nodes
+  r[0] = c.emit1("gather_rows_bwd", {c.out_grads[0]},
+                 {{"rows", std::move(rows)}, {"shape", c.g.value(c.in(0)).shape},
+                  {"dtype", int64_t(grad_dtype(c.g, c.in(0)))}});
+  return r;
+}
+
 }  // namespace
 
 void register_embedding_ops() {
+  OpTraits rows;
+  rows.reference_serves_cpu = true;  // a copy of K rows
+  register_op({"gather_rows", infer_gather_rows, grad_gather_rows, rows, {}});
+  OpTraits rows_bwd;
+  rows_bwd.no_gradient = true;
+  rows_bwd.reference_serves_cpu = true;
+  register_op({"gather_rows_bwd", infer_gather_rows_bwd, {}, rows_bwd,
+               [](const Graph& g, const Node& n) { return static_cast<double>(numel(in_shape(g, n, 0))); }});
   // A gather: no arithmetic, no flops.
   register_op({"embedding", infer_embedding, grad_embedding, {}, {}});
   OpTraits bwd;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace memfit::kernels {
 
@@ -18,6 +19,16 @@ namespace memfit::kernels {
 // Ids must lie in [0, V). A kernel never indexes with an out-of-range id: the
 // forward row of one is NaN (so the mistake shows in the loss, as a bad label
 // does in softmax_xent) and the backward drops its dy row.
+// gather_rows      in: table[V,D]   out: y[K,D], y[k] = table[rows[k]]
+// gather_rows_bwd  in: dy[K,D]      out: dtable[V,D], row v the sum (in
+//   double, ascending k) of the rows dy[k] with rows[k] = v, 0 if none.
+// D is the product of the table's axes after the first; rows lie in [0, V)
+// (the op's shape inference checks them).
+struct GatherRowsParams {
+  std::vector<int64_t> rows;
+  int64_t V, D;
+};
+
 struct EmbeddingParams {
   int64_t n, V, D;
   bool acc = false;  // embedding_bwd: a third input to add into

@@ -15,4 +15,10 @@ inline kernels::EmbeddingParams embedding_params(const Graph& g, const Node& n) 
   return {numel(g.value(n.inputs[0]).shape), t[0], t[1], n.op == "embedding_bwd" && n.inputs.size() == 3};
 }
 
+// gather_rows (table[V, ...]) and gather_rows_bwd (dy -> dtable[V, ...]).
+inline kernels::GatherRowsParams gather_rows_params(const Graph& g, const Node& n) {
+  const Shape& t = g.value(n.op == "gather_rows" ? n.inputs[0] : n.outputs[0]).shape;
+  return {n.attrs.ints("rows"), t[0], numel(t) / t[0]};
+}
+
 }  // namespace memfit
