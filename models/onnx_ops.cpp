@@ -73,6 +73,8 @@ double const_scalar(Env& e, const onnx::NodeProto& n, int k) {
   return c.is_float ? static_cast<double>((*c.f)[0]) : static_cast<double>(c.i[0]);
 }
 
+Shape const_dims(const Const& c);
+
 // The graph value of input k; an initializer becomes a parameter (a buffer
 // for batch-norm statistics) under its ONNX name the first time it is read.
 // Vectors (biases, norm scales and shifts) are exempt from weight decay
@@ -85,6 +87,15 @@ ValueId value_named(Env& e, const onnx::NodeProto& n, const std::string& name, b
   if (e.tainted.count(name))
     refuse(e.f, n, "reads '" + name + "', computed from attention_mask, as a tensor: memfit reads the mask as an "
                    "attention's padding mask only");
+  if (auto c = e.consts.find(name); c != e.consts.end() && c->second.is_float && c->second.size() > 1) {
+    // A tensor the file computes from constants (Swin's shifted-window
+    // mask, added to the scores): a constant buffer of the graph.
+    const ValueId v = e.b.g.buffer("constant:" + name, const_dims(c->second));
+    Value& val = e.b.g.value(v);
+    val.init = InitSpec{InitSpec::Given, 0, c->second.f};
+    val.constant = true;
+    return e.values[name] = v;
+  }
   auto init = e.f.initializers.find(name);
   if (init == e.f.initializers.end() || !init->second.is_float) {
     if (e.consts.count(name) || init != e.f.initializers.end())
@@ -851,6 +862,43 @@ Const slice_const(const Const& c, const std::vector<int64_t>& from, const std::v
 }
 
 // Slice with constant starts, ends, axes and steps 1; clamped as ONNX does.
+// Slice of a constant with steps, negative ones too (torch.flip of an
+// index grid): ONNX's rule, per axis the entries from start towards end by
+// step, start clamped to [0, D - 1] and end to [-1, D] for a negative step.
+Const const_slice_steps(Env& e, const onnx::NodeProto& n, const Shape& xs, const Shape& starts, const Shape& ends,
+                        const Shape& axes, const Shape& steps) {
+  std::vector<std::vector<int64_t>> pick(xs.size());
+  for (size_t a = 0; a < xs.size(); ++a)
+    for (int64_t i = 0; i < xs[a]; ++i) pick[a].push_back(i);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const auto a = static_cast<size_t>(axis_in(e, n, axes[k], xs.size()));
+    const int64_t D = xs[a], st = steps.empty() ? 1 : steps[k];
+    int64_t b = starts[k] < 0 ? starts[k] + D : starts[k], end = ends[k] < 0 ? ends[k] + D : ends[k];
+    pick[a].clear();
+    if (st > 0) {
+      b = std::clamp(b, int64_t(0), D), end = std::clamp(end, int64_t(0), D);
+      for (int64_t i = b; i < end; i += st) pick[a].push_back(i);
+    } else {
+      b = std::clamp(b, int64_t(0), D - 1), end = std::clamp(end, int64_t(-1), D - 1);
+      for (int64_t i = b; i > end; i += st) pick[a].push_back(i);
+    }
+    if (pick[a].empty()) refuse(e.f, n, "the slice of axis " + std::to_string(a) + " is empty");
+  }
+  Shape out;
+  for (const auto& p : pick) out.push_back(static_cast<int64_t>(p.size()));
+  folded_count(e, n, out);
+  std::vector<int64_t> src(static_cast<size_t>(numel(out))), at(xs.size(), 0);
+  for (size_t k = 0; k < src.size(); ++k) {
+    int64_t off = 0;
+    for (size_t a = 0; a < xs.size(); ++a) off = off * xs[a] + pick[a][static_cast<size_t>(at[a])];
+    src[k] = off;
+    for (size_t a = xs.size(); a-- > 0;)
+      if (++at[a] < out[a]) break;
+      else at[a] = 0;
+  }
+  return gathered(constant(e, n, 0), out, src);
+}
+
 void op_slice(Env& e, const onnx::NodeProto& n) {
   const bool on_const = is_const(e, n.input(0));
   const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
@@ -861,24 +909,46 @@ void op_slice(Env& e, const onnx::NodeProto& n) {
   if (axes.empty())
     for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<int64_t>(k));
   if (starts.size() != ends.size() || axes.size() != starts.size()) refuse(e.f, n, "starts, ends and axes differ in length");
-  for (int64_t s : steps)
-    if (s != 1) refuse(e.f, n, "step " + std::to_string(s) + " is not supported (1 only)");
-  std::vector<int64_t> from(xs.size(), 0), len(xs.begin(), xs.end());
+  if (!steps.empty() && steps.size() != axes.size()) refuse(e.f, n, "steps and axes differ in length");
+  // A positive step s (Swin's patch merging, x[:, 0::2, 1::2, :]) on a
+  // tensor of the graph whose axis s divides: the axis read as [D / s, s],
+  // the slice taking one entry of the second. Other steps are refused.
+  std::vector<int64_t> from(xs.size(), 0), len(xs.begin(), xs.end()), step(xs.size(), 1);
   for (size_t k = 0; k < axes.size(); ++k) {
     const auto a = static_cast<size_t>(axis_in(e, n, axes[k], xs.size()));
+    step[a] = steps.empty() ? 1 : steps[k];
+    if (step[a] == 0) refuse(e.f, n, "has step 0");
+    if (on_const && step[a] != 1) continue;  // by const_slice_steps below
+    if (step[a] != 1 && (step[a] < 1 || xs[a] % step[a] != 0))
+      refuse(e.f, n, "step " + std::to_string(step[a]) + " is not supported (1, or a positive step that divides the axis of a "
+                     "tensor of the graph)");
     auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + xs[a] : v, int64_t(0), xs[a]); };
     from[a] = clampi(starts[k]);
-    len[a] = std::max<int64_t>(0, clampi(ends[k]) - from[a]);
+    len[a] = std::max<int64_t>(0, (clampi(ends[k]) - from[a] + step[a] - 1) / step[a]);
     // An empty piece of a shape is an empty list (torch's unflatten writes
     // shape[:d] + sizes + shape[d + 1:], whose last part is empty at the
     // last axis); memfit's tensors are never empty.
     const bool shape_list = on_const && xs.size() == 1 && !constant(e, n, 0).is_float;
     if (len[a] == 0 && !shape_list) refuse(e.f, n, "the slice of axis " + std::to_string(a) + " is empty");
   }
+  if (on_const && std::any_of(step.begin(), step.end(), [](int64_t v) { return v != 1; }))
+    return bind_const(e, n, const_slice_steps(e, n, xs, starts, ends, axes, steps));
   if (on_const) return bind_const(e, n, slice_const(constant(e, n, 0), from, len));
   ValueId y = value(e, n, 0);
-  for (size_t a = 0; a < xs.size(); ++a)
-    if (from[a] != 0 || len[a] != xs[a]) y = slice(e.b, y, static_cast<int64_t>(a), from[a], len[a]);
+  for (size_t a = 0; a < xs.size(); ++a) {
+    if (step[a] == 1) {
+      if (from[a] != 0 || len[a] != xs[a]) y = slice(e.b, y, static_cast<int64_t>(a), from[a], len[a]);
+      continue;
+    }
+    Shape split = shape_of(e, y), out = split;  // axis a as [D / s, s]
+    split[a] = xs[a] / step[a];
+    split.insert(split.begin() + static_cast<int64_t>(a) + 1, step[a]);
+    out[a] = len[a];
+    y = reshape(e.b, y, split);
+    y = slice(e.b, y, static_cast<int64_t>(a) + 1, from[a] % step[a], 1);
+    if (from[a] / step[a] != 0 || len[a] != split[a]) y = slice(e.b, y, static_cast<int64_t>(a), from[a] / step[a], len[a]);
+    y = reshape(e.b, y, out);
+  }
   bind(e, n, y);
 }
 

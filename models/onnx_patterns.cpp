@@ -209,6 +209,21 @@ bool casts_to_float(const Index& ix, int c) {
   return false;
 }
 
+// Whether v is computed from a weight (a float initializer of several
+// numbers) or from the model's input, through any nodes but Shape (whose
+// output is known when the model is read): a tensor of the graph, such as
+// a learned relative position bias added to the scores, not a mask.
+bool from_graph_tensor(const OnnxFile& f, const Index& ix, const std::string& v, std::set<std::string>& seen) {
+  if (!seen.insert(v).second) return false;
+  if (v == f.input) return true;
+  if (auto it = f.initializers.find(v); it != f.initializers.end()) return it->second.is_float && it->second.size() > 1;
+  auto p = ix.producer.find(v);
+  if (p == ix.producer.end() || ix.at(p->second).op_type() == "Shape") return false;
+  for (const auto& in : ix.at(p->second).input())
+    if (!in.empty() && from_graph_tensor(f, ix, in, seen)) return true;
+  return false;
+}
+
 void find_attention(OnnxFile& f, Index& ix) {
   for (int sm = 0; sm < ix.nodes.size(); ++sm) {
     if (ix.at(sm).op_type() != "Softmax" || !ix.free(sm) || ix.at(sm).input_size() != 1) continue;
@@ -234,7 +249,8 @@ void find_attention(OnnxFile& f, Index& ix) {
           return ix.made_by(v, "Div") >= 0 || ix.made_by(v, "Mul") >= 0 || ix.made_by(v, "MatMul") >= 0;
         };
         const int side = scores(n.input(0)) ? 0 : scores(n.input(1)) ? 1 : -1;
-        if (side < 0) break;
+        std::set<std::string> seen;
+        if (side < 0 || from_graph_tensor(f, ix, n.input(1 - side), seen)) break;  // a bias: the plain ops take it
         s = n.input(side);
         m.mask_add = n.input(1 - side);
         m.mask = a;

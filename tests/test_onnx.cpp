@@ -22,6 +22,7 @@
 #include "models/model.hpp"
 #include "models/onnx_model.hpp"
 #include "gpt_golden_check.hpp"
+#include "train/checkpoint.hpp"
 
 using namespace memfit;
 using memfit::testing::run_cmd;
@@ -1610,35 +1611,77 @@ TEST(OnnxDynamo, CnnMatchesPyTorch) {
   EXPECT_EQ(expect_golden_steps(*sg, f, 4 * 1 * 8 * 8), static_cast<int>(params));
 }
 
-// torchvision's VisionTransformer (tests/golden/make_dynamo_golden.py: 16 x
-// 16 images, patches of 8, 2 layers of 32 features, 2 heads) exported by
-// each of torch's exporters: the class token expanded over the batch
-// (expand_leading) and concatenated before the patches, the position
-// table added, nn.MultiheadAttention's packed projection unflattened into
-// q, k and v (an empty piece of a shape where the unflattened axis is the
-// last), the Erf GELU. Both files match PyTorch's step 0 and 5 SGD steps
-// as above.
-TEST(OnnxDynamo, VisionTransformerMatchesPyTorchFromBothExporters) {
+namespace {
+// tests/golden/<name>_torchscript.onnx and <name>_dynamo.onnx, one module
+// exported by each of torch's exporters, against PyTorch's step 0 and 5
+// SGD steps in <name>.safetensors (expect_golden_steps) on 4 RGB images of
+// size x size, each graph with `params` parameters and the forward ops
+// counted in `ops`.
+void check_both_exporters(const std::string& name, int64_t size, size_t params, const std::map<std::string, int>& ops) {
   const std::string dir = std::string(MEMFIT_TEST_DATA) + "/golden/";
-  io::SafetensorsFile f = io::SafetensorsFile::load(dir + "vit.safetensors");
+  io::SafetensorsFile f = io::SafetensorsFile::load(dir + name + ".safetensors");
   for (const char* exporter : {"torchscript", "dynamo"}) {
     SCOPED_TRACE(exporter);
     train::StepSpec spec;
-    spec.model = dir + "vit_" + exporter + ".onnx";
+    spec.model = dir + name + "_" + exporter + ".onnx";
     spec.batch = 4;
     spec.channels = 3;
-    spec.height = spec.width = 16;
+    spec.height = spec.width = size;
     auto sg = plain_sgd_graph(spec);
-    std::map<std::string, int> ops = forward_ops(sg->g);
-    EXPECT_EQ(ops["expand_leading"], 1) << "the class token";
-    EXPECT_EQ(ops["gelu"], 2);
-    // class token, position table, patch conv (2), per layer: 2 norms (4),
-    // packed in-projection (2), out-projection (2), MLP (4); final norm (2),
-    // head (2).
-    const size_t params = 1 + 1 + 2 + 2 * (4 + 2 + 2 + 4) + 2 + 2;
+    std::map<std::string, int> found = forward_ops(sg->g);
+    for (const auto& [op, count] : ops) EXPECT_EQ(found[op], count) << op;
     EXPECT_EQ(sg->g.trainable_params().size(), params);
-    EXPECT_EQ(expect_golden_steps(*sg, f, 4 * 3 * 16 * 16), static_cast<int>(params));
+    EXPECT_EQ(expect_golden_steps(*sg, f, static_cast<size_t>(4 * 3 * size * size)), static_cast<int>(params));
   }
+}
+}  // namespace
+
+// torchvision's VisionTransformer (16 x 16 images, patches of 8, 2 layers
+// of 32 features, 2 heads): the class token expanded over the batch
+// (expand_leading) and concatenated before the patches, the position table
+// added, nn.MultiheadAttention's packed projection unflattened into q, k
+// and v (an empty piece of a shape where the unflattened axis is the
+// last), the Erf GELU.
+TEST(OnnxDynamo, VisionTransformerMatchesPyTorchFromBothExporters) {
+  // class token, position table, patch conv (2), per layer: 2 norms (4),
+  // packed in-projection (2), out-projection (2), MLP (4); final norm (2),
+  // head (2).
+  check_both_exporters("vit", 16, 1 + 1 + 2 + 2 * (4 + 2 + 2 + 4) + 2 + 2, {{"expand_leading", 1}, {"gelu", 2}});
+}
+
+// torchvision's SwinTransformer (32 x 32 images, patches of 4, two stages
+// of two blocks, windows of 4, the second block of each shifted): the
+// relative position bias table read by its index buffer (gather_rows) and
+// added to the scores (so no fused attention), the shifted windows' mask
+// folded from its slice assignments into a constant buffer added to the
+// scores, torch.roll, the patch merging's strided slices, the index
+// grid's flip (a constant slice with step -1, TorchScript's export).
+TEST(OnnxDynamo, SwinTransformerMatchesPyTorchFromBothExporters) {
+  // patch conv (2) and norm (2); per block: 2 norms (4), qkv (2), proj (2),
+  // bias table (1), MLP (4); patch merging: norm (2), reduction (1); final
+  // norm (2), head (2).
+  check_both_exporters("swin", 32, 4 + 4 * (4 + 2 + 2 + 1 + 4) + 3 + 2 + 2, {{"gather_rows", 4}, {"attention", 0}});
+  // The mask is a constant of the graph, not a weight: the saved weights
+  // are the module's (with its batch-norm-free state_dict: parameters
+  // only), and the mask is not among them.
+  train::StepSpec spec;
+  spec.model = std::string(MEMFIT_TEST_DATA) + "/golden/swin_dynamo.onnx";
+  spec.batch = 4;
+  spec.channels = 3;
+  spec.height = spec.width = 32;
+  auto sg = train::build_step_graph(spec);
+  int constants = 0;
+  for (size_t v = 0; v < sg->g.num_values(); ++v) constants += sg->g.value(static_cast<ValueId>(v)).constant;
+  // Stage 1's shifted block (8 x 8 patches); stage 2's windows cover its
+  // 4 x 4 whole, where torchvision shifts nothing.
+  EXPECT_EQ(constants, 1) << "one shifted-window mask";
+  Executor ex(sg->g, ExecConfig{});
+  ex.init_params(1);
+  const std::string dir = memfit::testing::temp_dir("onnx-swin-save");
+  train::save_checkpoint(dir, ex, train::TrainState{});
+  const io::SafetensorsFile saved = io::SafetensorsFile::load(dir + "/model.safetensors");
+  EXPECT_EQ(saved.names().size(), sg->g.trainable_params().size());
+  for (const std::string& name : saved.names()) EXPECT_EQ(name.find("constant:"), std::string::npos) << name;
 }
 
 // The same module with stochastic depth p = 0.2 and dropout p = 0.25: one

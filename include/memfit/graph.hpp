@@ -67,6 +67,10 @@ struct Value {
   // decay_bias_and_norm is false (biases, norm scales and shifts: set by the
   // builder; a model may set it on any parameter of its own).
   bool no_weight_decay = false;
+  // A buffer of values the model itself computes from constants (an
+  // imported file's shifted-window mask): filled at init, never written,
+  // neither saved nor loaded with the weights.
+  bool constant = false;
   NodeId producer = -1;     // -1 for inputs, parameters, buffers, opt state
   ValueId grad = kNone;     // gradient value, once autodiff made one
   ValueId grad_of = kNone;  // for a gradient: the value it is the gradient of

@@ -88,7 +88,7 @@ io::DType file_dtype(DType t) {
 }
 
 bool is_state(const Value& v) {
-  return v.cls == VClass::Param || v.cls == VClass::Buffer || v.cls == VClass::OptState;
+  return (v.cls == VClass::Param || v.cls == VClass::Buffer || v.cls == VClass::OptState) && !v.constant;
 }
 
 void require_f32_storage(Executor& ex) {
@@ -287,7 +287,7 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
   std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
-    if (v.cls != VClass::Param && v.cls != VClass::Buffer) continue;
+    if ((v.cls != VClass::Param && v.cls != VClass::Buffer) || v.constant) continue;
     bool kept = false;
     for (const auto& k : keep) kept = kept || name_matches(k, v.name);
     if (kept) continue;

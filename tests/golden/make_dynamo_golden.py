@@ -27,7 +27,10 @@ Writes, beside this script:
   and dropout p = 0.25, for the structure the importer makes of them;
 - vit_torchscript.onnx, vit_dynamo.onnx and vit.safetensors: a small
   torchvision VisionTransformer (16 x 16 images, patches of 8, 2 layers of
-  32 features) by each exporter, with PyTorch's numbers as above.
+  32 features) by each exporter, with PyTorch's numbers as above;
+- swin_dynamo.onnx, swin_torchscript.onnx and swin.safetensors: a small
+  torchvision SwinTransformer (32 x 32 images, two stages of two blocks,
+  windows of 4, the second block's shifted) likewise.
 
 Debian's torch 1.13 has no dynamo exporter, so the files (a few tens of
 KB each) are kept in the repository.
@@ -39,6 +42,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torchvision.models.swin_transformer import SwinTransformer
 from torchvision.models.vision_transformer import VisionTransformer
 from torchvision.ops import StochasticDepth
 
@@ -121,6 +125,28 @@ def main():
     x = rng.standard_normal((B, 3, 16, 16)).astype(np.float32)
     out = sgd_reference(vit, x, y, lambda m, xt: m(xt), F.cross_entropy, LR, STEPS)
     golden.write_safetensors(os.path.join(HERE, "vit.safetensors"), out,
+                             {"generator": "tests/golden/make_dynamo_golden.py", "torch_version": torch.__version__,
+                              "lr": repr(LR)})
+
+
+    # torchvision's SwinTransformer, small (32 x 32 images, patches of 4,
+    # two stages of two blocks, windows of 4 with the second block's
+    # shifted): the relative position bias read by its index buffer, the
+    # shifted windows' mask built by slice assignment and added to the
+    # scores, torch.roll, the patch merging's strided slices. Stochastic
+    # depth at 0 (PyTorch's masks come from its own generator).
+    torch.manual_seed(0)
+    swin = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+                           stochastic_depth_prob=0.0, num_classes=10).train()
+    example = torch.zeros(2, 3, 32, 32)
+    for exporter in ("torchscript", "dynamo"):
+        try:
+            export(swin, example, os.path.join(HERE, f"swin_{exporter}.onnx"), exporter)
+        except Exception as e:  # noqa: BLE001  (an exporter that cannot: said, not fatal)
+            print(f"swin_{exporter}.onnx: not exported ({type(e).__name__}: {str(e)[:200]})")
+    x = rng.standard_normal((B, 3, 32, 32)).astype(np.float32)
+    out = sgd_reference(swin, x, y, lambda m, xt: m(xt), F.cross_entropy, LR, STEPS)
+    golden.write_safetensors(os.path.join(HERE, "swin.safetensors"), out,
                              {"generator": "tests/golden/make_dynamo_golden.py", "torch_version": torch.__version__,
                               "lr": repr(LR)})
 
