@@ -1234,12 +1234,50 @@ void op_shape(Env& e, const onnx::NodeProto& n) {
   bind_const(e, n, std::move(c));
 }
 
-// Pad of zero width: torch puts one before every avg_pool2d. memfit pads
-// inside convolutions and pools only, so any other Pad is refused.
+// Whether every node reading `name` is an AveragePool (and one does).
+bool read_by_average_pools(Env& e, const std::string& name) {
+  bool any = false;
+  for (const auto& m : e.f.graph.node())
+    for (const auto& in : m.input())
+      if (in == name) {
+        if (m.op_type() != "AveragePool") return false;
+        any = true;
+      }
+  return any && name != e.f.output;
+}
+
+// x with zeros before and after each axis (pads: ONNX's, all the befores
+// then all the afters): a concat with constant buffers of zeros, whose
+// gradient to x is its slice (Swin's windows padded to a multiple of
+// their size).
+ValueId zero_padded(Env& e, const onnx::NodeProto& n, ValueId x, const Shape& pads) {
+  const size_t r = pads.size() / 2;
+  for (size_t a = 0; a < r; ++a) {
+    std::vector<ValueId> parts;
+    for (int side = 0; side < 2; ++side) {
+      const int64_t p = pads[a + static_cast<size_t>(side) * r];
+      if (p == 0) continue;
+      Shape zs = shape_of(e, x);
+      zs[a] = p;
+      if (numel(zs) > (int64_t(1) << 28)) refuse(e.f, n, "pads " + shape_str(zs) + " of zeros: memfit takes up to 2^28");
+      const ValueId z = e.b.g.buffer("constant:" + n.output(0) + ":" + std::to_string(a) + (side ? ":after" : ":before"), zs);
+      e.b.g.value(z).init = InitSpec{InitSpec::Zeros, 0, nullptr};
+      e.b.g.value(z).constant = true;
+      parts.push_back(z);
+      if (side == 0) parts.push_back(x);
+    }
+    if (parts.empty()) continue;
+    if (pads[a] == 0) parts.insert(parts.begin(), x);
+    x = concat(e.b, parts, static_cast<int64_t>(a));
+  }
+  return x;
+}
+
 // Pad: of zero width (torch puts one before every average pool), nothing;
-// with zeros on both sides of the spatial axes alike, the padding of the
-// AveragePool that reads it (nn.AvgPool2d(padding=p) as torch exports it,
-// counting the padding). Other pads are refused.
+// with zeros on both sides of an image's spatial axes alike and read by
+// average pools only, their padding (nn.AvgPool2d(padding=p) as torch
+// exports it, counting the padding); any other padding with zeros, a
+// concat with zeros. Other pads (negative, or not with zeros) are refused.
 void op_pad(Env& e, const onnx::NodeProto& n) {
   const Shape pads = has_input(n, 1) ? const_ints(e, n, 1) : attr_ints(n, "pads", {});
   const ValueId x = value(e, n, 0);
@@ -1247,19 +1285,21 @@ void op_pad(Env& e, const onnx::NodeProto& n) {
   const Shape xs = shape_of(e, x);
   const size_t r = xs.size();
   auto give = [&](const std::string& why) {
-    refuse(e.f, n, "pads " + shape_str(pads) + ": " + why + "; memfit pads inside Conv and pooling only (give the "
-                   "padding to them)");
+    refuse(e.f, n, "pads " + shape_str(pads) + ": " + why + "; memfit pads with zeros, or inside Conv and pooling");
   };
   if (pads.size() != 2 * r) give("not two per axis of the input's " + std::to_string(r));
   if (attr_s(n, "mode", "constant") != "constant") give("mode " + attr_s(n, "mode", ""));
   if (has_input(n, 2) && const_scalar(e, n, 2) != 0.0) give("a constant other than 0");
-  if (r != 3 && r != 4) give("not a 1-d or 2-d image's");
+  if (has_input(n, 3)) give("axes given");
+  if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0; })) give("a negative pad crops");
+  // An average pool's own padding: an image's spatial axes, both sides alike.
+  bool pool_pad = r == 3 || r == 4;
   Shape spatial;
-  for (size_t i = 0; i < r; ++i) {
-    if (i < 2 && (pads[i] != 0 || pads[i + r] != 0)) give("it pads the batch or channel axis");
-    if (i >= 2 && (pads[i] != pads[i + r] || pads[i] < 0)) give("not both sides of an axis alike");
+  for (size_t i = 0; i < r && pool_pad; ++i) {
+    pool_pad = i < 2 ? pads[i] == 0 && pads[i + r] == 0 : pads[i] == pads[i + r];
     if (i >= 2) spatial.push_back(pads[i]);
   }
+  if (!pool_pad || !read_by_average_pools(e, n.output(0))) return bind(e, n, zero_padded(e, n, x, pads));
   e.pending_pads[n.output(0)] = spatial;
   bind(e, n, x);
 }

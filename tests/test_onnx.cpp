@@ -738,13 +738,20 @@ TEST(Onnx, UnsupportedAttributesAreRefusedByName) {
     });
   };
   EXPECT_EQ(model_error(padded("pad_avg", "AveragePool", {0, 0, 1, 1, 0, 0, 1, 1})), "(no ModelFileError)");
-  const std::string pad_max = padded("pad_max", "MaxPool", {0, 0, 1, 1, 0, 0, 1, 1});
-  EXPECT_NE(model_error(pad_max).find("node '/pool/MaxPool' (MaxPool): reads 'cp', a Pad's output"), std::string::npos)
-      << model_error(pad_max);
-  const std::string pad_channels = padded("pad_channels", "AveragePool", {0, 1, 1, 1, 0, 0, 1, 1});
-  EXPECT_NE(model_error(pad_channels).find("(Pad): pads [0, 1, 1, 1, 0, 0, 1, 1]: it pads the batch or channel axis"),
-            std::string::npos)
-      << model_error(pad_channels);
+  // Zeros a max pool reads, or on the channel axis, are the file's own
+  // tensor: concatenated zeros (a max pool's own padding would be -inf).
+  // [N, 2, 4, 4] padded, pooled 3 x 3 to [N, C, 4, 4], flattened.
+  for (const auto& [name, pool, pads, axes, classes] :
+       std::vector<std::tuple<std::string, std::string, Shape, Shape, int64_t>>{
+           {"pad_max", "MaxPool", {0, 0, 1, 1, 0, 0, 1, 1}, {2, 3}, 2 * 16},
+           {"pad_channels", "AveragePool", {0, 1, 1, 1, 0, 0, 1, 1}, {1, 2, 3}, 3 * 16}}) {
+    Graph g;
+    build_tiny(g, padded(name, pool, pads), classes);
+    Shape concat_axes;
+    for (const Node& n : g.nodes())
+      if (n.op == "concat") concat_axes.push_back(n.attrs.i("axis"));
+    EXPECT_EQ(concat_axes, axes) << name;
+  }
   const std::string one_sided = write_tiny("one_sided", [](onnx::GraphProto&) {}, [](onnx::NodeProto& c) {
     c.mutable_attribute(0)->set_ints(2, 0);  // pads [1, 1, 0, 1]
   });
@@ -2012,6 +2019,53 @@ TEST(Onnx, ConstantTablesFoldAndWeightRowsAreGathered) {
       }
     EXPECT_EQ(gathers, 1) << op;
   }
+}
+
+// A Pad with zeros that no average pool reads (Swin's windows padded to a
+// multiple of their size) is a concat with constant zeros: the input's
+// [N, 32] padded by 1 before and 2 after its features is [0, x, 0, 0] per
+// row; the zeros are constant buffers, not weights. A negative pad (a
+// crop) is refused by name.
+TEST(Onnx, PadWithZerosIsAConcatOfZeros) {
+  const std::string path = write_tiny("pad-zeros", [&](onnx::GraphProto& g) {
+    int_initializer(g, "pads", {0, 1, 0, 2});
+    add_node(g, "Pad", "/pad", "flat", "out").add_input("pads");
+  });
+  Graph g;
+  const ValueId y = build_tiny(g, path, 35);
+  const Node& cat = g.node(g.value(y).producer);
+  ASSERT_EQ(cat.op, "concat");
+  ASSERT_EQ(cat.inputs.size(), 3u);
+  const ValueId x = cat.inputs[1];
+  for (ValueId z : {cat.inputs[0], cat.inputs[2]}) {
+    EXPECT_TRUE(g.value(z).constant);
+    EXPECT_EQ(g.value(z).cls, VClass::Buffer);
+  }
+  g.value(x).is_output = true;
+  g.value(y).is_output = true;
+  ExecConfig cfg;
+  cfg.backend = Backend::Reference64;
+  Executor ex(g, cfg);
+  ex.init_params(5);
+  const std::vector<float> image = memfit::testing::random_floats(3 * 16, 2, -1.0f, 1.0f);
+  ex.write_f32(g.find("image"), image.data());
+  ex.run(kernels::StepContext{});
+  std::vector<float> xv(3 * 32), yv(3 * 35);
+  ex.read_f32(x, xv.data());
+  ex.read_f32(y, yv.data());
+  for (size_t r = 0; r < 3; ++r) {
+    std::vector<float> want{0.0f};
+    want.insert(want.end(), xv.begin() + static_cast<int64_t>(r * 32), xv.begin() + static_cast<int64_t>(r * 32 + 32));
+    want.insert(want.end(), {0.0f, 0.0f});
+    EXPECT_EQ(std::vector<float>(yv.begin() + static_cast<int64_t>(r * 35), yv.begin() + static_cast<int64_t>(r * 35 + 35)), want)
+        << "row " << r;
+  }
+  const std::string crop = write_tiny("pad-crop", [&](onnx::GraphProto& g) {
+    int_initializer(g, "pads", {0, -1, 0, 0});
+    add_node(g, "Pad", "/pad", "flat", "out").add_input("pads");
+  });
+  EXPECT_NE(model_error(crop).find("node '/pad' (Pad): pads [0, -1, 0, 0]: a negative pad crops"), std::string::npos)
+      << model_error(crop);
 }
 
 // GatherElements of constants folds (torch.gather of a module's buffer by
