@@ -60,6 +60,13 @@ def exported_with(exporter="auto"):
     import torch
     if exporter not in ("auto", "torchscript", "dynamo"):
         raise ValueError(f"exporter={exporter!r}: one of 'auto', 'torchscript', 'dynamo'")
+    has_dynamo = "dynamo" in inspect.signature(torch.onnx.export).parameters
+    if exporter == "dynamo" and not has_dynamo:
+        raise ValueError(f"exporter='dynamo': torch {torch.__version__} has no dynamo exporter (torch >= 2.5 has); "
+                         "exporter='auto' takes its TorchScript one")
+    if exporter == "torchscript" and not _has_torchscript_exporter(torch):
+        raise ValueError(f"exporter='torchscript': torch {torch.__version__} has no TorchScript exporter; "
+                         "exporter='auto' takes its dynamo one")
     if exporter == "dynamo" or (exporter == "auto" and not _has_torchscript_exporter(torch)):
         return "dynamo"
     return "TorchScript"

@@ -187,6 +187,20 @@ def test_a_torch_model_goes_through_onnx(tmp_path):
     assert not torch.equal(trained[0].weight, make()[0].weight)
 
 
+def test_the_exporter_is_chosen_by_name():
+    """exporter= names torch's exporter: a name that is none, or one the
+    installed torch lacks, is a ValueError naming it."""
+    torch = pytest.importorskip("torch")
+    import inspect
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, 10))
+    example = torch.zeros(1, 1, 28, 28)
+    with pytest.raises(ValueError, match="exporter='onnx': one of 'auto', 'torchscript', 'dynamo'"):
+        memfit.plan(model=net, example_input=example, batch=8, exporter="onnx")
+    if "dynamo" not in inspect.signature(torch.onnx.export).parameters:
+        with pytest.raises(ValueError, match="has no dynamo exporter"):
+            memfit.plan(model=net, example_input=example, batch=8, exporter="dynamo")
+
+
 @needs_fashion
 def test_requires_grad_false_freezes_the_parameter(tmp_path):
     """A module's parameters with requires_grad=False (a frozen backbone, as
