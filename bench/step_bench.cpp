@@ -4,7 +4,7 @@
 //   step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] [--batch 64]
 //              [--steps 10] [--warmup 2] [--threads 2] [--precision fp32|bf16]
 //              [--seq T] [--vocab V] [--classes C] [--profile] [--plain] [--serve]
-//              [--recompute none|cheap|segments] [--update-in-backward]
+//              [--recompute none|cheap|segments] [--update-in-backward] [--device cpu|cuda]
 //   step_bench --peak [--threads 2]
 //
 // The model's signature (models/model.hpp) decides its data and optimizer,
@@ -28,6 +28,8 @@
 // and the process's peak RSS (VmHWM). With --profile it also prints (to
 // stderr) the per-op and per-layer tables of the timed steps: their totals,
 // and each node's fastest.
+// --device cuda runs the step on the GPU (each timed step ends when the GPU
+// has finished it: the loss is read back); the JSON adds the GPU's name.
 // --plain keeps every activation in plain NCHW (no channel-blocked layouts).
 // --serve (used by bench/run.py to interleave memfit's and PyTorch's steps):
 // after the warm-up prints "ready", then runs one step per "step" line read
@@ -47,6 +49,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -58,6 +61,7 @@
 #include "memfit/runtime.hpp"
 #include "models/model.hpp"
 #include "ops/conv/cpu.hpp"
+#include "runtime/device.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
 #include "train/step_graph.hpp"
@@ -161,6 +165,7 @@ int main(int argc, char** argv) {
   int64_t seq = 0, vocab = 0, classes = 0;  // 0: the model kind's default
   bool profile = false, do_peak = false, serve = false, plain = false;
   std::string precision = "fp32";
+  Backend backend = Backend::Cpu;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -178,6 +183,13 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(v);
     else if (a == "--threads") threads = std::atoi(v);
     else if (a == "--precision") precision = v;
+    else if (a == "--device") {
+      if (std::string(v) != "cpu" && std::string(v) != "cuda") {
+        std::fprintf(stderr, "step_bench: --device takes cpu or cuda\n");
+        return 2;
+      }
+      backend = std::string(v) == "cuda" ? Backend::Cuda : Backend::Cpu;
+    }
     else if (a == "--seq") seq = std::atoll(v);
     else if (a == "--vocab") vocab = std::atoll(v);
     else if (a == "--classes") classes = std::atoll(v);
@@ -237,9 +249,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   ExecConfig cfg;
-  cfg.backend = Backend::Cpu;
+  cfg.backend = backend;
   cfg.blocked_layouts = !plain;
-  Executor ex(sg->g, cfg);
+  std::unique_ptr<Executor> exp;
+  try {
+    exp = std::make_unique<Executor>(sg->g, cfg);
+  } catch (const std::exception& e) {  // no GPU, an op without a kernel there
+    std::fprintf(stderr, "step_bench: %s\n", e.what());
+    return 1;
+  }
+  Executor& ex = *exp;
   ex.init_params(1);
   {
     // Each input uniform random in its data's order: floats in [0, 1) (in
@@ -283,6 +302,7 @@ int main(int argc, char** argv) {
   for (; want_step(); ++ctx.step) {
     const auto t0 = Clock::now();
     ex.run(ctx);
+    if (backend == Backend::Cuda) (void)ex.fetch_scalar(sg->loss);  // waits for the GPU
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     if (serve) {
       std::printf("%.6f\n", t.back());
@@ -300,7 +320,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "all timed steps:\n%s", profile_report(ex, ex.node_seconds(), steps).c_str());
     std::fprintf(stderr, "each node's fastest step:\n%s", profile_report(ex, fastest, 1).c_str());
   }
-  const float loss = *ex.ptr<float>(sg->loss);
+  const double loss = ex.fetch_scalar(sg->loss);
   std::vector<double> sorted = t;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
@@ -322,6 +342,10 @@ int main(int argc, char** argv) {
                    {"optimizer", spec.optimizer.kind},
                    {"loss", loss},
                    {"step_s", t}};
+  if (backend != Backend::Cpu) {
+    j["device"] = backend_name(backend);
+    j["device_name"] = ex.device().info().model;
+  }
   if (lm || tokens) {
     j["seq_len"] = seq;
     j["vocab"] = vocab;

@@ -21,6 +21,11 @@ images_per_s counts samples (sequences for the text models), tokens_per_s
 batch x T for them. peak_rss_bytes is this process's VmHWM at the end.
 --serve: as step_bench --serve, so that bench/run.py can interleave the two
 frameworks' steps.
+--device cuda: the model, data and steps on the GPU, each step timed to its
+end (torch.cuda.synchronize), in fp32 with TF32 off in cuBLAS and cuDNN as
+memfit computes (--tf32 allows it, PyTorch's default for convolutions);
+the JSON adds the GPU's name and torch.cuda.max_memory_allocated() and
+max_memory_reserved().
 """
 import argparse
 import json
@@ -61,24 +66,27 @@ def blas_info():
 TEXT = {"gpt-char": (256, 65), "lstm-classifier": (128, 5000)}  # default T, vocabulary
 
 
-def make_case(a):
-    """The model, its inputs and targets, and its optimizer for --model."""
+def make_case(a, device="cpu"):
+    """The model, its inputs and targets, and its optimizer for --model, on
+    the device."""
     if a.model in ("convnet", "resnet18"):
         m = ConvNet() if a.model == "convnet" else ResNet18()
         if a.model == "convnet":
             m.dropout = nn.Dropout(0.4)
-        x, y = torch.rand(a.batch, 1, 28, 28), torch.randint(0, a.classes or 10, (a.batch,))
+        m = m.to(device)
+        x = torch.rand(a.batch, 1, 28, 28).to(device)
+        y = torch.randint(0, a.classes or 10, (a.batch,)).to(device)
         return m, x, y, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     if a.model not in TEXT:
         raise SystemExit(f"unknown model {a.model}")
     T, V = a.seq or TEXT[a.model][0], a.vocab or TEXT[a.model][1]
-    x = torch.randint(0, V, (a.batch, T))
+    x = torch.randint(0, V, (a.batch, T)).to(device)
     if a.model == "gpt-char":
-        m = GPT(vocab=V)
-        y = torch.randint(0, V, (a.batch, T))
+        m = GPT(vocab=V).to(device)
+        y = torch.randint(0, V, (a.batch, T)).to(device)
         return m, x, y, torch.optim.AdamW(adamw_groups(m, 0.1), lr=1e-3, betas=(0.9, 0.999))
-    m = LSTMClassifier(V, a.classes or 4)
-    y = torch.randint(0, a.classes or 4, (a.batch,))
+    m = LSTMClassifier(V, a.classes or 4).to(device)
+    y = torch.randint(0, a.classes or 4, (a.batch,)).to(device)
     return m, x, y, torch.optim.Adam(m.parameters(), lr=1e-3)
 
 
@@ -100,13 +108,19 @@ def case_arguments(model="convnet", batch=64, steps=10, warmup=2, threads=2):
 def main():
     ap = case_arguments()
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--tf32", action="store_true", help="cuda: let cuBLAS and cuDNN use TF32 (PyTorch's convolution default)")
     ap.add_argument("--serve", action="store_true",
                     help="after warm-up print 'ready', then run one step per 'step' line on stdin and print its seconds")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    model, x, y, opt = make_case(a)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
+    model, x, y, opt = make_case(a, a.device)
     model.train()
     bf16 = a.precision == "bf16"
 
@@ -118,6 +132,8 @@ def main():
             loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         return loss
 
     for _ in range(a.warmup):
@@ -150,6 +166,10 @@ def main():
         "images_per_s": a.batch / med, "peak_rss_bytes": vm_hwm(), "loss": float(loss.detach()), "steps": len(times),
         "torch": torch.__version__, "onednn": onednn_version(), "blas": blas_info(), "step_s": times,
     }
+    if cuda:
+        r.update(device=torch.cuda.get_device_name(), tf32=a.tf32,
+                 max_memory_allocated=torch.cuda.max_memory_allocated(),
+                 max_memory_reserved=torch.cuda.max_memory_reserved())
     if a.model in TEXT:
         r.update(seq_len=x.shape[1], vocab=a.vocab or TEXT[a.model][1], tokens_per_s=x.numel() / med)
     print(json.dumps(r))

@@ -70,6 +70,12 @@ std::vector<int64_t> i64(const io::SafetensorsFile& f, const std::string& name) 
   std::memcpy(v.data(), f.data(t), t.nbytes());
   return v;
 }
+// A float value as f32 on the host, from any device (Executor::read_f32).
+std::vector<float> host_f32(Executor& ex, ValueId v) {
+  std::vector<float> r(static_cast<size_t>(numel(ex.graph().value(v).shape)));
+  ex.read_f32(v, r.data());
+  return r;
+}
 double norm(const float* p, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * p[i];
@@ -83,7 +89,8 @@ struct GoldenCase {
   bool flip_check = false;  // look for ReLU units that switched against float64
 };
 
-// ReLU units whose input has another sign in memfit's fp32 forward pass than
+// ReLU units whose input has another sign in memfit's fp32 forward pass (on
+// the backend under test) than
 // in the float64 forward pass of the same graph (Reference64, the double
 // scalar kernels), for the step-0 batch. `last` is the forward position of
 // the last ReLU with a switched unit: every parameter used before it sees a
@@ -94,11 +101,12 @@ struct Flips {
   std::string where;
 };
 
-Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x) {
+Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x, Backend backend) {
   size_t fwd_end = 0;
   while (fwd_end < g.num_nodes() && g.node(static_cast<NodeId>(fwd_end)).phase == Phase::Forward) ++fwd_end;
   ExecConfig c32, c64;
   c32.plan.no_plan = c64.plan.no_plan = true;  // every value kept
+  c32.backend = backend;
   c64.backend = Backend::Reference64;
   Executor e32(g, c32), e64(g, c64);
   e32.init_params(42);
@@ -117,8 +125,8 @@ Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x) {
     const ValueId v = n.inputs[0];
     const Shape& s = g.value(v).shape;
     const size_t count = static_cast<size_t>(numel(s));
-    std::vector<float> a(e32.ptr<float>(v), e32.ptr<float>(v) + count);
-    if (layouts[static_cast<size_t>(v)] == kernels::cpu::Layout::Blocked16)
+    std::vector<float> a = host_f32(e32, v);
+    if (backend == Backend::Cpu && layouts[static_cast<size_t>(v)] == kernels::cpu::Layout::Blocked16)
       a = memfit::testing::to_plain(a, s[0], s[1], s[2] * s[3]);
     const double* b = e64.ptr<double>(v);
     for (size_t k = 0; k < count; ++k)
@@ -150,7 +158,8 @@ void run_golden(const GoldenCase& c, Backend backend) {
   // Initial weights: bitwise.
   for (ValueId v : g.params()) {
     const Value& val = g.value(v);
-    const float* p = ex.ptr<float>(v);
+    const std::vector<float> pv = host_f32(ex, v);
+    const float* p = pv.data();
     const size_t n = static_cast<size_t>(numel(val.shape));
     EXPECT_NEAR(norm(p, n), f64(f, "init_norm." + val.name), 1e-9 * f64(f, "init_norm." + val.name) + 1e-12) << val.name;
     if (f.find("init." + val.name)) {
@@ -172,7 +181,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
   // (tests/golden/README.md); the others keep the tight bounds.
   Flips flips;
   if (c.flip_check) {
-    flips = relu_flips(g, input, sg->x);
+    flips = relu_flips(g, input, sg->x, backend);
     if (flips.count > 0)
       std::printf("golden: %d ReLU unit(s) switched against float64 (fp32 rounding):%s parameters used before "
                   "node %zu are held to the measured fp32 spread\n",
@@ -183,7 +192,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
     for (ValueId in : g.node(static_cast<NodeId>(i)).inputs) upstream[static_cast<size_t>(in)] = true;
   auto widen = [&](ValueId v) { return upstream[static_cast<size_t>(v)] ? kFlipSpread : 1.0; };
   const io::TensorInfo& lt = f.at("labels");
-  std::memcpy(ex.data(sg->labels), f.data(lt), lt.nbytes());
+  ex.feed(sg->labels, f.data(lt), lt.nbytes());
 
   // Step 0 without the update: logits, loss, gradients.
   kernels::StepContext ctx;
@@ -195,18 +204,20 @@ void run_golden(const GoldenCase& c, Backend backend) {
   ex.run_nodes(0, n_nodes - 1, ctx);
   {
     auto ref = f32(f, "logits");
-    const float* l = ex.ptr<float>(sg->logits);
+    const std::vector<float> lv = host_f32(ex, sg->logits);
+    const float* l = lv.data();
     double mx = 0;
     for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(l[i], ref[i], 1e-4 * mx) << "logit " << i;
-    const double loss = ex.ptr<float>(sg->loss)[0], rl = f32(f, "loss")[0];
+    const double loss = ex.fetch_scalar(sg->loss), rl = f32(f, "loss")[0];
     EXPECT_NEAR(loss, rl, 1e-5 * rl) << "step-0 loss";
   }
   int checked = 0;
   for (ValueId v : g.trainable_params()) {
     const Value& val = g.value(v);
     ASSERT_NE(val.grad, kNone) << val.name;
-    const float* gp = ex.ptr<float>(val.grad);
+    const std::vector<float> gv = host_f32(ex, val.grad);
+    const float* gp = gv.data();
     const size_t n = static_cast<size_t>(numel(val.shape));
     if (f.find("grad." + val.name)) {
       auto ref = f32(f, "grad." + val.name);
@@ -239,11 +250,11 @@ void run_golden(const GoldenCase& c, Backend backend) {
   // The 20-step trajectory.
   auto losses = f32(f, "losses");
   ASSERT_EQ(losses.size(), 20u);
-  EXPECT_NEAR(ex.ptr<float>(sg->loss)[0], losses[0], 1e-5 * losses[0]);
+  EXPECT_NEAR(ex.fetch_scalar(sg->loss), losses[0], 1e-5 * losses[0]);
   for (int t = 1; t < 20; ++t) {
     ctx.step = t;
     ex.run(ctx);
-    const double l = ex.ptr<float>(sg->loss)[0];
+    const double l = ex.fetch_scalar(sg->loss);
     EXPECT_NEAR(l, losses[static_cast<size_t>(t)], c.loss_rtol * losses[static_cast<size_t>(t)] + c.loss_atol)
         << c.model << " loss at step " << t;
   }
@@ -252,7 +263,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
     ValueId fc = g.find(c.last_fc);
     const size_t n = static_cast<size_t>(numel(g.value(fc).shape));
     const double rn = f64(f, "final_norm." + c.last_fc);
-    EXPECT_NEAR(norm(ex.ptr<float>(fc), n), rn, (flips.count > 0 ? kFlipSpread : 1.0) * 1e-3 * rn) << "final " << c.last_fc;
+    EXPECT_NEAR(norm(host_f32(ex, fc).data(), n), rn, (flips.count > 0 ? kFlipSpread : 1.0) * 1e-3 * rn) << "final " << c.last_fc;
   }
   for (const char* bn : {"bn1", "layer4.1.bn2"}) {
     for (const char* stat : {"running_mean", "running_var"}) {
@@ -260,7 +271,8 @@ void run_golden(const GoldenCase& c, Backend backend) {
       if (!f.find("final." + name)) continue;
       auto ref = f32(f, "final." + name);
       const ValueId sv = g.find(name);
-      const float* p = ex.ptr<float>(sv);
+      const std::vector<float> sv_host = host_f32(ex, sv);
+      const float* p = sv_host.data();
       double mx = 0;
       for (float r : ref) mx = std::max(mx, std::abs(static_cast<double>(r)));
       // After the first update every forward value depends on the weights

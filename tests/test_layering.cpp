@@ -26,7 +26,7 @@ std::string ops_layer_of(const std::string& file) {
   auto starts = [&](const char* pre) { return file.rfind(pre, 0) == 0; };
   if (starts("op.") || starts("op_")) return "graph";
   if (starts("params_of") || starts("lower")) return "runtime";
-  if (starts("ref") || starts("params") || starts("cpu")) return "kernels";
+  if (starts("ref") || starts("params") || starts("cpu") || starts("cuda")) return "kernels";
   return "";
 }
 
@@ -73,7 +73,7 @@ TEST(Layering, NoIncludeFromALowerLayerToAHigherOne) {
   for (const char* top : {"include", "src", "models"})
     for (const auto& e : fs::recursive_directory_iterator(kRoot / top)) {
       const std::string ext = e.path().extension().string();
-      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".hpp" && ext != ".cu")) continue;
       const std::string rel = fs::relative(e.path(), kRoot).string();
       const std::string from = layer_of(rel);
       if (from.empty()) continue;

@@ -9,9 +9,17 @@
 #include <cstdint>
 #include <string_view>
 
+// The generator's arithmetic also runs in CUDA kernels (dropout masks on a
+// GPU draw exactly the CPU's): those functions are host and device code.
+#ifdef __CUDACC__
+#define MEMFIT_HD __host__ __device__
+#else
+#define MEMFIT_HD
+#endif
+
 namespace memfit::rng {
 
-inline uint64_t splitmix64(uint64_t x) {
+MEMFIT_HD inline uint64_t splitmix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   uint64_t z = x;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -22,7 +30,7 @@ inline uint64_t splitmix64(uint64_t x) {
 // A 32-bit integer hash (two multiply-xorshift rounds, "lowbias32"): cheap
 // random bits for vectorised loops (32-bit multiplies), as the stochastic
 // rounding of bf16 optimizer state draws them per element.
-inline uint32_t mix32(uint32_t x) {
+MEMFIT_HD inline uint32_t mix32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -47,18 +55,18 @@ inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
 inline uint64_t name_hash(std::string_view s) { return fnv1a(kFnvOffset, s.data(), s.size()); }
 
 // Key of one random stream: (seed, stream id, counter such as the step).
-inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t counter) {
+MEMFIT_HD inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t counter) {
   return splitmix64(splitmix64(seed ^ splitmix64(stream)) + counter);
 }
 
 // Element i of a stream as a uniform float in [0, 1) with 24 random bits.
-inline float uniform01(uint64_t key, uint64_t i) {
+MEMFIT_HD inline float uniform01(uint64_t key, uint64_t i) {
   return static_cast<float>(splitmix64(key + i) >> 40) * (1.0f / 16777216.0f);
 }
 
 // Uniform in [-bound, bound): used for PyTorch-style default initialisation
 // (bound = 1/sqrt(fan_in) for conv/linear weights and biases).
-inline float uniform_sym(uint64_t key, uint64_t i, float bound) {
+MEMFIT_HD inline float uniform_sym(uint64_t key, uint64_t i, float bound) {
   return (2.0f * uniform01(key, i) - 1.0f) * bound;
 }
 

@@ -25,7 +25,9 @@ struct StepContext;
 // Cpu: oneDNN and hand-written fast kernels (f32 and bf16 storage).
 // Reference: plain scalar kernels in f32. Reference64: the same in double
 // (gradient checks); every float value is stored as double.
-enum class Backend : uint8_t { Cpu, Reference, Reference64 };
+// Cuda: the first CUDA GPU (runtime/cuda/cuda_device.cpp): arenas in device
+// memory, cuBLAS, cuDNN and memfit's own CUDA kernels; f32 values so far.
+enum class Backend : uint8_t { Cpu, Reference, Reference64, Cuda };
 const char* backend_name(Backend b);
 
 struct ExecConfig {

@@ -147,8 +147,13 @@ int cmd_train(const std::vector<std::string>& argv) {
                : ", test accuracy " + short_num(r.test_accuracy));
   if (o.precision == DType::f16)
     log << ", fp16 loss scale " << short_num(r.loss_scale) << " (" << r.skipped_steps << " steps skipped)";
-  log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
-      << train::format_bytes(r.planned_peak_bytes) << ")\n";
+  if (!r.report.device.empty())
+    log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned host " << train::format_bytes(r.report.host)
+        << "), " << r.report.device << " memory " << train::format_bytes(r.device_used_bytes) << " (planned "
+        << train::format_bytes(r.device_planned_bytes) << ")\n";
+  else
+    log << ", peak RSS " << train::format_bytes(r.peak_rss_bytes) << " (planned "
+        << train::format_bytes(r.planned_peak_bytes) << ")\n";
   if (!r.rank_peak_rss_bytes.empty()) {
     log << "ranks: " << r.rank_peak_rss_bytes.size() << ", optimizer state " << (o.shard_optimizer ? "sharded" : "whole")
         << "; peak RSS by rank:";

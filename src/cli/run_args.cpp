@@ -79,6 +79,26 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
       "how adam/adamw moments and sgd momentum are stored: fp32 (default; 8 B/param for adam), bf16 (stochastic "
       "rounding; 4 B/param) or 8bit (blockwise-quantised, one scale per 2048; about 2 B/param)");
   a.add("memory", &memory, "BYTES", "memory budget, e.g. 512MiB, 1GiB (default: container limit or available)");
+  a.add(
+      "device",
+      [&o](const std::string& v) {
+        if (v == "cpu") o.backend = Backend::Cpu;
+        else if (v == "cuda" || v == "cuda:0") o.backend = Backend::Cuda;
+        else return "--device takes cpu or cuda, got '" + v + "'";
+        return std::string();
+      },
+      "cpu|cuda",
+      "where the step runs (default cpu); cuda: the GPU, its arenas in GPU memory planned against the GPU's free "
+      "memory or --device-memory (f32 so far; the CNNs and their optimizers)");
+  a.add(
+      "device-memory",
+      [&o](const std::string& v) {
+        auto b = train::parse_bytes(v);
+        if (!b || *b == 0) return "--device-memory expects a size like 6GiB, got '" + v + "'";
+        o.device_memory = *b;
+        return std::string();
+      },
+      "BYTES", "with --device cuda: the GPU memory budget (default: the GPU's free memory at start, less a margin)");
   a.add("threads", &o.threads, "N", "threads (default: all cores)");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
   a.add(

@@ -52,11 +52,20 @@ bool HostDevice::all_finite(const std::vector<std::pair<const float*, size_t>>& 
   return true;
 }
 
+#ifndef MEMFIT_HAVE_CUDA
+const Device& cuda_device() { throw std::runtime_error(cuda_unavailable_reason()); }
+std::string cuda_unavailable_reason() {
+  return "this memfit was built without CUDA (no CUDA compiler was found, or MEMFIT_CUDA was off)";
+}
+size_t cuda_arena_allocations() { return 0; }
+#endif
+
 const Device& device_for(Backend b) {
   switch (b) {
     case Backend::Cpu: return cpu_device();
     case Backend::Reference: return reference_device(false);
     case Backend::Reference64: return reference_device(true);
+    case Backend::Cuda: return cuda_device();
   }
   throw std::invalid_argument("unknown backend");
 }

@@ -13,7 +13,9 @@
 //   ReferenceDevice (Backend::Reference / Reference64,
 //     runtime/lower/reference_device.cpp): the scalar oracle, storing floats
 //     as f32 or, for Reference64, every float value as double.
-// Both keep their arenas in host memory (HostDevice). docs/adding-an-op.md
+//   CudaDevice (Backend::Cuda, runtime/cuda/cuda_device.cpp): arenas in GPU
+//     memory (one cudaMalloc per arena), kernels from ops/<family>/cuda.cu.
+// The first two keep their arenas in host memory (HostDevice). docs/adding-an-op.md
 // says how to add one.
 #pragma once
 
@@ -89,6 +91,25 @@ class Device {
   // Kernel::runs_library_gemm), and hand back caches an earlier plan left
   // behind.
   virtual void settle(bool library_gemm = false) const { (void)library_gemm; }
+  // What the device chose by measurement for the kernels made so far (a
+  // GPU's convolution algorithms), as text, and taking such text from an
+  // earlier process before kernels are made: the same choices then give the
+  // same bits (train/machine_profile.hpp keeps them per machine).
+  virtual std::string tuning() const { return ""; }
+  virtual void adopt_tuning(const std::string& text) const { (void)text; }
+  // Waits until the device has finished the work queued so far (kernels run
+  // asynchronously on a GPU; profiling times each to its end).
+  virtual void synchronize() const {}
+  // Whether the device's kernels store values of type t (bf16/f16
+  // activations, compact state); the fit searches only those.
+  virtual bool stores(DType t) const { (void)t; return true; }
+  // A device with memory of its own (a GPU): its free and total bytes now
+  // (cudaMemGetInfo). Host devices: false (their arenas are the process's).
+  virtual bool memory_info(size_t& free_bytes, size_t& total_bytes) const {
+    (void)free_bytes;
+    (void)total_bytes;
+    return false;
+  }
   // True if every element of the f32 buffers (device memory) is finite.
   virtual bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) const = 0;
 };
@@ -112,6 +133,16 @@ class HostDevice : public Device {
 };
 
 const Device& cpu_device();                 // runtime/lower_cpu/cpu_device.cpp
+// The CUDA device (runtime/cuda/cuda_device.cpp): the process's current GPU
+// (GPU 0 unless CUDA_VISIBLE_DEVICES says otherwise). Throws std::runtime_error with
+// cuda_unavailable_reason() where there is none (a build without CUDA, no
+// driver, no GPU).
+const Device& cuda_device();
+// Why cuda_device() would throw ("" where a GPU is there to use).
+std::string cuda_unavailable_reason();
+// How many arenas the CUDA device has allocated in this process (one
+// cudaMalloc each; the tests check that a step allocates none).
+size_t cuda_arena_allocations();
 const Device& reference_device(bool wide);  // runtime/lower/reference_device.cpp
 // The device a backend names (one instance per process; devices hold no
 // per-graph state).

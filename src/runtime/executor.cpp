@@ -28,6 +28,7 @@ const char* backend_name(Backend b) {
     case Backend::Cpu: return "cpu";
     case Backend::Reference: return "reference";
     case Backend::Reference64: return "reference64";
+    case Backend::Cuda: return "cuda";
   }
   return "?";
 }
@@ -349,8 +350,10 @@ void Executor::run_timed(size_t begin, size_t end, const kernels::StepContext& c
   using Clock = std::chrono::steady_clock;
   for (size_t k = begin; k < end; ++k) {
     if (!kernels_[k]) continue;
+    dev_->synchronize();
     const auto t0 = Clock::now();
     kernels_[k]->run(ctx);
+    dev_->synchronize();
     node_seconds_[k] += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 }

@@ -12,6 +12,7 @@ namespace memfit {
 
 void register_builtin_kernels();  // runtime/register_kernels.cpp
 void register_cpu_kernels();      // runtime/register_kernels.cpp
+void register_cuda_kernels();     // runtime/register_kernels.cpp
 
 namespace {
 std::map<std::string, KernelFactory>& ktable() {
@@ -19,6 +20,10 @@ std::map<std::string, KernelFactory>& ktable() {
   return t;
 }
 std::map<std::string, KernelFactory>& cpu_table() {
+  static std::map<std::string, KernelFactory> t;
+  return t;
+}
+std::map<std::string, KernelFactory>& cuda_table() {
   static std::map<std::string, KernelFactory> t;
   return t;
 }
@@ -31,6 +36,7 @@ void ensure_kernels() {
   std::call_once(once, [] {
     register_builtin_kernels();
     register_cpu_kernels();
+    register_cuda_kernels();
   });
 }
 const KernelFactory* find_in(std::map<std::string, KernelFactory>& t, const std::string& op) {
@@ -44,6 +50,14 @@ void register_kernel(const std::string& op, KernelFactory f) { ktable()[op] = st
 void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes) {
   cpu_table()[op] = std::move(f);
   if (takes) cpu_conditions()[op] = std::move(takes);
+}
+void register_cuda_kernel(const std::string& op, KernelFactory f) { cuda_table()[op] = std::move(f); }
+const KernelFactory* find_cuda_kernel(const std::string& op) { return find_in(cuda_table(), op); }
+std::vector<std::string> cuda_kernel_ops() {
+  ensure_kernels();
+  std::vector<std::string> r;
+  for (const auto& [op, f] : cuda_table()) r.push_back(op);
+  return r;
 }
 bool cpu_kernel_takes(const Graph& g, const Node& n) {
   ensure_kernels();

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/kernel.hpp"
 #include "memfit/graph.hpp"
@@ -29,6 +30,14 @@ using KernelCondition = std::function<bool(const Graph&, const Node&)>;
 // condition where the channel-blocked layouts depend on it (the layouts are
 // chosen before any kernel is made: runtime/lower_cpu/layout.cpp).
 void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes = {});
+// CUDA lowering (ops/<family>/lower_cuda.cpp): serves the CUDA device; an op
+// without one is refused there, naming it (no host fallback: the arenas are
+// device memory). A factory returning nullptr marks a node that needs no
+// kernel (a view).
+void register_cuda_kernel(const std::string& op, KernelFactory f);
+const KernelFactory* find_cuda_kernel(const std::string& op);
+// The ops with a CUDA lowering, sorted (for errors and the docs).
+std::vector<std::string> cuda_kernel_ops();
 // The registered condition of n's fast CPU factory (true where none is).
 bool cpu_kernel_takes(const Graph& g, const Node& n);
 // True if a fast CPU kernel is registered for the op.

@@ -19,4 +19,20 @@ void register_cpu_kernels() {
 #include "ops/families.def"
 }
 
+// The families with CUDA kernels (ops/<family>/cuda.cu, lower_cuda.cpp),
+// compiled where the build has CUDA (MEMFIT_HAVE_CUDA).
+#define MEMFIT_CUDA_FAMILIES(X) \
+  X(batchnorm) X(conv) X(dropout) X(eltwise) X(linear) X(loss) X(metrics) X(optim) X(pool) X(shape)
+#ifdef MEMFIT_HAVE_CUDA
+#define MEMFIT_DECLARE_CUDA(f) void register_##f##_cuda_kernels();
+MEMFIT_CUDA_FAMILIES(MEMFIT_DECLARE_CUDA)
+#endif
+
+void register_cuda_kernels() {
+#ifdef MEMFIT_HAVE_CUDA
+#define MEMFIT_REGISTER_CUDA(f) register_##f##_cuda_kernels();
+  MEMFIT_CUDA_FAMILIES(MEMFIT_REGISTER_CUDA)
+#endif
+}
+
 }  // namespace memfit

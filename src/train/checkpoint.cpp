@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
 #include "io/safetensors.hpp"
 #include "kernels/bf16.hpp"
 #include "memfit/rng.hpp"
+#include "runtime/device.hpp"
 #include "train/step_graph.hpp"
 
 namespace memfit::train {
@@ -96,6 +98,32 @@ void require_f32_storage(Executor& ex) {
     throw std::runtime_error("checkpoints are written from f32 storage only");
 }
 
+// Host bytes of the values a checkpoint writes: the arenas themselves on a
+// host device; on a device with memory of its own (a GPU), copies made in
+// one host buffer before the file is written (the plan's "checkpoint
+// staging" row).
+class StateBytes {
+ public:
+  StateBytes(Executor& ex, const std::vector<ValueId>& vs) : ex_(ex) {
+    if (ex.device().host_addressable()) return;
+    size_t total = 0;
+    for (ValueId v : vs) total += ex.value_bytes(v);
+    buf_.resize(total);
+    size_t at = 0;
+    for (ValueId v : vs) {
+      ex.fetch(v, buf_.data() + at, ex.value_bytes(v));
+      offset_[v] = at;
+      at += ex.value_bytes(v);
+    }
+  }
+  void* at(ValueId v) { return buf_.empty() && offset_.empty() ? ex_.data(v) : buf_.data() + offset_.at(v); }
+
+ private:
+  Executor& ex_;
+  std::vector<unsigned char> buf_;
+  std::map<ValueId, size_t> offset_;
+};
+
 // A checkpoint's (or shard's) metadata: the run's settings, the position,
 // and the checksum over the tensors' bytes (`sum`) and the metadata.
 std::map<std::string, std::string> state_metadata(const TrainState& st, uint64_t sum) {
@@ -120,11 +148,15 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
   uint64_t sum = rng::kFnvOffset;
   std::vector<int64_t> batches_tracked;  // one value per batch-norm layer
   batches_tracked.reserve(g.num_values());
+  std::vector<ValueId> state;
+  for (size_t i = 0; i < g.num_values(); ++i)
+    if (is_state(g.value(static_cast<ValueId>(i)))) state.push_back(static_cast<ValueId>(i));
+  StateBytes bytes(ex, state);
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (!is_state(v)) continue;
     // Optimizer state as stored: f32, bf16, or 8-bit codes (U8) and their f32 scales.
-    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, ex.data(static_cast<ValueId>(i))};
+    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, bytes.at(static_cast<ValueId>(i))};
     sum = rng::fnv1a(sum, t.data, v.bytes());
     all.push_back(t);
     if (v.cls != VClass::OptState) weights.push_back(t);
@@ -205,7 +237,7 @@ TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
     throw std::runtime_error(path + " is corrupted: its checksum does not match its contents");
   for (auto& [v, t] : todo) {
     auto* dst = static_cast<unsigned char*>(ex.data(v));
-    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
+    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.device().copy_to_device(dst + off, p, n); });
   }
   return st;
 }
@@ -225,10 +257,14 @@ void save_state_shard(const std::string& path, Executor& ex, const TrainState& s
   const Graph& g = ex.graph();
   std::vector<io::TensorView> all;
   uint64_t sum = rng::kFnvOffset;
+  std::vector<ValueId> state;
+  for (size_t i = 0; i < g.num_values(); ++i)
+    if (g.value(static_cast<ValueId>(i)).cls == VClass::OptState) state.push_back(static_cast<ValueId>(i));
+  StateBytes bytes(ex, state);
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (v.cls != VClass::OptState) continue;
-    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, ex.data(static_cast<ValueId>(i))};
+    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, bytes.at(static_cast<ValueId>(i))};
     sum = rng::fnv1a(sum, t.data, v.bytes());
     all.push_back(t);
   }
@@ -309,7 +345,7 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
     auto* dst = static_cast<unsigned char*>(ex.data(v));
     const DType to = g.value(v).dtype;
     if (file_dtype(to) == t->dtype) {
-      stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { std::memcpy(dst + off, p, n); });
+      stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.device().copy_to_device(dst + off, p, n); });
       continue;
     }
     // Converted through small aligned buffers (the file's bytes may sit at
@@ -325,11 +361,11 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
         if (narrow) {
           std::memcpy(x, p + i * 4, m * 4);
           kernels::f32_to_bf16(x, h, m);
-          std::memcpy(dst + (first + i) * 2, h, m * 2);
+          ex.device().copy_to_device(dst + (first + i) * 2, h, m * 2);
         } else {
           std::memcpy(h, p + i * 2, m * 2);
           kernels::bf16_to_f32(h, x, m);
-          std::memcpy(dst + (first + i) * 4, x, m * 4);
+          ex.device().copy_to_device(dst + (first + i) * 4, x, m * 4);
         }
       }
     });

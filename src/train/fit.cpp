@@ -39,6 +39,7 @@ double storage_time_factor(const Device& dev, DType precision, DType saved) {
 }
 
 std::vector<FitPrecision> default_fit_precisions(const Device& dev) {
+  if (!dev.stores(DType::bf16)) return {{DType::f32, DType::f32, 1.0}};
   return {{DType::f32, DType::f32, 1.0},
           {DType::bf16, DType::f32, storage_time_factor(dev, DType::bf16, DType::f32)},
           {DType::f32, DType::bf16, storage_time_factor(dev, DType::f32, DType::bf16)}};

@@ -32,7 +32,47 @@ double read_profile(const std::string& path, const std::string& key) {
   return std::isfinite(r) && r > 0 ? r : 0;
 }
 
+// The file of dev's tuning ("" without a cache directory), and its key.
+std::string tuning_path(const Device& dev, const std::string& cache_dir, std::string& key) {
+  key = profile_key(dev, 0) + "|tuning";
+  try {
+    const std::string top = data::ensure_cache_dir(cache_dir, "machine profile", "");
+    const std::string dir = data::ensure_cache_dir(top + "/machine", "machine profile", "");
+    return dir + "/" + data::hex16(rng::name_hash(key)) + ".tuning";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 }  // namespace
+
+void adopt_device_tuning(const Device& dev, const std::string& cache_dir) {
+  if (dev.host_addressable()) return;  // the host devices measure nothing
+  std::string key;
+  const std::string path = tuning_path(dev, cache_dir, key);
+  std::ifstream f(path);
+  std::string first;
+  if (path.empty() || !f || !std::getline(f, first) || first != key) return;
+  std::stringstream rest;
+  rest << f.rdbuf();
+  dev.adopt_tuning(rest.str());
+}
+
+void save_device_tuning(const Device& dev, const std::string& cache_dir) {
+  if (dev.host_addressable()) return;
+  const std::string t = dev.tuning();
+  if (t.empty()) return;
+  std::string key;
+  const std::string path = tuning_path(dev, cache_dir, key);
+  if (path.empty()) return;
+  try {
+    const std::string text = key + "\n" + t;
+    data::AtomicFile f(path, "machine profile");
+    f.write(text.data(), text.size());
+    f.commit();
+  } catch (const std::exception&) {
+  }
+}
 
 MachineProfile machine_profile(const Device& dev, int threads, const std::string& cache_dir) {
   MachineProfile p;

@@ -29,4 +29,13 @@ struct MachineProfile {
 // measured around, never an error.
 MachineProfile machine_profile(const Device& dev, int threads, const std::string& cache_dir);
 
+// The device's tuning (Device::tuning: a GPU's measured convolution
+// algorithms), kept beside the profile in machine/ under the same kind of
+// key: adopt_device_tuning before a plan's kernels are made, so every run on
+// the machine computes with the same choices (and a resumed run gives the
+// bits of an uninterrupted one); save_device_tuning after, adding what was
+// measured. A cache that cannot be read or written is no error.
+void adopt_device_tuning(const Device& dev, const std::string& cache_dir);
+void save_device_tuning(const Device& dev, const std::string& cache_dir);
+
 }  // namespace memfit::train

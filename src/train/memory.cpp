@@ -2,6 +2,8 @@
 
 #include "train/cgroup.hpp"
 
+#include "runtime/device.hpp"
+
 #include <fcntl.h>
 #include <malloc.h>
 #include <omp.h>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 
 namespace memfit::train {
 
@@ -109,11 +112,32 @@ Budget detect_budget(std::optional<size_t> flag, const std::string& root) {
 }
 
 std::string Budget::describe() const {
-  if (source == "--memory") return source;
+  if (source == "--memory" || source == "--device-memory") return source;
   std::string s = source;
   if (others) s += " less " + format_bytes(others) + " used by other processes in it";
   if (margin) s += " minus margin";
   return s;
+}
+
+Budget device_budget(const Device& dev, std::optional<size_t> flag) {
+  size_t free = 0, total = 0;
+  if (!dev.memory_info(free, total))
+    throw std::runtime_error(std::string("device '") + dev.name() + "' reports no memory of its own");
+  const std::string gpu = dev.info().model;
+  Budget b;
+  if (flag) {
+    if (*flag > free)
+      throw std::runtime_error("--device-memory " + format_bytes(*flag) + " is more than the " + format_bytes(free) +
+                               " free on " + gpu + " (of " + format_bytes(total) + ")");
+    b.bytes = b.limit = *flag;
+    b.source = "--device-memory";
+    return b;
+  }
+  b.limit = free;
+  b.margin = std::min(free, free / 50 + (size_t(32) << 20));
+  b.bytes = free - b.margin;
+  b.source = "free memory of " + gpu + " (cudaMemGetInfo, of " + format_bytes(total) + ")";
+  return b;
 }
 
 size_t current_rss() { return status_field("VmRSS"); }

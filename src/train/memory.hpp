@@ -7,6 +7,10 @@
 #include <optional>
 #include <string>
 
+namespace memfit {
+class Device;  // runtime/device.hpp
+}
+
 namespace memfit::train {
 
 // "512MiB", "1GiB", "1.5G", "300MB", "1000000" -> bytes. Binary units for
@@ -33,6 +37,16 @@ struct Budget {
 // tables, allocator slack). Swap never counts: a run that swaps crawls.
 // Files are read under `root` ("" for this system; tests pass a fake tree).
 Budget detect_budget(std::optional<size_t> flag, const std::string& root = "");
+
+// The budget of a device with memory of its own (a GPU, whose
+// memory_info answers): `flag` (--device-memory) as given, checked against
+// the device's free memory; otherwise its free memory now (after the CUDA
+// context and the libraries' handles took theirs) minus a margin of 2%
+// plus 32 MiB for what the plan cannot see (the arenas' rounding to the
+// driver's pages, kernel code loaded at the first launch). Throws
+// std::runtime_error if the device reports no memory or the flag asks for
+// more than is free.
+Budget device_budget(const Device& dev, std::optional<size_t> flag);
 
 // VmRSS and VmHWM of this process in bytes (0 if /proc is unreadable).
 // Allocation-free: safe to call inside a training step.

@@ -93,6 +93,10 @@ void validate(const TrainOptions& o) {
          "the weights' scale): drop one of the two");
   if (o.master_weights == DType::bf16 && o.backend == Backend::Reference64)
     fail("--master-weights bf16 has no double-precision reference: use the cpu or the f32 reference backend");
+  if (o.device_memory && o.backend != Backend::Cuda)
+    fail("--device-memory is the budget of a GPU: pass --device cuda with it (--memory is the host's budget)");
+  if (o.backend == Backend::Cuda && o.ranks > 1)
+    fail("--device cuda runs one process on one GPU so far; data parallelism over GPUs is not built yet");
   if (!valid_recompute_policy(o.recompute))
     fail("--recompute expects none, auto, cheap or segments, got '" + o.recompute + "'");
   if (o.data_in != "auto" && o.data_in != "memory" && o.data_in != "disk")

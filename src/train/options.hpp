@@ -69,6 +69,9 @@ struct TrainOptions {
   std::string cache_dir;       // the IDX (disk) and token caches' directory ("" = data::default_cache_dir())
   int64_t threads = 0;         // 0: all cores
   std::optional<size_t> memory;
+  // --device-memory: the budget of a device with memory of its own (a GPU);
+  // unset: its free memory at start less a margin (train/memory.hpp).
+  std::optional<size_t> device_memory;
   std::string out = "runs/latest";
   std::string resume;          // run directory to continue from
   int64_t eval_every = -1;     // > 0: every N steps (and at the end); 0: never; -1: after every epoch

@@ -149,6 +149,15 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.import_bytes = in.import_bytes;
   r.total = std::max(r.total, r.baseline + persistent + in.import_bytes + r.data);
   r.naive = r.baseline + persistent + pages(p.naive_transient_bytes) + r.library_heap + r.data + r.eval + r.comm;
+  if (!in.device.empty()) {
+    // The arenas (and evaluation's) in the device's memory; the rest on the host.
+    r.device = in.device;
+    r.host_staging = in.host_staging;
+    r.host = std::max(r.baseline + r.library_heap + r.data + r.comm + r.host_staging,
+                      r.baseline + in.import_bytes + r.data);
+    r.total = persistent + r.arena + r.eval;
+    r.naive = persistent + pages(p.naive_transient_bytes) + r.eval;
+  }
   return r;
 }
 
@@ -193,7 +202,9 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
                           const std::string& optimizer, const std::string& backend) {
   std::ostringstream o;
   o << "memfit plan: " << model << ", batch " << batch << ", " << optimizer << ", " << backend << "\n";
-  if (!r.cpu_model.empty()) {
+  if (!r.device.empty()) {
+    o << "  " << r.device << ": " << r.cpu_model << " (" << r.onednn_isa << "); " << r.onednn << "\n";
+  } else if (!r.cpu_model.empty()) {
     o << "  cpu: " << r.cpu_model << "; oneDNN " << r.onednn << " " << r.onednn_isa << " ("
       << (r.bf16_compute ? "bf16 compute" : "no bf16 compute") << "); memfit loops " << r.vector_isa << "\n";
     if (!r.products.empty())
@@ -253,7 +264,14 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
         "the model file's, freed once the parameters hold them (before the first step: the peak is at least baseline + "
         "parameters, gradients, state + these)");
   o << "  ------------------------------------\n";
-  row(o, "predicted peak", r.total);
+  if (!r.device.empty()) {
+    // Baseline, data pipeline and staging are host memory: apart from the device's budget.
+    if (r.host_staging) row(o, "checkpoint staging", r.host_staging, "host copy of the state while a checkpoint is written");
+    row(o, "host memory", r.host, "baseline, data pipeline and staging in RAM: not in the GPU's budget");
+    row(o, "predicted GPU peak", r.total, "parameters, gradients, state, inputs, activations, evaluation");
+  } else {
+    row(o, "predicted peak", r.total);
+  }
   char buf[200];
   std::snprintf(buf, sizeof buf, "  %-22s %12s  (%s)\n", "budget", format_bytes(b.bytes).c_str(), b.describe().c_str());
   o << buf;
@@ -289,6 +307,10 @@ std::string over_budget_message(const MemoryReport& r, const Budget& b) {
 std::string report_json(const MemoryReport& r, const Budget& b) {
   Json o;
   o["total_bytes"] = r.total;
+  if (!r.device.empty()) {
+    o["device"] = r.device;
+    o["host_bytes"] = r.host;
+  }
   o["naive_bytes"] = r.naive;
   o["reuse_factor"] = reuse_factor(r);
   o["budget_bytes"] = b.bytes;

@@ -38,6 +38,12 @@ struct MemoryInputs {
   // initialised from them and then freed: the peak is at least the
   // baseline, the persistent arena and these (before any activation).
   size_t import_bytes = 0;
+  // A device with memory of its own (--device cuda): its name, and what the
+  // host holds besides the baseline and data while the arenas live there
+  // (a checkpoint's staging copy of the state). The plan's total is then
+  // the device's memory, and the host's is reported apart.
+  std::string device;
+  size_t host_staging = 0;
 };
 
 struct BufferInfo {
@@ -48,6 +54,11 @@ struct BufferInfo {
 
 struct MemoryReport {
   size_t baseline = 0, params = 0, grads = 0, optstate = 0, inputs = 0;
+  // A device with memory of its own (MemoryInputs::device): total counts the
+  // device's memory (the arenas, evaluation's), host the process's memory
+  // (baseline, data pipeline, staging), which is not in the device's budget.
+  std::string device;
+  size_t host = 0, host_staging = 0;
   size_t import_bytes = 0;    // an imported file's weights until the parameters hold them (MemoryInputs)
   size_t arena = 0;           // the transient arena
   size_t saved = 0;           // at the arena's peak: forward values kept for backward

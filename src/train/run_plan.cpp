@@ -73,7 +73,9 @@ class Planner {
     configure_allocator();
     rss_start_ = current_rss();
     open();
+    adopt_device_tuning(device_for(o_.backend), o_.cache_dir);
     build();
+    save_device_tuning(device_for(o_.backend), o_.cache_dir);
     measure();
     if (auto_data_ && p_.data.train_stream) choose_residency();
     print();
@@ -179,6 +181,19 @@ class Planner {
     mi_.rank = o_.rank;
     mi_.sharded = o_.ranks > 1 && o_.shard_optimizer;
     mi_.comm_bytes = dist::comm_scratch_bytes(o_.ranks);
+    const Device& dev = device_for(o_.backend);
+    size_t dev_free = 0, dev_total = 0;
+    if (dev.memory_info(dev_free, dev_total)) {
+      // The arenas in the device's memory: the budget is the device's; a
+      // checkpoint stages the state through the host.
+      mi_.device = dev.name();
+      mi_.host_staging = ex().plan().arena_bytes[static_cast<size_t>(Arena::Params)] +
+                         ex().plan().arena_bytes[static_cast<size_t>(Arena::OptState)];
+      p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
+      p_.budget = device_budget(dev, o_.device_memory);
+      p_.device_free_at_plan = dev_free;
+      return;
+    }
     p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
     p_.budget = detect_budget(o_.memory);
     share_budget();
@@ -344,8 +359,11 @@ class Planner {
     std::vector<FitPrecision> precisions =
         o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
     const size_t target = fit_target(budget.bytes);
-    const std::vector<FitState> approx =
-        approx_fit_states(o_.optimizer, !o_.optimizer_state_set, !o_.master_weights_set && o_.backend != Backend::Reference64);
+    // Compact state and bf16 weights only where the device's kernels store them.
+    const bool compact = device_for(o_.backend).stores(DType::bf16);
+    const std::vector<FitState> approx = approx_fit_states(
+        o_.optimizer, !o_.optimizer_state_set && compact,
+        !o_.master_weights_set && o_.backend != Backend::Reference64 && compact);
     FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions,
                               o_.allow_approx ? approx : std::vector<FitState>{});
     if (fr.fitting.empty())

@@ -41,6 +41,9 @@ struct RunPlan {
   bool eval_shares = false;
   MemoryReport report;
   Budget budget;
+  // A device with memory of its own: its free bytes when the plan was made
+  // (after its context; before the arenas), to measure what the run took.
+  size_t device_free_at_plan = 0;
 };
 
 // Plans an attempt and prints the plan to `log`. A RunPlan when the plan

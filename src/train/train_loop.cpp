@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/device.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
 
@@ -382,6 +383,7 @@ void TrainLoop::eval_and_record(uint64_t epoch) {
   if (lm) line["tokens_per_second"] = images_per_second() * static_cast<double>(tokens_per_sample_);
   line["peak_rss_bytes"] = peak_rss();
   line["planned_peak_bytes"] = p_.report.total;
+  if (!p_.report.device.empty()) line["planned_host_bytes"] = p_.report.host;
   metrics_ << json_line(line) << "\n";
   metrics_.flush();
   loss_sum_ = 0.0;
@@ -452,8 +454,19 @@ void TrainLoop::finish(Clock::time_point t_start) {
     res_.comm_buckets = dp_.buckets();
     res_.comm_buckets_overlapped = dp_.buckets_overlapped();
   }
-  // The plan is a promise: say so when the process went past it.
-  const size_t planned = p_.report.total, peak = res_.peak_rss_bytes;
+  // A device with memory of its own: what it holds now beyond the free
+  // memory the plan was made with (the arenas, and kernel code its first
+  // launches loaded) against the plan's device total.
+  if (!p_.report.device.empty()) {
+    size_t free = 0, total = 0;
+    if (ex_.device().memory_info(free, total) && p_.device_free_at_plan >= free) {
+      res_.device_planned_bytes = p_.report.total;
+      res_.device_used_bytes = p_.device_free_at_plan - free;
+    }
+  }
+  // The plan is a promise: say so when the process went past it (on a
+  // device, the host's part of it).
+  const size_t planned = p_.report.device.empty() ? p_.report.total : p_.report.host, peak = res_.peak_rss_bytes;
   if (peak > planned + planned / 33) {
     const size_t over = peak - planned;
     char buf[320];

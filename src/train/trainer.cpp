@@ -234,6 +234,12 @@ std::string result_json(const TrainResult& r, const TrainOptions& o) {
   j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["planned_peak_bytes"] = r.planned_peak_bytes;
   j["budget_bytes"] = r.budget_bytes;
+  if (!r.report.device.empty()) {
+    j["device"] = r.report.device;
+    j["planned_host_bytes"] = r.report.host;
+    j["device_planned_bytes"] = r.device_planned_bytes;
+    j["device_used_bytes"] = r.device_used_bytes;
+  }
   if (!r.rank_peak_rss_bytes.empty()) {
     j["ranks"] = r.rank_peak_rss_bytes.size();
     j["optimizer_sharded"] = o.shard_optimizer;

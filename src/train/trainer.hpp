@@ -31,6 +31,9 @@ struct TrainResult {
   double seconds = 0.0;
   size_t peak_rss_bytes = 0;
   size_t planned_peak_bytes = 0;
+  // --device cuda: the plan's device memory, and what the device held at
+  // the end beyond its free memory when the plan was made (cudaMemGetInfo).
+  size_t device_planned_bytes = 0, device_used_bytes = 0;
   size_t budget_bytes = 0;
   MemoryReport report;
   Budget budget;

@@ -1,0 +1,110 @@
+#include "kernels/cuda/common.hpp"
+#include "ops/pool/cuda.hpp"
+
+namespace memfit::kernels::cuda {
+namespace {
+
+#define MEMFIT_GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void max_pool_k(PoolParams p, const float* x, float* y, int32_t* idx) {
+  const int64_t out_plane = p.OH * p.OW;
+  MEMFIT_GRID_LOOP(o, p.N * p.C * out_plane) {
+    const int64_t nc = o / out_plane, oh = o % out_plane / p.OW, ow = o % p.OW;
+    const float* xp = x + nc * p.H * p.W;
+    const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+    const int64_t h0 = hs > 0 ? hs : 0, h1 = hs + p.R < p.H ? hs + p.R : p.H;
+    const int64_t w0 = ws > 0 ? ws : 0, w1 = ws + p.S < p.W ? ws + p.S : p.W;
+    int64_t best = h0 * p.W + w0;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) {
+        const float v = xp[h * p.W + w];
+        if (v > xp[best] || isnan(v)) best = h * p.W + w;
+      }
+    y[o] = xp[best];
+    idx[o] = static_cast<int32_t>(best);
+  }
+}
+
+// Windows covering input row h: oh with oh*stride - pad <= h < oh*stride - pad + R.
+__device__ inline void covering(int64_t h, int64_t stride, int64_t pad, int64_t R, int64_t OH, int64_t& lo, int64_t& hi) {
+  const int64_t top = h + pad;  // oh*stride <= top and oh*stride > top - R
+  lo = top - R + 1 <= 0 ? 0 : (top - R + stride) / stride;
+  hi = top / stride + 1;
+  if (hi > OH) hi = OH;
+}
+
+__global__ void max_pool_bwd_k(PoolParams p, const float* dy, const int32_t* idx, float* dx) {
+  const int64_t in_plane = p.H * p.W, out_plane = p.OH * p.OW;
+  MEMFIT_GRID_LOOP(i, p.N * p.C * in_plane) {
+    const int64_t nc = i / in_plane, j = i % in_plane, h = j / p.W, w = j % p.W;
+    int64_t oh0, oh1, ow0, ow1;
+    covering(h, p.stride_h, p.pad_h, p.R, p.OH, oh0, oh1);
+    covering(w, p.stride_w, p.pad_w, p.S, p.OW, ow0, ow1);
+    float acc = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow) {
+        const int64_t o = nc * out_plane + oh * p.OW + ow;
+        if (idx[o] == j) acc += dy[o];
+      }
+    dx[i] = acc;
+  }
+}
+
+// One thread per (n, c): the plane summed in order, in double as the reference.
+__global__ void global_avg_k(GlobalPoolParams p, const float* x, float* y) {
+  MEMFIT_GRID_LOOP(nc, p.N * p.C) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < p.HW; ++k) acc += static_cast<double>(x[nc * p.HW + k]);
+    y[nc] = static_cast<float>(acc / static_cast<double>(p.HW));
+  }
+}
+
+__global__ void global_avg_bwd_k(GlobalPoolParams p, const float* dy, float* dx) {
+  MEMFIT_GRID_LOOP(i, p.N * p.C * p.HW) dx[i] = dy[i / p.HW] / static_cast<float>(p.HW);
+}
+
+class MaxPool final : public Kernel {
+ public:
+  MaxPool(PoolParams p, bool bwd) : p_(p), bwd_(bwd) {}
+  const char* name() const override { return bwd_ ? "cuda.max_pool2d_bwd" : "cuda.max_pool2d"; }
+  void run(const StepContext&) override {
+    const cudaStream_t s = context().stream;
+    if (bwd_)
+      max_pool_bwd_k<<<blocks_for(p_.N * p_.C * p_.H * p_.W), kThreads, 0, s>>>(p_, in<float>(0), in<int32_t>(1),
+                                                                                out<float>(0));
+    else
+      max_pool_k<<<blocks_for(p_.N * p_.C * p_.OH * p_.OW), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0),
+                                                                              out<int32_t>(1));
+    check(cudaGetLastError(), name());
+  }
+
+ private:
+  PoolParams p_;
+  bool bwd_;
+};
+
+class GlobalAvg final : public Kernel {
+ public:
+  GlobalAvg(GlobalPoolParams p, bool bwd) : p_(p), bwd_(bwd) {}
+  const char* name() const override { return bwd_ ? "cuda.global_avg_pool_bwd" : "cuda.global_avg_pool"; }
+  void run(const StepContext&) override {
+    const cudaStream_t s = context().stream;
+    if (bwd_) global_avg_bwd_k<<<blocks_for(p_.N * p_.C * p_.HW), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
+    else global_avg_k<<<blocks_for(p_.N * p_.C), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
+    check(cudaGetLastError(), name());
+  }
+
+ private:
+  GlobalPoolParams p_;
+  bool bwd_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> max_pool2d(const PoolParams& p) { return std::make_unique<MaxPool>(p, false); }
+std::unique_ptr<Kernel> max_pool2d_bwd(const PoolParams& p) { return std::make_unique<MaxPool>(p, true); }
+std::unique_ptr<Kernel> global_avg_pool(const GlobalPoolParams& p) { return std::make_unique<GlobalAvg>(p, false); }
+std::unique_ptr<Kernel> global_avg_pool_bwd(const GlobalPoolParams& p) { return std::make_unique<GlobalAvg>(p, true); }
+
+}  // namespace memfit::kernels::cuda
