@@ -210,6 +210,15 @@ TEST(CudaLowering, EveryOpOfTheTestNetsHasACudaKernel) {
 #endif
 }
 
+TEST(CudaLowering, ActivationsAndAveragePoolingHaveCudaKernels) {
+#ifndef MEMFIT_HAVE_CUDA
+  GTEST_SKIP() << "this build has no CUDA";
+#else
+  for (const char* op : {"activation", "activation_bwd", "avg_pool2d", "avg_pool2d_bwd"})
+    EXPECT_NE(find_cuda_kernel(op), nullptr) << op;
+#endif
+}
+
 TEST(CudaLowering, NoGpuIsAClearError) {
   if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a GPU is here";
   try {
@@ -280,6 +289,29 @@ TEST(Cuda, MaxPoolIndicesAndDropoutMasksEqualTheReference) {
   const auto gpu = ints(Backend::Cuda), ref = ints(Backend::Reference);
   ASSERT_EQ(gpu.size(), 2u);
   for (const auto& [v, bytes] : ref) EXPECT_TRUE(gpu.at(v) == bytes) << g.value(v).name << " differs";
+}
+
+// Every activation kind and average pooling (padded, with and without the
+// padding counted) in a training step against the double reference.
+TEST(Cuda, ActivationsAndAveragePoolingMatchTheDoubleReference) {
+  Graph g;
+  Builder b(g);
+  const ValueId x = g.input("x", {2, 3, 9, 7}), y = g.input("y", {2}, DType::i32);
+  ValueId h = conv2d(b, x, 8, 3, {.pad = 1, .name = "conv1"});
+  const std::vector<std::pair<std::string, Attrs>> kinds = {
+      {"sigmoid", {}},         {"tanh", {}},      {"silu", {}},
+      {"clip", {{"min", -0.5}, {"max", 0.5}}}, {"hardsigmoid", {}}, {"hardswish", {}},
+      {"leaky_relu", {{"alpha", 0.1}}},        {"elu", {{"alpha", 0.7}}}};
+  for (const auto& [kind, attrs] : kinds) h = activation(b, h, kind, attrs);
+  h = avg_pool2d(b, h, 3, {.stride = 2, .pad = 1, .count_include_pad = false});
+  h = avg_pool2d(b, h, 2, {.stride = 1, .pad = 1});
+  h = global_avg_pool(b, h);
+  const ValueId loss = softmax_xent(b, linear(b, h, 4, {.name = "fc"}), y);
+  build_backward(g, loss);
+  append_optimizer(g, {.kind = "sgd", .momentum = 0.9});
+  const Inputs in = draw_inputs(g, 9, 4);
+  const std::vector<ValueId> vs = kept_values(g);
+  expect_close(g, run_steps(g, Backend::Cuda, in, vs, 2), run_steps(g, Backend::Reference64, in, vs, 2));
 }
 
 // Batched matmul in every transposition and broadcast, forward only.

@@ -51,6 +51,66 @@ __global__ void max_pool_bwd_k(PoolParams p, const float* dy, const int32_t* idx
   }
 }
 
+// The part of window (oh, ow) inside the input, and its divisor (the
+// reference's pool_detail::window and avg_divisor).
+struct Window {
+  int64_t h0, h1, w0, w1;
+};
+__device__ inline Window window_of(const PoolParams& p, int64_t oh, int64_t ow) {
+  const int64_t hs = oh * p.stride_h - p.pad_h, ws = ow * p.stride_w - p.pad_w;
+  return {hs > 0 ? hs : 0, hs + p.R < p.H ? hs + p.R : p.H, ws > 0 ? ws : 0, ws + p.S < p.W ? ws + p.S : p.W};
+}
+__device__ inline int64_t divisor(const PoolParams& p, const Window& w) {
+  return p.count_include_pad ? p.R * p.S : (w.h1 - w.h0) * (w.w1 - w.w0);
+}
+
+// One thread per output: the window summed in double, divided.
+__global__ void avg_pool_k(PoolParams p, const float* x, float* y) {
+  const int64_t out_plane = p.OH * p.OW;
+  MEMFIT_GRID_LOOP(o, p.N * p.C * out_plane) {
+    const int64_t nc = o / out_plane, oh = o % out_plane / p.OW, ow = o % p.OW;
+    const float* xp = x + nc * p.H * p.W;
+    const Window w = window_of(p, oh, ow);
+    double acc = 0;
+    for (int64_t h = w.h0; h < w.h1; ++h)
+      for (int64_t c = w.w0; c < w.w1; ++c) acc += static_cast<double>(xp[h * p.W + c]);
+    y[o] = static_cast<float>(acc / static_cast<double>(divisor(p, w)));
+  }
+}
+
+// One thread per input element: the windows covering it, in the
+// reference's order, each adding dy / divisor (in f32, as the reference).
+__global__ void avg_pool_bwd_k(PoolParams p, const float* dy, float* dx) {
+  const int64_t in_plane = p.H * p.W, out_plane = p.OH * p.OW;
+  MEMFIT_GRID_LOOP(i, p.N * p.C * in_plane) {
+    const int64_t nc = i / in_plane, j = i % in_plane, h = j / p.W, w = j % p.W;
+    int64_t oh0, oh1, ow0, ow1;
+    covering(h, p.stride_h, p.pad_h, p.R, p.OH, oh0, oh1);
+    covering(w, p.stride_w, p.pad_w, p.S, p.OW, ow0, ow1);
+    float acc = 0.0f;
+    for (int64_t oh = oh0; oh < oh1; ++oh)
+      for (int64_t ow = ow0; ow < ow1; ++ow)
+        acc += dy[nc * out_plane + oh * p.OW + ow] / static_cast<float>(divisor(p, window_of(p, oh, ow)));
+    dx[i] = acc;
+  }
+}
+
+class AvgPool final : public Kernel {
+ public:
+  AvgPool(PoolParams p, bool bwd) : p_(p), bwd_(bwd) {}
+  const char* name() const override { return bwd_ ? "cuda.avg_pool2d_bwd" : "cuda.avg_pool2d"; }
+  void run(const StepContext&) override {
+    const cudaStream_t s = context().stream;
+    if (bwd_) avg_pool_bwd_k<<<blocks_for(p_.N * p_.C * p_.H * p_.W), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
+    else avg_pool_k<<<blocks_for(p_.N * p_.C * p_.OH * p_.OW), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
+    check(cudaGetLastError(), name());
+  }
+
+ private:
+  PoolParams p_;
+  bool bwd_;
+};
+
 // One thread per (n, c): the plane summed in order, in double as the reference.
 __global__ void global_avg_k(GlobalPoolParams p, const float* x, float* y) {
   MEMFIT_GRID_LOOP(nc, p.N * p.C) {
@@ -104,6 +164,8 @@ class GlobalAvg final : public Kernel {
 
 std::unique_ptr<Kernel> max_pool2d(const PoolParams& p) { return std::make_unique<MaxPool>(p, false); }
 std::unique_ptr<Kernel> max_pool2d_bwd(const PoolParams& p) { return std::make_unique<MaxPool>(p, true); }
+std::unique_ptr<Kernel> avg_pool2d(const PoolParams& p) { return std::make_unique<AvgPool>(p, false); }
+std::unique_ptr<Kernel> avg_pool2d_bwd(const PoolParams& p) { return std::make_unique<AvgPool>(p, true); }
 std::unique_ptr<Kernel> global_avg_pool(const GlobalPoolParams& p) { return std::make_unique<GlobalAvg>(p, false); }
 std::unique_ptr<Kernel> global_avg_pool_bwd(const GlobalPoolParams& p) { return std::make_unique<GlobalAvg>(p, true); }
 
