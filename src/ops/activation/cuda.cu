@@ -5,16 +5,20 @@ namespace memfit::kernels::cuda {
 namespace {
 
 // The reference's formulas (ops/activation/ref.hpp, act_detail), in double.
+// min and max as std::min and std::max are (not fmin/fmax, which drop a
+// NaN): a NaN input stays NaN, as on the CPU.
 __device__ inline double sig(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ inline double max_of(double a, double b) { return a < b ? b : a; }
+__device__ inline double min_of(double a, double b) { return b < a ? b : a; }
 
 __device__ double value(const ActivationParams& p, double x) {
   switch (p.kind) {
     case ActKind::Sigmoid: return sig(x);
     case ActKind::Tanh: return tanh(x);
     case ActKind::Silu: return x * sig(x);
-    case ActKind::Clip: return fmin(fmax(x, p.a), p.b);
-    case ActKind::HardSigmoid: return fmin(fmax(p.a * x + p.b, 0.0), 1.0);
-    case ActKind::HardSwish: return x * fmin(fmax(x / 6.0 + 0.5, 0.0), 1.0);
+    case ActKind::Clip: return min_of(max_of(x, p.a), p.b);
+    case ActKind::HardSigmoid: return min_of(max_of(p.a * x + p.b, 0.0), 1.0);
+    case ActKind::HardSwish: return x * min_of(max_of(x / 6.0 + 0.5, 0.0), 1.0);
     case ActKind::LeakyRelu: return x > 0.0 ? x : p.a * x;
     case ActKind::Elu: return x > 0.0 ? x : p.a * expm1(x);
   }
