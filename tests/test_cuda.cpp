@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,16 +103,25 @@ std::vector<ValueId> kept_values(const Graph& g) {
   return r;
 }
 
+// An executor of g on backend b, parameters from init seed 7, the inputs
+// fed; keep_all: every value its own buffer, all readable after the step.
+std::unique_ptr<Executor> ready(const Graph& g, Backend b, const Inputs& in, bool keep_all = false) {
+  ExecConfig cfg;
+  cfg.backend = b;
+  cfg.verify = true;
+  cfg.plan.no_plan = keep_all;
+  auto ex = std::make_unique<Executor>(g, cfg);
+  ex->init_params(7);
+  feed(*ex, in);
+  return ex;
+}
+
 // `steps` steps of g on backend b from init seed 7 and the given inputs;
 // the listed values after them.
 Values run_steps(const Graph& g, Backend b, const Inputs& in, const std::vector<ValueId>& vs, int steps,
                  std::vector<double>* losses = nullptr, ValueId loss = kNone) {
-  ExecConfig cfg;
-  cfg.backend = b;
-  cfg.verify = true;
-  Executor ex(g, cfg);
-  ex.init_params(7);
-  feed(ex, in);
+  const std::unique_ptr<Executor> exp = ready(g, b, in);
+  Executor& ex = *exp;
   kernels::StepContext ctx;
   ctx.seed = 11;
   ctx.lr = 0.05;
@@ -265,12 +275,8 @@ TEST(Cuda, MaxPoolIndicesAndDropoutMasksEqualTheReference) {
   const Graph& g = net.g;
   const Inputs in = draw_inputs(g, 5, 5);
   auto ints = [&](Backend b) {
-    ExecConfig cfg;
-    cfg.backend = b;
-    cfg.plan.no_plan = true;  // every value kept after the step
-    Executor ex(g, cfg);
-    ex.init_params(7);
-    feed(ex, in);
+    const std::unique_ptr<Executor> exp = ready(g, b, in, true);
+    Executor& ex = *exp;
     kernels::StepContext ctx;
     ctx.seed = 99;
     ctx.step = 4;
@@ -355,31 +361,24 @@ TEST(Cuda, StepsAreDeterministicAndResumeIsExact) {
       ex.run(ctx);
     }
   };
-  ExecConfig cfg;
-  cfg.backend = Backend::Cuda;
   Values once, again, resumed;
   for (Values* out : {&once, &again}) {
-    Executor ex(g, cfg);
-    ex.init_params(7);
-    feed(ex, in);
-    steps(ex, 0, 6);
-    *out = read(ex, state);
+    const auto ex = ready(g, Backend::Cuda, in);
+    steps(*ex, 0, 6);
+    *out = read(*ex, state);
   }
   {
     Values half;
     {
-      Executor ex(g, cfg);
-      ex.init_params(7);
-      feed(ex, in);
-      steps(ex, 0, 3);
-      half = read(ex, state);
+      const auto ex = ready(g, Backend::Cuda, in);
+      steps(*ex, 0, 3);
+      half = read(*ex, state);
     }
-    Executor ex(g, cfg);
-    ex.init_params(1234);  // overwritten below
-    feed(ex, in);
-    for (const auto& [v, x] : half) ex.write_f32(v, x.data());
-    steps(ex, 3, 6);
-    resumed = read(ex, state);
+    // A fresh executor holding the state of step 3, as a checkpoint restores it.
+    const auto ex = ready(g, Backend::Cuda, in);
+    for (const auto& [v, x] : half) ex->write_f32(v, x.data());
+    steps(*ex, 3, 6);
+    resumed = read(*ex, state);
   }
   for (ValueId v : state) {
     EXPECT_TRUE(std::memcmp(once.at(v).data(), again.at(v).data(), once.at(v).size() * 4) == 0)

@@ -1,6 +1,7 @@
 // CUDA kernels of the activation family (ops/activation/cuda.cu): every
 // kind of ops/activation/params.hpp in f32 storage with the reference's
-// double arithmetic (ops/activation/ref.hpp), one thread per element.
+// double arithmetic and formulas (ops/activation/ref_formulas.hpp), one
+// thread per element.
 #pragma once
 
 #include <memory>

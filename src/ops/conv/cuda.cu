@@ -163,35 +163,92 @@ int measured_choice(const ConvParams& p, char dir, Measure measure) {
   return algo;
 }
 
+// What differs between the three directions: the algorithm and result
+// types, how cuDNN measures, ranks and sizes them, and which of the
+// convolution's three tensors (x, w, y) is written. find(d, x, w, y, ...)
+// takes device buffers of x's, w's and y's sizes in that order whatever
+// the direction reads or writes.
+struct Forward {
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static constexpr char kDir = 'f';
+  static constexpr const char* kWhat = "forward pass";
+  static cudnnStatus_t find(const ConvDesc& d, void* x, void* w, void* y, int* n, Perf* perf, void* ws, size_t limit) {
+    return lib().cudnnFindConvolutionForwardAlgorithmEx(context().dnn, d.x_, x, d.w_, w, d.c_, d.y_, y, kMaxAlgos, n,
+                                                        perf, ws, limit);
+  }
+  static cudnnStatus_t rank(const ConvDesc& d, int* n, Perf* perf) {
+    return lib().cudnnGetConvolutionForwardAlgorithm_v7(context().dnn, d.x_, d.w_, d.c_, d.y_, kMaxAlgos, n, perf);
+  }
+  static cudnnStatus_t workspace(const ConvDesc& d, Algo a, size_t* bytes) {
+    return lib().cudnnGetConvolutionForwardWorkspaceSize(context().dnn, d.x_, d.w_, d.c_, d.y_, a, bytes);
+  }
+};
+struct BackwardData {  // dy (y's size), w -> dx (x's size)
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static constexpr char kDir = 'd';
+  static constexpr const char* kWhat = "data gradient";
+  static cudnnStatus_t find(const ConvDesc& d, void* x, void* w, void* y, int* n, Perf* perf, void* ws, size_t limit) {
+    return lib().cudnnFindConvolutionBackwardDataAlgorithmEx(context().dnn, d.w_, w, d.y_, y, d.c_, d.x_, x, kMaxAlgos,
+                                                             n, perf, ws, limit);
+  }
+  static cudnnStatus_t rank(const ConvDesc& d, int* n, Perf* perf) {
+    return lib().cudnnGetConvolutionBackwardDataAlgorithm_v7(context().dnn, d.w_, d.y_, d.c_, d.x_, kMaxAlgos, n, perf);
+  }
+  static cudnnStatus_t workspace(const ConvDesc& d, Algo a, size_t* bytes) {
+    return lib().cudnnGetConvolutionBackwardDataWorkspaceSize(context().dnn, d.w_, d.y_, d.c_, d.x_, a, bytes);
+  }
+};
+struct BackwardFilter {  // x, dy (y's size) -> dw (w's size)
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  static constexpr char kDir = 'w';
+  static constexpr const char* kWhat = "weight gradient";
+  static cudnnStatus_t find(const ConvDesc& d, void* x, void* w, void* y, int* n, Perf* perf, void* ws, size_t limit) {
+    return lib().cudnnFindConvolutionBackwardFilterAlgorithmEx(context().dnn, d.x_, x, d.y_, y, d.c_, d.w_, w,
+                                                               kMaxAlgos, n, perf, ws, limit);
+  }
+  static cudnnStatus_t rank(const ConvDesc& d, int* n, Perf* perf) {
+    return lib().cudnnGetConvolutionBackwardFilterAlgorithm_v7(context().dnn, d.x_, d.y_, d.c_, d.w_, kMaxAlgos, n,
+                                                               perf);
+  }
+  static cudnnStatus_t workspace(const ConvDesc& d, Algo a, size_t* bytes) {
+    return lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(context().dnn, d.x_, d.y_, d.c_, d.w_, a, bytes);
+  }
+};
+
+// The algorithm of direction D for p: measured (once per shape and process),
+// else the first usable of cuDNN's ranking; and its workspace bytes.
+template <class D>
+typename D::Algo choose(const ConvParams& p, const ConvDesc& d, size_t& workspace) {
+  const int measured = measured_choice(p, D::kDir, [&] {
+    Scratch t;
+    const size_t limit = measure_workspace_limit();
+    void *x = t.get(4 * size_t(p.N * p.C * p.H * p.W)), *w = t.get(4 * size_t(p.K * p.C / p.groups * p.R * p.S)),
+         *y = t.get(4 * size_t(p.N * p.K * p.OH * p.OW)), *ws = t.get(limit);
+    typename D::Perf perf[kMaxAlgos];
+    int n = 0;
+    if (!x || !w || !y || !ws || D::find(d, x, w, y, &n, perf, ws, limit) != CUDNN_STATUS_SUCCESS) return -1;
+    const int i = first_usable(perf, n, limit);
+    return i < 0 ? -1 : static_cast<int>(perf[i].algo);
+  });
+  typename D::Algo algo;
+  if (measured >= 0) {
+    algo = static_cast<typename D::Algo>(measured);
+  } else {
+    typename D::Perf perf[kMaxAlgos];
+    int n = 0;
+    check(D::rank(d, &n, perf), "cuDNN's algorithm ranking");
+    algo = pick(perf, n, D::kWhat, p).algo;
+  }
+  check(D::workspace(d, algo, &workspace), "cuDNN's workspace size");
+  return algo;
+}
+
 class Conv2d final : public Kernel {
  public:
-  explicit Conv2d(const ConvParams& p) : p_(p), d_(p_) {
-    const int measured = measured_choice(p_, 'f', [&] {
-      Scratch t;
-      const size_t limit = measure_workspace_limit();
-      void *x = t.get(4 * size_t(p.N * p.C * p.H * p.W)), *w = t.get(4 * size_t(p.K * p.C / p.groups * p.R * p.S)),
-           *y = t.get(4 * size_t(p.N * p.K * p.OH * p.OW)), *ws = t.get(limit);
-      cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-      int n = 0;
-      if (!x || !w || !y || !ws ||
-          lib().cudnnFindConvolutionForwardAlgorithmEx(context().dnn, d_.x_, x, d_.w_, w, d_.c_, d_.y_, y, kMaxAlgos,
-                                                       &n, perf, ws, limit) != CUDNN_STATUS_SUCCESS)
-        return -1;
-      const int i = first_usable(perf, n, limit);
-      return i < 0 ? -1 : static_cast<int>(perf[i].algo);
-    });
-    if (measured >= 0) {
-      algo_ = static_cast<cudnnConvolutionFwdAlgo_t>(measured);
-    } else {
-      cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-      int n = 0;
-      check(lib().cudnnGetConvolutionForwardAlgorithm_v7(context().dnn, d_.x_, d_.w_, d_.c_, d_.y_, kMaxAlgos, &n, perf),
-            "cudnnGetConvolutionForwardAlgorithm_v7");
-      algo_ = pick(perf, n, "forward pass", p_).algo;
-    }
-    check(lib().cudnnGetConvolutionForwardWorkspaceSize(context().dnn, d_.x_, d_.w_, d_.c_, d_.y_, algo_, &ws_),
-          "cudnnGetConvolutionForwardWorkspaceSize");
-  }
+  explicit Conv2d(const ConvParams& p) : p_(p), d_(p_), algo_(choose<Forward>(p_, d_, ws_)) {}
   const char* name() const override { return "cudnn.conv2d"; }
   size_t scratch_bytes() const override { return ws_; }
   void run(const StepContext&) override {
@@ -205,40 +262,13 @@ class Conv2d final : public Kernel {
  private:
   ConvParams p_;
   ConvDesc d_;
+  size_t ws_ = 0;  // before algo_: choose() sets it
   cudnnConvolutionFwdAlgo_t algo_{};
-  size_t ws_ = 0;
 };
 
 class Conv2dBwdData final : public Kernel {
  public:
-  explicit Conv2dBwdData(const ConvParams& p) : p_(p), d_(p_) {
-    const int measured = measured_choice(p_, 'd', [&] {
-      Scratch t;
-      const size_t limit = measure_workspace_limit();
-      void *dx = t.get(4 * size_t(p.N * p.C * p.H * p.W)), *w = t.get(4 * size_t(p.K * p.C / p.groups * p.R * p.S)),
-           *dy = t.get(4 * size_t(p.N * p.K * p.OH * p.OW)), *ws = t.get(limit);
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-      int n = 0;
-      if (!dx || !w || !dy || !ws ||
-          lib().cudnnFindConvolutionBackwardDataAlgorithmEx(context().dnn, d_.w_, w, d_.y_, dy, d_.c_, d_.x_, dx,
-                                                            kMaxAlgos, &n, perf, ws, limit) != CUDNN_STATUS_SUCCESS)
-        return -1;
-      const int i = first_usable(perf, n, limit);
-      return i < 0 ? -1 : static_cast<int>(perf[i].algo);
-    });
-    if (measured >= 0) {
-      algo_ = static_cast<cudnnConvolutionBwdDataAlgo_t>(measured);
-    } else {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-      int n = 0;
-      check(lib().cudnnGetConvolutionBackwardDataAlgorithm_v7(context().dnn, d_.w_, d_.y_, d_.c_, d_.x_, kMaxAlgos, &n,
-                                                              perf),
-            "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      algo_ = pick(perf, n, "data gradient", p_).algo;
-    }
-    check(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(context().dnn, d_.w_, d_.y_, d_.c_, d_.x_, algo_, &ws_),
-          "cudnnGetConvolutionBackwardDataWorkspaceSize");
-  }
+  explicit Conv2dBwdData(const ConvParams& p) : p_(p), d_(p_), algo_(choose<BackwardData>(p_, d_, ws_)) {}
   const char* name() const override { return "cudnn.conv2d_bwd_data"; }
   size_t scratch_bytes() const override { return ws_; }
   void run(const StepContext&) override {
@@ -251,40 +281,13 @@ class Conv2dBwdData final : public Kernel {
  private:
   ConvParams p_;
   ConvDesc d_;
+  size_t ws_ = 0;  // before algo_: choose() sets it
   cudnnConvolutionBwdDataAlgo_t algo_{};
-  size_t ws_ = 0;
 };
 
 class Conv2dBwdWeight final : public Kernel {
  public:
-  explicit Conv2dBwdWeight(const ConvParams& p) : p_(p), d_(p_) {
-    const int measured = measured_choice(p_, 'w', [&] {
-      Scratch t;
-      const size_t limit = measure_workspace_limit();
-      void *x = t.get(4 * size_t(p.N * p.C * p.H * p.W)), *dw = t.get(4 * size_t(p.K * p.C / p.groups * p.R * p.S)),
-           *dy = t.get(4 * size_t(p.N * p.K * p.OH * p.OW)), *ws = t.get(limit);
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-      int n = 0;
-      if (!x || !dw || !dy || !ws ||
-          lib().cudnnFindConvolutionBackwardFilterAlgorithmEx(context().dnn, d_.x_, x, d_.y_, dy, d_.c_, d_.w_, dw,
-                                                              kMaxAlgos, &n, perf, ws, limit) != CUDNN_STATUS_SUCCESS)
-        return -1;
-      const int i = first_usable(perf, n, limit);
-      return i < 0 ? -1 : static_cast<int>(perf[i].algo);
-    });
-    if (measured >= 0) {
-      algo_ = static_cast<cudnnConvolutionBwdFilterAlgo_t>(measured);
-    } else {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-      int n = 0;
-      check(lib().cudnnGetConvolutionBackwardFilterAlgorithm_v7(context().dnn, d_.x_, d_.y_, d_.c_, d_.w_, kMaxAlgos, &n,
-                                                                perf),
-            "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-      algo_ = pick(perf, n, "weight gradient", p_).algo;
-    }
-    check(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(context().dnn, d_.x_, d_.y_, d_.c_, d_.w_, algo_, &ws_),
-          "cudnnGetConvolutionBackwardFilterWorkspaceSize");
-  }
+  explicit Conv2dBwdWeight(const ConvParams& p) : p_(p), d_(p_), algo_(choose<BackwardFilter>(p_, d_, ws_)) {}
   const char* name() const override { return "cudnn.conv2d_bwd_weight"; }
   size_t scratch_bytes() const override { return ws_; }
   void run(const StepContext&) override {
@@ -300,8 +303,8 @@ class Conv2dBwdWeight final : public Kernel {
  private:
   ConvParams p_;
   ConvDesc d_;
+  size_t ws_ = 0;  // before algo_: choose() sets it
   cudnnConvolutionBwdFilterAlgo_t algo_{};
-  size_t ws_ = 0;
 };
 
 }  // namespace
