@@ -41,9 +41,12 @@ std::vector<std::string> zoo_names() {
   return names;
 }
 
-Model resolve(const std::string& name_or_path) {
+Model resolve(const std::string& name_or_path, const ResolveOptions& options) {
   // An exported PyTorch model; a missing one is reported as a missing file.
-  if (is_onnx_path(name_or_path)) return load_onnx_model(name_or_path);
+  if (is_onnx_path(name_or_path)) return load_onnx_model(name_or_path, options.dropout);
+  if (!options.dropout.empty())
+    throw GraphError("--dropout puts back dropout an inference export left out of an ONNX file; '" + name_or_path +
+                     "' is not one (the zoo's models and model files have their dropout as they are written)");
   if (auto m = find_gpt(name_or_path)) return *m;
   if (auto m = find_bert(name_or_path)) return *m;
   if (const Model* m = find_sequence_model(name_or_path)) return *m;

@@ -76,10 +76,17 @@ std::vector<std::string> sequence_model_names();
 // sequence models.
 std::vector<std::string> zoo_names();
 
+// How a model is read, beyond its name: dropout put back into an ONNX file
+// an inference export left it out of (onnx_model.hpp's load_onnx_model).
+struct ResolveOptions {
+  std::vector<std::string> dropout;
+};
+
 // A zoo name, a model file (model_file.hpp's resolve_model), an ONNX file
 // ("*.onnx", models/onnx_model.hpp) or a folder holding a Hugging Face BERT
 // config.json (models/bert.hpp), with its signature. Throws as
-// resolve_model does.
-Model resolve(const std::string& name_or_path);
+// resolve_model does; options that do not apply to the model (dropout for
+// a model that is not an ONNX file) are a GraphError.
+Model resolve(const std::string& name_or_path, const ResolveOptions& options = {});
 
 }  // namespace memfit::models

@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fnmatch.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 
@@ -238,7 +240,171 @@ void check_file(OnnxFile& f, const onnx::ModelProto& m) {
     file_error(f, "its input '" + f.input + "' is not an image f32 [N, C, H, W] nor token ids [N, T]");
 }
 
-std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
+// ------------------------------------------------------ restored dropout ----
+
+struct DropoutSpec {
+  std::string pattern;
+  double p = 0;
+  bool after = false;
+};
+
+std::optional<DropoutSpec> parse_dropout_spec(const std::string& spec, std::string* why) {
+  DropoutSpec d;
+  std::string s = spec;
+  if (s.rfind("after:", 0) == 0) {
+    d.after = true;
+    s = s.substr(6);
+  } else if (s.rfind("before:", 0) == 0) {
+    s = s.substr(7);
+  }
+  const size_t eq = s.rfind('=');
+  if (eq == std::string::npos || eq == 0) {
+    *why = "expected [after:]LAYER=P (e.g. classifier.1=0.2), got '" + spec + "'";
+    return std::nullopt;
+  }
+  d.pattern = s.substr(0, eq);
+  const std::string num = s.substr(eq + 1);
+  char* end = nullptr;
+  d.p = std::strtod(num.c_str(), &end);
+  if (num.empty() || end != num.c_str() + num.size() || !(d.p > 0 && d.p < 1)) {
+    *why = "the probability in '" + spec + "' must be a number above 0 and below 1";
+    return std::nullopt;
+  }
+  return d;
+}
+
+// The layer a parameter belongs to: "classifier.1" for
+// "classifier.1.weight" (and bias, a recurrent layer's weight_ih_l0, a
+// MultiheadAttention's in_proj_weight); "" for a name of no layer.
+std::string layer_of_param(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot == 0) return "";
+  const std::string last = name.substr(dot + 1);
+  auto ends = [&](const char* s) {
+    const size_t n = std::strlen(s);
+    return last.size() >= n && last.compare(last.size() - n, n, s) == 0;
+  };
+  if (last.rfind("weight", 0) == 0 || last.rfind("bias", 0) == 0 || ends("_weight") || ends("_bias"))
+    return name.substr(0, dot);
+  return "";
+}
+
+// Puts the dropout of `specs` into f's nodes before the patterns are found
+// (a restored dropout is an ordinary Dropout node in training mode, its
+// ratio and mode constants of the file).
+//
+// A value is "of layers L" when it is computed from the parameters of L and
+// constants only (a weight, its Transpose, a Cast of it); a layer's uses are
+// the nodes that read such a value together with a tensor of the graph,
+// the data. Dropout goes on the data input of the layer's first use, or on
+// the output of its last (nn.Linear on a 3-d input is a MatMul and the
+// bias's Add: its output is the Add's).
+void restore_dropout(OnnxFile& f, const std::vector<std::string>& specs) {
+  if (specs.empty()) return;
+  std::map<std::string, std::set<std::string>> of;  // value -> the layers it is computed from
+  std::set<std::string> fixed;                     // values known when the file is read
+  for (const auto& [name, c] : f.initializers) {
+    fixed.insert(name);
+    if (const std::string l = layer_of_param(name); !l.empty() && c.is_float) of[name].insert(l);
+  }
+  struct Use {
+    size_t node;
+    int data;  // the input that is a tensor of the graph
+  };
+  std::map<std::string, std::vector<Use>> uses;  // by layer, in node order
+  const auto& nodes = f.graph.node();
+  for (size_t k = 0; k < static_cast<size_t>(nodes.size()); ++k) {
+    const onnx::NodeProto& n = nodes[static_cast<int>(k)];
+    int data = -1;
+    std::set<std::string> layers;
+    for (int j = 0; j < n.input_size(); ++j) {
+      const std::string& in = n.input(j);
+      if (in.empty()) continue;
+      if (!fixed.count(in)) {
+        if (data < 0) data = j;
+        continue;
+      }
+      if (auto it = of.find(in); it != of.end()) layers.insert(it->second.begin(), it->second.end());
+    }
+    if (data < 0 && n.op_type() != "RandomUniformLike") {  // all known: so are its outputs
+      for (const auto& o : n.output()) {
+        fixed.insert(o);
+        if (!layers.empty()) of[o] = layers;
+      }
+    } else {
+      for (const std::string& l : layers) uses[l].push_back({k, data});
+    }
+  }
+  std::map<size_t, std::vector<onnx::NodeProto>> before, after;  // nodes to put before / after node k
+  std::set<std::string> placed;
+  int serial = 0;
+  for (const std::string& text : specs) {
+    std::string why;
+    const auto spec = parse_dropout_spec(text, &why);
+    if (!spec) file_error(f, "--dropout " + why);
+    std::vector<std::string> hit;
+    for (const auto& [layer, u] : uses)
+      if (layer == spec->pattern || ::fnmatch(spec->pattern.c_str(), layer.c_str(), 0) == 0) hit.push_back(layer);
+    if (hit.empty()) {
+      std::string names;
+      size_t shown = 0;
+      for (const auto& [layer, u] : uses)
+        if (shown++ < 12) names += (names.empty() ? "" : ", ") + layer;
+      if (uses.size() > 12) names += ", ... (" + std::to_string(uses.size()) + " in all)";
+      file_error(f, "--dropout " + text + ": '" + spec->pattern + "' names no layer of the model (layers by their "
+                    "parameters' names: " + names + ")");
+    }
+    for (const std::string& layer : hit) {
+      const Use& u = spec->after ? uses.at(layer).back() : uses.at(layer).front();
+      const onnx::NodeProto& n = nodes[static_cast<int>(u.node)];
+      if (!spec->after && (n.op_type() == "Gather" || n.op_type() == "GatherElements"))
+        file_error(f, "--dropout " + text + ": the input of '" + layer + "' (" + n.op_type() +
+                      ") is token ids, where dropout means nothing: drop its output (after:" + layer + "=P)");
+      const std::string target = spec->after ? n.output(0) : n.input(u.data);
+      if (!placed.insert(target + "\n" + std::to_string(u.node)).second)
+        file_error(f, "--dropout " + text + ": '" + layer + "' gets dropout twice (on " + target + ")");
+      for (const auto& m : nodes)
+        if (m.op_type() == "Dropout" && (spec->after ? m.input(0) : m.output(0)) == target)
+          file_error(f, "--dropout " + text + ": the file already has dropout on the " +
+                        (spec->after ? "output" : "input") + " of '" + layer + "' (node '" + m.name() + "')");
+      const std::string id = "memfit.dropout." + std::to_string(serial++);
+      Const ratio;
+      ratio.is_float = true;
+      ratio.f = std::make_shared<const std::vector<float>>(1, static_cast<float>(spec->p));
+      Const mode;
+      mode.i = {1};
+      f.initializers[id + ".ratio"] = ratio;
+      f.initializers[id + ".training_mode"] = mode;
+      onnx::NodeProto d;
+      d.set_op_type("Dropout");
+      d.set_name("/" + layer + (spec->after ? ".dropout_after" : ".dropout") + "/Dropout");
+      d.add_input(spec->after ? id + ".in" : target);
+      d.add_input(id + ".ratio");
+      d.add_input(id + ".training_mode");
+      d.add_output(spec->after ? target : id + ".out");
+      (spec->after ? after : before)[u.node].push_back(d);
+    }
+    std::string named;
+    for (size_t i = 0; i < hit.size() && i < 4; ++i) named += (i ? ", " : "") + hit[i];
+    if (hit.size() > 4) named += ", ... (" + std::to_string(hit.size()) + " layers)";
+    f.notes.push_back("dropout p=" + text.substr(text.rfind('=') + 1) + " restored on the " +
+                      (spec->after ? "output" : "input") + " of " + named + " (--dropout " + text + ")");
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
+  for (size_t k = 0; k < static_cast<size_t>(nodes.size()); ++k) {
+    onnx::NodeProto n = nodes[static_cast<int>(k)];
+    for (const auto& d : before[k])
+      for (int j = 0; j < n.input_size(); ++j)
+        if (n.input(j) == d.input(0)) *n.mutable_input(j) = d.output(0);
+    for (const auto& d : before[k]) *out.Add() = d;
+    for (const auto& d : after[k]) *n.mutable_output(0) = d.input(0);
+    *out.Add() = n;
+    for (const auto& d : after[k]) *out.Add() = d;
+  }
+  f.graph.mutable_node()->Swap(&out);
+}
+
+std::shared_ptr<const OnnxFile> read_file(const std::string& path, const std::vector<std::string>& dropout) {
   auto f = std::make_shared<OnnxFile>();
   f->path = path;
   std::error_code ec;
@@ -265,6 +431,7 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path) {
   f->graph.Swap(m.mutable_graph());
   f->graph.clear_initializer();  // their values live in `initializers` now
   check_file(*f, m);
+  restore_dropout(*f, dropout);
   std::map<std::string, double> scalars;  // single-number constants, for the patterns
   for (const auto& [name, c] : f->initializers)
     if (c.size() == 1) scalars[name] = c.is_float ? (*c.f)[0] : static_cast<double>(c.i[0]);
@@ -343,7 +510,7 @@ ReadCache& read_cache() {
 // number or a constant too small to matter stays).
 bool weight_like(const Const& c) { return c.is_float && c.f && c.f->size() >= 2; }
 
-std::shared_ptr<const OnnxFile> read_shared(const std::string& path) {
+std::shared_ptr<const OnnxFile> read_shared(const std::string& path, const std::vector<std::string>& dropout) {
   ReadCache& rc = read_cache();
   std::mutex& mu = rc.mu;
   std::string& last_key = rc.last_key;
@@ -351,11 +518,12 @@ std::shared_ptr<const OnnxFile> read_shared(const std::string& path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   const auto time = std::filesystem::last_write_time(path, ec);
-  const std::string key = path + "\n" + std::to_string(size) + "\n" + std::to_string(time.time_since_epoch().count());
+  std::string key = path + "\n" + std::to_string(size) + "\n" + std::to_string(time.time_since_epoch().count());
+  for (const auto& d : dropout) key += "\n" + d;
   std::lock_guard<std::mutex> lock(mu);
   if (last && key == last_key) return last;
   last.reset();  // before reading the next: never two files' weights at once
-  last = read_file(path);
+  last = read_file(path, dropout);
   last_key = key;
   return last;
 }
@@ -394,8 +562,13 @@ std::string onnx_supported_ops() {
   return s + "; Erf inside GELU; RandomUniformLike and Less as stochastic depth";
 }
 
-Model load_onnx_model(const std::string& path) {
-  std::shared_ptr<const OnnxFile> f = read_shared(path);
+std::string dropout_spec_error(const std::string& spec) {
+  std::string why;
+  return parse_dropout_spec(spec, &why) ? "" : why;
+}
+
+Model load_onnx_model(const std::string& path, const std::vector<std::string>& dropout) {
+  std::shared_ptr<const OnnxFile> f = read_shared(path, dropout);
   const int64_t out_rank = f->out_rank;
   Model m;
   m.name = path;

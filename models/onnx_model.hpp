@@ -21,6 +21,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "models/model.hpp"
 
@@ -35,7 +36,18 @@ bool is_onnx_path(const std::string& path);
 // (and the node) for a missing, truncated or unsupported file. The returned
 // model's build throws GraphError where the data does not fit it (channels,
 // image size, classes).
-Model load_onnx_model(const std::string& path);
+Model load_onnx_model(const std::string& path, const std::vector<std::string>& dropout = {});
+
+// Dropout an inference export left out (torch writes none for a module in
+// eval mode, with either exporter), put back by the user's word: each spec
+// "[after:]MODULE=P" puts dropout of probability P on the input of the
+// layer MODULE (by its parameters' names: "classifier.1" reads
+// "classifier.1.weight"; a glob such as "layer*.fc" names several), or with
+// "after:" on its output (Hugging Face's dropout after a dense layer). A
+// spec that names no layer, or the input of an embedding (token ids), or a
+// place where the file already drops, is a ModelFileError.
+// dropout_spec_error: "" for a well-formed spec, else what is wrong with it.
+std::string dropout_spec_error(const std::string& spec);
 
 // "AveragePool, BatchNormalization, ..." as refusals list them.
 std::string onnx_supported_ops();

@@ -2,6 +2,7 @@
 //  - metrics.jsonl numbers each evaluation by the epoch it ended (1, 2, 3),
 //  - --eval-every 0 evaluates nothing, not even at the end,
 //  - bad --subset / --test-subset / --batch values exit 2 naming the flag,
+//  - --dropout is checked and taken by ONNX models only,
 //  - a linear layer on an unflattened feature map names the layer and says
 //    to add flatten instead of blaming the implicit loss,
 //  - --json keeps stdout to the one JSON object, even when the fit runs.
@@ -65,6 +66,20 @@ TEST(Slips, BadNumbersAreUsageErrorsNamingTheFlag) {
   auto p = memfit::testing::run_memfit("plan --batch 0");
   EXPECT_EQ(p.code, 2) << p.out;
   EXPECT_NE(p.out.find("--batch must be positive"), std::string::npos) << p.out;
+}
+
+// --dropout: a malformed spec is a usage error naming the flag; a model that
+// is not an ONNX file is refused, saying so.
+TEST(Slips, DropoutFlagIsCheckedAndOnlyForOnnx) {
+  for (const char* bad : {"classifier.1", "classifier.1=0", "classifier.1=1.5", "=0.2", "over:fc=0.2"}) {
+    auto r = memfit::testing::run_memfit(std::string("train --dropout ") + bad +
+                                         " --steps 1 --out /tmp/memfit-test-slip-bad");
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+    EXPECT_NE(r.out.find("memfit: --dropout"), std::string::npos) << bad << "\n" << r.out;
+  }
+  auto r = memfit::testing::run_memfit("plan --model convnet --dropout fc1=0.2");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("is not one"), std::string::npos) << r.out;
 }
 
 TEST(Slips, LinearWithoutFlattenSaysToFlatten) {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "cli_util.hpp"
 #include "golden_check.hpp"
@@ -1523,6 +1524,122 @@ TEST(OnnxHuggingFace, Gpt2MatchesPyTorch) { check_hf("hf_gpt2", true, 4 + 2 * 12
 // each sample's logits are either the fc bias alone (dropped) or the
 // evaluation logits with the conv's output scaled by 1 / 0.8 (kept), and a
 // batch of 64 has both; in evaluation there is no dropout at all.
+// Dropout an inference export left out (torch writes no Dropout node for a
+// module in eval mode) is put back where the user says: on the input of a
+// layer named by its parameters, or on its output with after:, in training
+// only; a spec that names no layer, an embedding's token ids, or a place the
+// file already drops is refused before anything is built.
+TEST(Onnx, DropoutRestoredWhereTheUserSays) {
+  auto fc = [](onnx::GraphProto& g, const std::string& in) {
+    std::vector<float> w(3 * 32, 0.01f);
+    onnx::TensorProto& t = *g.add_initializer();
+    t.set_name("fc.weight");
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_dims(3);
+    t.add_dims(32);
+    for (float x : w) t.add_float_data(x);
+    float_initializer(g, "fc.bias", {0.1f, 0.2f, 0.3f});
+    int_attr(add_node(g, "Gemm", "/fc/Gemm", in, "logits"), "transB", 1);
+    g.mutable_node(g.node_size() - 1)->add_input("fc.weight");
+    g.mutable_node(g.node_size() - 1)->add_input("fc.bias");
+  };
+  const std::string path = write_tiny("eval_mlp", [&](onnx::GraphProto& g) { fc(g, "flat"); });
+  // The dropouts of the model built with these specs: (p, the shape it drops, what reads it).
+  auto dropouts = [&](const std::vector<std::string>& specs, bool training) {
+    Graph g;
+    Builder b(g, training);
+    models::Inputs in;
+    in.values["image"] = g.input("image", {3, 1, 4, 4});
+    models::resolve(path, {specs}).build(b, in, 3);
+    std::vector<std::tuple<double, Shape, std::string>> r;
+    for (const Node& n : g.nodes()) {
+      if (n.op != "dropout") continue;
+      std::string reader;
+      for (const Node& m : g.nodes())
+        for (ValueId v : m.inputs)
+          if (v == n.outputs[0]) reader = m.op;
+      r.emplace_back(n.attrs.f("p"), g.value(n.inputs[0]).shape, reader);
+    }
+    return r;
+  };
+  EXPECT_TRUE(dropouts({}, true).empty());
+  using D = std::tuple<double, Shape, std::string>;
+  // Before fc: the flattened features, read by the linear layer.
+  EXPECT_EQ(dropouts({"fc=0.5"}, true), (std::vector<D>{{0.5, Shape{3, 32}, "linear"}}));
+  EXPECT_EQ(dropouts({"before:fc=0.5"}, true), (std::vector<D>{{0.5, Shape{3, 32}, "linear"}}));
+  // After conv: the convolution's output (its bias-less node), before the Flatten.
+  const auto after = dropouts({"after:conv=0.25"}, true);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NEAR(std::get<0>(after[0]), 0.25, 1e-7);
+  EXPECT_EQ(std::get<1>(after[0]), (Shape{3, 2, 4, 4}));
+  EXPECT_TRUE(dropouts({"fc=0.5"}, false).empty()) << "no dropout in evaluation";
+  EXPECT_EQ(dropouts({"*=0.1"}, true).size(), 2u) << "a glob names both layers";
+
+  auto error = [&](const std::string& p, const std::vector<std::string>& specs) {
+    try {
+      models::resolve(p, {specs});
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error(path, {"fc.1=0.5"}).find("'fc.1' names no layer of the model (layers by their parameters' names: conv, fc)"),
+            std::string::npos) << error(path, {"fc.1=0.5"});
+  EXPECT_NE(error(path, {"fc=0.5", "before:fc=0.2"}).find("gets dropout twice"), std::string::npos);
+  EXPECT_NE(error("convnet", {"fc=0.5"}).find("is not one"), std::string::npos);
+  EXPECT_EQ(models::dropout_spec_error("fc=0.5"), "");
+  for (const std::string bad : {"fc", "fc=", "=0.5", "fc=1", "fc=0", "fc=-0.1", "fc=0.5x", "after:fc"})
+    EXPECT_NE(models::dropout_spec_error(bad), "") << bad;
+
+  // The command: a malformed spec is a usage error, one that names no layer a bad model file.
+  const auto usage = run_memfit("plan --model " + path + " --dropout fc=2");
+  EXPECT_EQ(usage.code, 2) << usage.out;
+  EXPECT_NE(usage.out.find("--dropout: the probability in 'fc=2' must be a number above 0 and below 1"), std::string::npos)
+      << usage.out;
+  const auto unknown = run_memfit("plan --model " + path + " --dropout fc.1=0.5");
+  EXPECT_EQ(unknown.code, 1) << unknown.out;
+  EXPECT_NE(unknown.out.find("'fc.1' names no layer"), std::string::npos) << unknown.out;
+
+  // A file exported in training mode already drops there.
+  const std::string dropping = write_tiny("train_mlp", [&](onnx::GraphProto& g) {
+    float_initializer(g, "ratio", {0.5f}, true);
+    onnx::TensorProto& t = *g.add_initializer();
+    t.set_name("mode");
+    t.set_data_type(onnx::TensorProto::BOOL);
+    t.add_int32_data(1);
+    add_node(g, "Dropout", "/drop/Dropout", "flat", "dropped").add_input("ratio");
+    g.mutable_node(g.node_size() - 1)->add_input("mode");
+    fc(g, "dropped");
+  });
+  EXPECT_NE(error(dropping, {"fc=0.5"}).find("the file already has dropout on the input of 'fc' (node '/drop/Dropout')"),
+            std::string::npos) << error(dropping, {"fc=0.5"});
+
+  // An embedding's input is token ids.
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(14);
+  onnx::GraphProto& g = *m.mutable_graph();
+  onnx::ValueInfoProto& in = *g.add_input();
+  in.set_name("ids");
+  auto* tt = in.mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::INT64);
+  tt->mutable_shape()->add_dim()->set_dim_param("N");
+  tt->mutable_shape()->add_dim()->set_dim_value(4);
+  float_initializer(g, "emb.weight", std::vector<float>(10 * 4, 0.5f));
+  g.mutable_initializer(0)->clear_dims();
+  g.mutable_initializer(0)->add_dims(10);
+  g.mutable_initializer(0)->add_dims(4);
+  add_node(g, "Gather", "/emb/Gather", "emb.weight", "e").add_input("ids");
+  g.add_output()->set_name("e");
+  const std::string tokens = memfit::testing::temp_dir("onnx-emb") + "/emb.onnx";
+  {
+    std::ofstream f(tokens, std::ios::binary);
+    ASSERT_TRUE(m.SerializeToOstream(&f));
+  }
+  EXPECT_NE(error(tokens, {"emb=0.1"}).find("is token ids"), std::string::npos) << error(tokens, {"emb=0.1"});
+
+}
+
 TEST(Onnx, StochasticDepthDropsWholeSamples) {
   const std::string path = std::string(MEMFIT_TEST_DATA) + "/golden/stochastic_depth.onnx";
   const models::Model mod = models::resolve(path);

@@ -9,6 +9,7 @@
 #include "data/dataset.hpp"
 #include "memfit/graph.hpp"
 #include "models/model.hpp"
+#include "models/onnx_model.hpp"
 #include "models/zoo.hpp"
 #include "train/memory.hpp"
 #include "train/run_data.hpp"
@@ -140,6 +141,16 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
       },
       "PATTERN", "do not train matching parameters (glob or module prefix, e.g. layer1; '!classifier': all but "
                  "those); repeatable");
+  a.add(
+      "dropout", [&o](const std::string& v) {
+        std::string why = models::dropout_spec_error(v);
+        if (why.empty()) o.dropout.push_back(v);
+        else why = "--dropout: " + why;
+        return why;
+      },
+      "[after:]LAYER=P", "an ONNX file exported for inference (no dropout in it): dropout of probability P on the "
+                         "input of LAYER (its parameters' name, e.g. classifier.1; a glob names several), or on its "
+                         "output with after:; repeatable");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
   a.add("recompute", &o.recompute, "none|auto|cheap|segments",
         "recompute activations in backward instead of keeping them (default auto: GELU and layer-norm outputs, "
@@ -218,7 +229,7 @@ bool parse_memory(const std::string& s, train::TrainOptions& o, std::string& err
 // zoo name is).
 std::optional<std::string> check_model(const train::TrainOptions& o) {
   try {
-    const models::Model m = models::resolve(o.model);
+    const models::Model m = models::resolve(o.model, o.resolve_options());
     try {
       train::check_task(o, m);
     } catch (const std::invalid_argument& e) {

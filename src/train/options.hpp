@@ -9,6 +9,7 @@
 
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
+#include "models/model.hpp"
 #include "train/step_policy.hpp"
 
 namespace memfit::data {
@@ -39,6 +40,10 @@ struct TrainOptions {
   std::string init_from;       // weights to start from (safetensors)
   std::vector<std::string> reinit;  // with init_from: layers that keep their fresh init
   std::vector<std::string> freeze;  // parameter patterns that do not train
+  // An imported ONNX file: dropout its inference export left out, put back
+  // ("[after:]LAYER=P", models::ResolveOptions).
+  std::vector<std::string> dropout;
+  models::ResolveOptions resolve_options() const { return {dropout}; }
   bool bias_only = false;      // train biases only
   std::string recompute = "auto";  // none | auto | cheap | segments
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)

@@ -29,6 +29,7 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   spec.data = train.tensors();
   spec.model = o.model;
   spec.freeze = o.freeze;
+  spec.model_options = o.resolve_options();
   spec.bias_only = o.bias_only;
   spec.classes = train.num_classes();
   spec.optimizer = o.optimizer;

@@ -51,7 +51,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   auto sg = std::make_unique<StepGraph>();
   Graph& g = sg->g;
   g.model_name = s.model;
-  const models::Model model = s.model_def ? *s.model_def : models::resolve(s.model);
+  const models::Model model = s.model_def ? *s.model_def : models::resolve(s.model, s.model_options);
   sg->task = model.task;
   const std::vector<TensorSpec> data = s.data.empty() ? image_tensors(s.channels, s.height, s.width, s.classes) : s.data;
   g.weight_storage = s.master_weights;

@@ -39,6 +39,7 @@ struct StepSpec : StepPolicy {
   // frozen; bias_only freezes every parameter that is not a bias.
   std::vector<std::string> freeze;
   bool bias_only = false;
+  models::ResolveOptions model_options;  // how `model` is read (dropout restored into an ONNX file)
   bool with_loss = true;    // false: no loss (evaluation)
   // Evaluation: xent_metrics over the logits and the target as outputs
   // (StepGraph::metrics), the logits then not kept as an output.
