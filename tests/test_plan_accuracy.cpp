@@ -86,6 +86,17 @@ TEST(PlanAccuracy, GptCharBatch8UpdateInBackward) {
   check("gpt-char", 8, {"--optimizer", "adamw", "--block-size", "128", "--test-subset", "32", "--update-in-backward"});
 }
 
+// A text classifier (a 2-layer BERT) on the labelled fortunes: nothing but
+// linear algebra, so no kernel of its own runs the device's one-time probes
+// (the bf16 convolutions' timing, several MiB of heap and generated code on
+// AVX-512); they must be in the baseline all the same. Batch 256 keeps the
+// few hundred KiB the run's files and buffers add under the tolerance.
+TEST(PlanAccuracy, BertTinyBatch256) {
+  if (!std::filesystem::exists(std::string(MEMFIT_TEST_DATA) + "/../deps/fortunes/en.txt"))
+    GTEST_SKIP() << "deps/fortunes/en.txt is missing: make deps makes it";
+  check("bert-tiny", 256, {"--optimizer", "adamw", "--test-subset", "256"});
+}
+
 TEST(PlanAccuracy, ResumeStaysInThePlan) {
   // Resuming reads the checkpoint (weights and optimizer state) through a
   // file mapping; streamed and released page by page, it must not add the
