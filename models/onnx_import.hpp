@@ -137,6 +137,12 @@ struct OnnxFile {
   // parameters, which those nodes read as tensors of the graph (elsewhere a
   // float initializer they read is a constant, such as an attention mask).
   std::set<std::string> recurrent_weights;
+  // The module's buffers, as the package's exporter lists them (metadata
+  // "memfit.buffers", one name per line): a float initializer of these that
+  // a node reads as a tensor is a constant of the graph, not a parameter
+  // (Swin-V2's relative_coords_table, a course Transformer's positional
+  // table). Without the list every float initializer read so trains.
+  std::set<std::string> buffers;
   std::set<size_t> fused;
   std::vector<std::string> notes;  // Model::notes
   // Set by release_onnx_weights, which frees the weights (under the read

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 
 
 namespace memfit::models {
@@ -428,6 +429,12 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path, const std::ve
     std::string().swap(*t.mutable_raw_data());
     t.clear_float_data();
   }
+  for (const auto& p : m.metadata_props())
+    if (p.key() == "memfit.buffers") {
+      std::istringstream names(p.value());
+      for (std::string name; std::getline(names, name);)
+        if (!name.empty()) f->buffers.insert(name);
+    }
   f->graph.Swap(m.mutable_graph());
   f->graph.clear_initializer();  // their values live in `initializers` now
   check_file(*f, m);

@@ -74,6 +74,7 @@ double const_scalar(Env& e, const onnx::NodeProto& n, int k) {
 }
 
 Shape const_dims(const Const& c);
+bool foldable(Env& e, const std::string& name);
 
 // The graph value of input k; an initializer becomes a parameter (a buffer
 // for batch-norm statistics) under its ONNX name the first time it is read.
@@ -104,6 +105,15 @@ ValueId value_named(Env& e, const onnx::NodeProto& n, const std::string& name, b
     refuse(e.f, n, "reads '" + name + "', which no earlier node makes (a truncated or unsorted graph)");
   }
   const Const& c = init->second;
+  if (!buffer && e.f.buffers.count(name)) {
+    // A buffer of the module read as a tensor: a constant of the graph,
+    // never trained nor saved (the module has it).
+    const ValueId v = e.b.g.buffer("constant:" + name, c.dims);
+    Value& val = e.b.g.value(v);
+    val.init = InitSpec{InitSpec::Given, 0, c.f};
+    val.constant = true;
+    return e.values[name] = v;
+  }
   ValueId v = buffer ? e.b.g.buffer(name, c.dims) : e.b.g.param(name, c.dims);
   e.b.g.value(v).init = InitSpec{InitSpec::Given, 0, c.f};
   if (!buffer && c.dims.size() < 2) no_weight_decay(e.b, v);
@@ -382,16 +392,15 @@ void op_avgpool(Env& e, const onnx::NodeProto& n) { op_pool(e, n, false); }
 // [1, kept, reduced, 1] and averaged by a global pool, then shaped back
 // (with 1s for keepdims); ReduceSum scales the mean back to the sum. Axes
 // are an attribute before opset 18 (ReduceSum: 13), an input from then on.
-void op_reduce(Env& e, const onnx::NodeProto& n) {
-  const bool sum = n.op_type() == "ReduceSum";
-  const ValueId x = value(e, n, 0);
+// ReduceMean or ReduceSum (sum) of x over the node's axes.
+ValueId reduced(Env& e, const onnx::NodeProto& n, ValueId x, bool sum) {
   const Shape s = shape_of(e, x);
-  const bool axes_input = e.f.opset >= (sum ? 13 : 18);
+  const bool axes_input = e.f.opset >= (n.op_type() == "ReduceSum" ? 13 : 18);
   if (axes_input && attr(n, "axes")) refuse(e.f, n, "attribute axes is an input from this opset on");
   std::vector<int64_t> axes = axes_input ? (has_input(n, 1) ? const_ints(e, n, 1) : std::vector<int64_t>{})
                                          : attr_ints(n, "axes", {});
   if (axes.empty()) {
-    if (attr_i(n, "noop_with_empty_axes", 0) != 0) return bind(e, n, x);
+    if (attr_i(n, "noop_with_empty_axes", 0) != 0) return x;
     for (size_t k = 0; k < s.size(); ++k) axes.push_back(static_cast<int64_t>(k));
   }
   std::vector<bool> reduced(s.size(), false);
@@ -416,7 +425,44 @@ void op_reduce(Env& e, const onnx::NodeProto& n) {
   ValueId v = identity ? x : permute(e.b, x, perm);
   v = global_avg_pool(e.b, reshape(e.b, v, {1, kept, count, 1}));
   if (sum) v = e.b.g.add1("scale", {v}, {{"alpha", static_cast<double>(count)}}, layer_of(e, n));
-  bind(e, n, reshape(e.b, v, out));
+  return reshape(e.b, v, out);
+}
+
+void op_reduce(Env& e, const onnx::NodeProto& n) { bind(e, n, reduced(e, n, value(e, n, 0), n.op_type() == "ReduceSum")); }
+
+// ReduceL2: sqrt(sum x^2) over the axes (torch's F.normalize and norm;
+// Swin-V2's cosine attention), whose gradient at a zero vector is 0.
+void op_reduce_l2(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  if (n.input_size() > 1 && e.f.opset < 18) refuse(e.f, n, "takes axes as an input before opset 18");
+  const std::string layer = layer_of(e, n);
+  const ValueId sq = e.b.g.add1("binary", {x, x}, {{"kind", std::string("mul")}}, layer + ".square");
+  bind(e, n, activation(e.b, reduced(e, n, sq, true), "sqrt"));
+}
+
+// A pointwise function of a constant, folded (f in double, checked by
+// `check`, which refuses what it cannot take); of a tensor of the graph,
+// the activation `kind`.
+template <class F, class Check>
+void unary(Env& e, const onnx::NodeProto& n, const char* kind, F f, Check check) {
+  if (!foldable(e, n.input(0))) return bind(e, n, activation(e.b, value(e, n, 0), kind));
+  const Const& c = constant(e, n, 0);
+  Const r;
+  r.dims = c.dims;
+  r.is_float = true;
+  auto out = std::make_shared<std::vector<float>>(static_cast<size_t>(c.size()));
+  for (int64_t k = 0; k < c.size(); ++k) {
+    const double v = const_at(c, k);
+    check(v);
+    (*out)[static_cast<size_t>(k)] = static_cast<float>(f(v));
+  }
+  r.f = std::move(out);
+  bind_const(e, n, std::move(r));
+}
+
+// Exp (Swin-V2's learned logit scale, exp(clamp(s, max = log 100))).
+void op_exp(Env& e, const onnx::NodeProto& n) {
+  unary(e, n, "exp", [](double v) { return std::exp(v); }, [](double) {});
 }
 
 void op_global_avg_pool(Env& e, const onnx::NodeProto& n) {
@@ -983,6 +1029,25 @@ void op_constant_of_shape(Env& e, const onnx::NodeProto& n) {
 // copy over its leading axes (expand_leading: ViT's class token
 // [1, 1, D] -> [N, 1, D]), its 1s before the kept axes dropped. Repeating
 // any other axis is refused: memfit broadcasts inside the op that reads it.
+// Whether every node reading Expand n's output is an elementwise Add, Sub,
+// Mul or Div whose other operand, a tensor of the graph already made, has
+// the expanded shape: that op broadcasts x itself, so the copy is not made
+// (F.normalize's x / norm.expand_as(x)).
+bool expand_read_by_broadcast(Env& e, const onnx::NodeProto& n, const Shape& out) {
+  bool read = false;
+  for (const auto& r : e.f.graph.node()) {
+    for (int k = 0; k < r.input_size(); ++k) {
+      if (r.input(k) != n.output(0)) continue;
+      const std::string& op = r.op_type();
+      if ((op != "Add" && op != "Sub" && op != "Mul" && op != "Div") || r.input_size() != 2) return false;
+      const auto other = e.values.find(r.input(1 - k));
+      if (other == e.values.end() || shape_of(e, other->second) != out) return false;
+      read = true;
+    }
+  }
+  return read;
+}
+
 void op_expand(Env& e, const onnx::NodeProto& n) {
   const bool on_const = foldable(e, n.input(0));
   const Shape xs = on_const ? const_dims(constant(e, n, 0)) : shape_of(e, value(e, n, 0));
@@ -990,6 +1055,7 @@ void op_expand(Env& e, const onnx::NodeProto& n) {
   if (!on_const) {
     const ValueId x = value(e, n, 0);
     if (out == xs) return bind(e, n, x);
+    if (expand_read_by_broadcast(e, n, out)) return bind(e, n, x);
     // The leading axes that grow must be 1s in x; from the first that
     // does not grow on, x's axes are the output's.
     const size_t lead = out.size() - xs.size();
@@ -1195,8 +1261,11 @@ void op_gather_elements(Env& e, const onnx::NodeProto& n) {
   bind_const(e, n, gathered(d, is, src));
 }
 
+// Identity: of a constant, the constant; of a weight (a float initializer
+// of several numbers: the dynamo exporter writes a parameter's clone() so,
+// Swin-V2's qkv bias) or a tensor of the graph, the same value.
 void op_identity(Env& e, const onnx::NodeProto& n) {
-  if (is_const(e, n.input(0))) return bind_const(e, n, constant(e, n, 0));
+  if (foldable(e, n.input(0))) return bind_const(e, n, constant(e, n, 0));
   bind(e, n, value(e, n, 0));
 }
 
@@ -1614,26 +1683,13 @@ void emit_recurrent(Env& e, const onnx::NodeProto& n, const RecurrentMatch& m) {
 
 void op_recurrent(Env& e, const onnx::NodeProto& n) { emit_recurrent(e, n, RecurrentMatch{}); }
 
-// Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
-// here means the pattern around it did not match.
 // Sqrt of a constant (a scale computed from a shape, 1 / sqrt(d) as an
-// exported scaled_dot_product_attention writes it); of a tensor of the
-// graph it is refused.
+// exported scaled_dot_product_attention writes it), folded; of a tensor of
+// the graph, the activation (its derivative at 0 taken as 0).
 void op_sqrt(Env& e, const onnx::NodeProto& n) {
-  if (!foldable(e, n.input(0)))
-    refuse(e.f, n, "takes the square root of a tensor of the graph: memfit imports Sqrt on constants only");
-  const Const& c = constant(e, n, 0);
-  Const r;
-  r.dims = c.dims;
-  r.is_float = true;
-  auto f = std::make_shared<std::vector<float>>(static_cast<size_t>(c.size()));
-  for (int64_t k = 0; k < c.size(); ++k) {
-    const double v = const_at(c, k);
+  unary(e, n, "sqrt", [](double v) { return std::sqrt(v); }, [&](double v) {
     if (v < 0) refuse(e.f, n, "takes the square root of " + std::to_string(v));
-    (*f)[static_cast<size_t>(k)] = static_cast<float>(std::sqrt(v));
-  }
-  r.f = std::move(f);
-  bind_const(e, n, std::move(r));
+  });
 }
 
 // Stochastic depth's noise (StochasticDepthMatch): dropout of ones.
@@ -1664,14 +1720,22 @@ void op_max_min(Env& e, const onnx::NodeProto& n) {
                        " of two constants only");
 }
 
+Const scattered(Env& e, const onnx::NodeProto& n, Const r);
+void scatter_into_tensor(Env& e, const onnx::NodeProto& n);
+
 // ScatterND(data, indices, updates) of constants, no reduction (a mask
 // built by slice assignment, Swin's shifted-window regions): a copy of data
 // with the slices indices[..] names set from updates.
 void op_scatter_nd(Env& e, const onnx::NodeProto& n) {
   if (attr_s(n, "reduction", "none") != "none") refuse(e.f, n, "reduction " + attr_s(n, "reduction", "") + " is not supported");
-  if (!foldable(e, n.input(0)) || !is_const(e, n.input(1)) || !foldable(e, n.input(2)))
-    refuse(e.f, n, "scatters into or from a tensor of the graph: memfit imports ScatterND on constants only");
-  Const r = constant(e, n, 0);
+  if (!is_const(e, n.input(1)) || !foldable(e, n.input(2)))
+    refuse(e.f, n, "scatters from a tensor of the graph: memfit imports ScatterND of constant updates only");
+  if (!foldable(e, n.input(0))) return scatter_into_tensor(e, n);
+  bind_const(e, n, scattered(e, n, constant(e, n, 0)));
+}
+
+// data with the slices indices[..] names set from the constant updates.
+Const scattered(Env& e, const onnx::NodeProto& n, Const r) {
   const Const &ix = constant(e, n, 1), &up = constant(e, n, 2);
   if (ix.is_float) refuse(e.f, n, "has float indices");
   if (up.is_float != r.is_float) refuse(e.f, n, "updates differ from the data in type");
@@ -1698,8 +1762,45 @@ void op_scatter_nd(Env& e, const onnx::NodeProto& n) {
     }
   }
   if (r.is_float) r.f = std::make_shared<std::vector<float>>(std::move(f));
-  bind_const(e, n, std::move(r));
+  return r;
 }
+
+// ScatterND of constant updates into a tensor of the graph (Swin-V2 zeroes
+// the key part of its qkv bias, qkv_bias[C:2C] = 0, on a parameter):
+// x * keep + placed, keep 0 where a slice is replaced and 1 elsewhere,
+// placed the updates there and 0 elsewhere; the replaced elements pass no
+// gradient back.
+void scatter_into_tensor(Env& e, const onnx::NodeProto& n) {
+  const ValueId x = value(e, n, 0);
+  const Shape xs = shape_of(e, x);
+  const Const& up = constant(e, n, 2);
+  if (!up.is_float) refuse(e.f, n, "scatters integers into a float tensor");
+  auto filled = [&](float v) {
+    Const c;
+    c.dims = xs;
+    c.is_float = true;
+    c.f = std::make_shared<std::vector<float>>(static_cast<size_t>(numel(xs)), v);
+    return c;
+  };
+  const std::string zeros = n.output(0) + ":zero-updates", keep = n.output(0) + ":keep",
+                    placed = n.output(0) + ":placed";
+  // placed: the updates at their slices, 0 elsewhere; keep: 1, and 0 at the
+  // slices (the same scatter, of zeros into ones).
+  Const z = up;
+  z.f = std::make_shared<std::vector<float>>(static_cast<size_t>(up.size()), 0.0f);
+  e.consts[zeros] = std::move(z);
+  onnx::NodeProto m = n;
+  m.set_input(2, zeros);
+  e.consts[keep] = scattered(e, m, filled(1.0f));
+  e.consts[placed] = scattered(e, n, filled(0.0f));
+  const std::string layer = layer_of(e, n);
+  ValueId y = e.b.g.add1("binary", {x, value_named(e, n, keep)}, {{"kind", std::string("mul")}}, layer);
+  bool any = false;
+  for (float v : *e.consts.at(placed).f) any = any || v != 0.0f;
+  if (any) y = e.b.g.add1("binary", {y, value_named(e, n, placed)}, {{"kind", std::string("add")}}, layer + ".placed");
+  bind(e, n, y);
+}
+
 
 // Mod of constants (a window's padding, (w - W % w) % w, in a shifted-window
 // attention's shape arithmetic).
@@ -1707,6 +1808,8 @@ void op_mod(Env& e, const onnx::NodeProto& n) {
   if (!fold_arith(e, n)) refuse(e.f, n, "takes a remainder of a tensor of the graph: memfit imports Mod on constants only");
 }
 
+// Ops imported only inside a pattern (onnx_patterns.cpp): reaching one
+// here means the pattern around it did not match.
 void op_pattern_only(Env& e, const onnx::NodeProto& n) {
   const std::string& op = n.op_type();
   if (op == "RandomUniformLike" || op == "Less")
@@ -1999,7 +2102,9 @@ const std::map<std::string, OpRule>& op_rules() {
       {"RandomUniformLike", {op_pattern_only, {"dtype", "high", "low", "seed"}}},  // stochastic depth only
       {"Less", {op_pattern_only, {}, 2}},
       {"Pow", {op_pow, {}, 2}},
-      {"Sqrt", {op_sqrt, {}}},  // on constants
+      {"Sqrt", {op_sqrt, {}}},
+      {"Exp", {op_exp, {}}},
+      {"ReduceL2", {op_reduce_l2, {"axes", "keepdims", "noop_with_empty_axes"}}},
       {"Where", {op_where, {}, 3}},  // on constants; on a graph tensor as attention's mask (onnx_patterns.cpp)
   };
   return r;

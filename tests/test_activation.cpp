@@ -1,5 +1,5 @@
 // The pointwise activations (op "activation": sigmoid, tanh, silu, clip,
-// hardsigmoid, hardswish, leaky_relu, elu) and their backward op: the op's
+// hardsigmoid, hardswish, leaky_relu, elu, exp, sqrt) and their backward op: the op's
 // checks of its attributes, every gradient rule against finite differences
 // in double, and the fast CPU kernels against the reference kernels in
 // double, f32 and bf16 storage (guard bytes and NaN-poisoned arenas, as
@@ -46,6 +46,7 @@ struct Kind {
   Attrs attrs;  // the parameters beyond kind
   kernels::ActivationParams params;
   std::vector<double> kinks;
+  bool positive = false;  // its domain is x > 0 (sqrt): inputs are |x| + 1/4
 };
 
 std::vector<Kind> kinds() {
@@ -63,6 +64,8 @@ std::vector<Kind> kinds() {
       {"leaky_relu", {{"alpha", 0.2}}, {0, ActKind::LeakyRelu, 0.2}, {0.0}},
       {"elu", {}, {0, ActKind::Elu, 1.0}, {0.0}},
       {"elu", {{"alpha", 0.5}}, {0, ActKind::Elu, 0.5}, {0.0}},
+      {"exp", {}, {0, ActKind::Exp}, {}},
+      {"sqrt", {}, {0, ActKind::Sqrt}, {}, true},
   };
 }
 
@@ -79,8 +82,10 @@ std::string label(const Kind& k) {
   return s.str();
 }
 
-// x moved 0.1 past any kink it is within 0.05 of.
+// x moved 0.1 past any kink it is within 0.05 of (and into the kind's
+// domain).
 double off_kinks(double x, const Kind& k) {
+  if (k.positive) return std::abs(x) + 0.25;
   for (double c : k.kinks)
     if (std::abs(x - c) < 0.05) return c + 0.1;
   return x;
@@ -222,28 +227,68 @@ static void check_kernels(bool bf16) {
 TEST(ActivationKernels, MatchTheReferenceF32) { check_kernels(false); }
 TEST(ActivationKernels, MatchTheReferenceBf16) { check_kernels(true); }
 
+// activation `kind` of xs and its backward with dy = dys, on `be`: {y, dx}.
+std::pair<std::vector<float>, std::vector<float>> run_kind(Backend be, const std::string& kind,
+                                                           const std::vector<float>& xs, float dys) {
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Graph g;
+  ValueId x = g.input("x", {n}), dy = g.input("dy", {n});
+  const Attrs a{{"kind", kind}};
+  ValueId y = g.add1("activation", {x}, a, "act");
+  ValueId dx = g.add1("activation_bwd", {x, dy}, a, "act", Phase::Backward);
+  g.value(y).is_output = g.value(dx).is_output = true;
+  Feed f{{x, xs}, {dy, std::vector<float>(xs.size(), dys)}};
+  const Result r = run(g, be, f, {y, dx});
+  return {r.out.at(y), r.out.at(dx)};
+}
+
 TEST(ActivationKernels, LogisticFormsStayFiniteAndExactInTheTails) {
   // Far into the tails 1 - s and 1 - tanh^2 would round to 0 or cancel; the
   // kernels' forms keep sigmoid' and tanh' positive and finite, and tanh
   // near 0 keeps its relative accuracy (expm1, not exp - 1).
   const std::vector<float> xs = {-100.0f, -30.0f, -1e-6f, 1e-6f, 30.0f, 100.0f, 1e-3f, -2e-4f};
-  const int64_t n = static_cast<int64_t>(xs.size());
   for (const char* kind : {"sigmoid", "tanh"}) {
     SCOPED_TRACE(kind);
-    Graph g;
-    ValueId x = g.input("x", {n}), dy = g.input("dy", {n});
-    const Attrs a{{"kind", std::string(kind)}};
-    ValueId y = g.add1("activation", {x}, a, "act");
-    ValueId dx = g.add1("activation_bwd", {x, dy}, a, "act", Phase::Backward);
-    g.value(y).is_output = g.value(dx).is_output = true;
-    Feed f{{x, xs}, {dy, std::vector<float>(xs.size(), 1.0f)}};
-    const Result cpu = run(g, Backend::Cpu, f, {y, dx});
+    const auto [yv, dv] = run_kind(Backend::Cpu, kind, xs, 1.0f);
     for (size_t i = 0; i < xs.size(); ++i) {
       const double want = std::string(kind) == "tanh" ? std::tanh(double(xs[i])) : sig(xs[i]);
-      EXPECT_TRUE(std::isfinite(cpu.out.at(dx)[i])) << xs[i];
-      EXPECT_GE(cpu.out.at(dx)[i], 0.0f) << xs[i];
+      EXPECT_TRUE(std::isfinite(dv[i])) << xs[i];
+      EXPECT_GE(dv[i], 0.0f) << xs[i];
       if (std::abs(want) > 1e-30) {
-        EXPECT_NEAR(cpu.out.at(y)[i] / want, 1.0, 1e-6) << "x = " << xs[i];
+        EXPECT_NEAR(yv[i] / want, 1.0, 1e-6) << "x = " << xs[i];
+      }
+    }
+  }
+}
+
+TEST(ActivationKernels, SqrtAtZeroPassesNoGradientAndExpSaturatesAsF32) {
+  // sqrt: 0 at 0 with derivative 0 (an L2 norm of a zero vector passes no
+  // gradient, as PyTorch's), NaN below 0 with derivative 0; exp: +inf past
+  // f32's range, 0 far below it, and its derivative the same. Reference
+  // and fast kernel alike.
+  const std::vector<float> xs = {0.0f, -1.0f, 4.0f, 1e-30f};
+  const std::vector<float> es = {-200.0f, 0.0f, 1.0f, 100.0f};
+  for (Backend be : {Backend::Reference, Backend::Cpu}) {
+    for (const char* kind : {"sqrt", "exp"}) {
+      SCOPED_TRACE(std::string(kind) + (be == Backend::Cpu ? " cpu" : " reference"));
+      const bool sq = std::string(kind) == "sqrt";
+      const auto [yv, dv] = run_kind(be, kind, sq ? xs : es, 2.0f);
+      if (sq) {
+        EXPECT_EQ(yv[0], 0.0f);
+        EXPECT_EQ(dv[0], 0.0f);
+        EXPECT_TRUE(std::isnan(yv[1]));
+        EXPECT_EQ(dv[1], 0.0f);
+        EXPECT_EQ(yv[2], 2.0f);
+        EXPECT_EQ(dv[2], 0.5f);  // 2 x 1 / (2 sqrt 4)
+        EXPECT_NEAR(yv[3], 1e-15f, 1e-21f);
+      } else {
+        EXPECT_EQ(yv[0], 0.0f);
+        EXPECT_EQ(dv[0], 0.0f);
+        EXPECT_EQ(yv[1], 1.0f);
+        EXPECT_EQ(dv[1], 2.0f);
+        EXPECT_NEAR(yv[2], std::exp(1.0), 2e-7);
+        EXPECT_TRUE(std::isinf(yv[3]) && yv[3] > 0);
+        EXPECT_TRUE(std::isinf(dv[3]) && dv[3] > 0);
       }
     }
   }

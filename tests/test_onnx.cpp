@@ -1808,6 +1808,35 @@ TEST(OnnxDynamo, SwinTransformerMatchesPyTorchFromBothExporters) {
   for (const std::string& name : saved.names()) EXPECT_EQ(name.find("constant:"), std::string::npos) << name;
 }
 
+// torchvision's SwinTransformer with its V2 blocks, as small as the V1
+// fixture (tests/golden/make_dynamo_golden.py swin_v2): cosine attention
+// (F.normalize of q and k: ReduceL2 as sqrt of a sum of squares, the Clip
+// at eps, its Expand read by the Div's broadcast), the learned logit scale
+// (Clip at log 100, Exp), the continuous position bias (a two-layer MLP
+// over relative_coords_table, a float buffer the package lists as one, so
+// a constant and no parameter; 16 * sigmoid), the key bias zeroed on the
+// qkv bias parameter (ScatterND into it: a product with a constant mask,
+// whose zeroed part gets no gradient), post-norm blocks.
+TEST(OnnxDynamo, SwinV2MatchesPyTorchFromBothExporters) {
+  // patch conv (2) and norm (2); per block: 2 norms (4), qkv (2), proj (2),
+  // logit scale (1), position MLP (3), MLP (4); patch merging: norm (2),
+  // reduction (1); final norm (2), head (2).
+  check_both_exporters("swin_v2", 32, 4 + 4 * (4 + 2 + 2 + 1 + 3 + 4) + 3 + 2 + 2, {{"attention", 0}});
+  train::StepSpec spec;
+  spec.model = std::string(MEMFIT_TEST_DATA) + "/golden/swin_v2_torchscript.onnx";
+  spec.batch = 4;
+  spec.channels = 3;
+  spec.height = spec.width = 32;
+  auto sg = train::build_step_graph(spec);
+  std::map<std::string, int> kinds;
+  for (const Node& n : sg->g.nodes())
+    if (n.op == "activation" && n.phase == Phase::Forward) ++kinds[n.attrs.s("kind")];
+  EXPECT_EQ(kinds["sqrt"], 8) << "q's and k's norms in 4 blocks";
+  EXPECT_EQ(kinds["exp"], 4) << "a logit scale per block";
+  for (ValueId p : sg->g.trainable_params())
+    EXPECT_EQ(sg->g.value(p).name.find("relative_coords_table"), std::string::npos) << "a buffer became a parameter";
+}
+
 // The same module with stochastic depth p = 0.2 and dropout p = 0.25: one
 // dropout of ones [N, 1, 1, 1] with p 0.2 (1 - the noise's CastLike'd 0.8)
 // for the residual branch, one of p 0.25 on the pooled features; conv1 has
@@ -1886,10 +1915,16 @@ TEST(Onnx, ConstantArithmeticFolds) {
   bool weight = false;
   for (size_t i = 0; i < g.num_values(); ++i) weight = weight || (g.value(static_cast<ValueId>(i)).cls == VClass::Param && g.value(static_cast<ValueId>(i)).name == "w");
   EXPECT_TRUE(weight) << "the float initializer 'w' must stay a parameter";
-  // Sqrt of a tensor of the graph is refused by name.
-  const std::string graph_sqrt = write_tiny("sqrt-graph", [&](onnx::GraphProto& g) { add_node(g, "Sqrt", "/s", "flat", "y"); });
-  EXPECT_NE(model_error(graph_sqrt).find("node '/s' (Sqrt): takes the square root of a tensor of the graph"), std::string::npos)
-      << model_error(graph_sqrt);
+  // Sqrt and Exp of a tensor of the graph are the activations.
+  for (const char* op : {"Sqrt", "Exp"}) {
+    const std::string graph_op = write_tiny(std::string(op) + "-graph", [&](onnx::GraphProto& g) { add_node(g, op, "/s", "flat", "y"); });
+    Graph g2;
+    build_tiny(g2, graph_op, 32);
+    int found = 0;
+    for (const Node& n : g2.nodes())
+      found += n.op == "activation" && n.attrs.s("kind") == (std::string(op) == "Sqrt" ? "sqrt" : "exp");
+    EXPECT_EQ(found, 1) << op;
+  }
   // Where on a tensor of the graph outside an attention is refused by name.
   const std::string graph_where = write_tiny("where-graph", [&](onnx::GraphProto& g) {
     ints(g, "one", {1});

@@ -144,7 +144,7 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
         if dynamo:
             with _quiet_export():
                 _export_dynamo(torch, model, args if isinstance(args, tuple) else (args,), names, output_name, tmp, opset)
-            return _finish_dynamo(tmp, path, bns, kept)
+            return _finish_dynamo(tmp, path, bns, kept, _buffer_names(model))
         kwargs = {}
         if "dynamo" in inspect.signature(torch.onnx.export).parameters:
             # torch >= 2.5 also has the dynamo exporter (its default from 2.9),
@@ -173,18 +173,48 @@ def export_training(model, example_input, path, opset=17, input_name="image", ou
         raise RuntimeError(f"{path}: expected {len(bns)} BatchNormalization momentum attributes of 1.0 in the export")
     if bns:
         blob = blob.replace(attr + struct.pack("<f", 1.0), attr + struct.pack("<f", 1.0 - kept[0]))
+    blob += _metadata_entry("memfit.buffers", "\n".join(_buffer_names(model)))
     with open(tmp, "wb") as f:
         f.write(blob)
     os.replace(tmp, path)
     return path
 
 
-def _finish_dynamo(tmp, path, bns, kept):
+def _buffer_names(model):
+    """The module's floating-point buffers (state it holds but does not
+    train: Swin-V2's relative_coords_table, a positional table registered
+    with register_buffer): memfit reads them as constants, not parameters."""
+    return [name for name, b in model.named_buffers() if b is not None and b.is_floating_point()]
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _metadata_entry(key, value):
+    """ModelProto's metadata_props (field 14) entry {key (1), value (2)},
+    serialised: a field appended to a message's bytes is read as if it were
+    anywhere in it."""
+    k, v = key.encode(), value.encode()
+    entry = b"\x0a" + _varint(len(k)) + k + b"\x12" + _varint(len(v)) + v
+    return b"\x72" + _varint(len(entry)) + entry
+
+
+def _finish_dynamo(tmp, path, bns, kept, buffers=()):
     """The dynamo export's batch norms carry the traced momentum (0, so
     that the trace left the running statistics as they were): each is set
-    back to the module's, in ONNX's form (1 - momentum)."""
+    back to the module's, in ONNX's form (1 - momentum). The module's
+    buffers are listed in the metadata (memfit.buffers)."""
     import onnx
     m = onnx.load(tmp)
+    entry = m.metadata_props.add()
+    entry.key, entry.value = "memfit.buffers", "\n".join(buffers)
     found = 0
     for node in m.graph.node:
         if node.op_type != "BatchNormalization":

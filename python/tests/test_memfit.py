@@ -225,6 +225,36 @@ def test_requires_grad_false_freezes_the_parameter(tmp_path):
     assert not torch.equal(trained[4].weight, untrained[4].weight)
 
 
+@needs_fashion
+def test_a_float_buffer_stays_a_constant(tmp_path):
+    """A float buffer the module reads in forward (register_buffer: a fixed
+    table, as a course's positional encoding or Swin-V2's coordinates
+    table) is a constant in memfit, never trained: the run's weights are
+    the module's parameters, and it loads back with a strict
+    load_state_dict, the buffer as the module has it."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Shifted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.register_buffer("table", torch.linspace(-1.0, 1.0, 28 * 28).reshape(1, 1, 28, 28))
+            self.fc = nn.Linear(28 * 28, 10)
+
+        def forward(self, x):
+            return self.fc((x + self.table).flatten(1))
+
+    net = Shifted()
+    run = memfit.train(model=net, example_input=torch.zeros(1, 1, 28, 28), out=tmp_path / "buffer", progress=False,
+                       memory="512MiB", **dict(SHORT, steps=4))
+    assert set(run.weights()) == {"fc.weight", "fc.bias"}
+    trained = Shifted()
+    run.load_into(trained)
+    assert torch.equal(trained.table, Shifted().table)
+    assert not torch.equal(trained.fc.weight, Shifted().fc.weight)
+
+
 def _golden_export_module():
     """tests/golden/export_onnx.py (its TinyGPT: a GPT written as nanoGPT
     writes one), loaded by path."""

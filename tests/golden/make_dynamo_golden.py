@@ -30,7 +30,11 @@ Writes, beside this script:
   32 features) by each exporter, with PyTorch's numbers as above;
 - swin_dynamo.onnx, swin_torchscript.onnx and swin.safetensors: a small
   torchvision SwinTransformer (32 x 32 images, two stages of two blocks,
-  windows of 4, the second block's shifted) likewise.
+  windows of 4, the second block's shifted) likewise;
+- swin_v2_dynamo.onnx, swin_v2_torchscript.onnx and swin_v2.safetensors:
+  the same with torchvision's V2 blocks (cosine attention with a learned
+  logit scale, the continuous position bias MLP over a buffer, the zeroed
+  key bias, post-norm), made alone by `make_dynamo_golden.py swin_v2`.
 
 Debian's torch 1.13 has no dynamo exporter, so the files (a few tens of
 KB each) are kept in the repository.
@@ -42,7 +46,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchvision.models.swin_transformer import SwinTransformer
+from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformer, SwinTransformerBlockV2
 from torchvision.models.vision_transformer import VisionTransformer
 from torchvision.ops import StochasticDepth
 
@@ -94,8 +98,33 @@ class DynNet(nn.Module):
         return self.fc(self.drop(torch.flatten(x, 1)))
 
 
+def swin_v2():
+    """torchvision's SwinTransformer with its V2 blocks, small (as the V1
+    fixture): F.normalize of q and k (ReduceL2, Clip, Expand, Div), the
+    logit scale exp(clamp(s, max = log 100)), the position bias 16 *
+    sigmoid(MLP(relative_coords_table)), a float buffer, read through the
+    index buffer, and qkv's key bias zeroed by slice assignment (ScatterND
+    on a parameter)."""
+    torch.manual_seed(0)
+    model = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=[4, 4],
+                            stochastic_depth_prob=0.0, num_classes=10, block=SwinTransformerBlockV2,
+                            downsample_layer=PatchMergingV2).train()
+    example = torch.zeros(2, 3, 32, 32)
+    for exporter in ("torchscript", "dynamo"):
+        export(model, example, os.path.join(HERE, f"swin_v2_{exporter}.onnx"), exporter)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((B, 3, 32, 32)).astype(np.float32)
+    y = np.array([3, 1, 4, 1], dtype=np.int32)
+    out = sgd_reference(model, x, y, lambda m, xt: m(xt), F.cross_entropy, LR, STEPS)
+    golden.write_safetensors(os.path.join(HERE, "swin_v2.safetensors"), out,
+                             {"generator": "tests/golden/make_dynamo_golden.py swin_v2",
+                              "torch_version": torch.__version__, "lr": repr(LR)})
+
+
 def main():
     torch.set_num_threads(1)
+    if sys.argv[1:] == ["swin_v2"]:
+        return swin_v2()
     example = torch.zeros(2, 1, 8, 8)
     torch.manual_seed(0)
     model = DynNet(0.2, 0.25).train()
@@ -149,6 +178,7 @@ def main():
     golden.write_safetensors(os.path.join(HERE, "swin.safetensors"), out,
                              {"generator": "tests/golden/make_dynamo_golden.py", "torch_version": torch.__version__,
                               "lr": repr(LR)})
+    swin_v2()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,12 @@ inline P exp_neg(P x) {
   return simd::math::exp_p(select(a > splat(88.0f), splat(88.0f), a));
 }
 inline P clamp(P x, P lo, P hi) { return select(x < lo, lo, select(x > hi, hi, x)); }
+// sqrt of each lane (the compiler's vector square root, correctly rounded).
+inline P sqrt_p(P x) {
+  P r;
+  for (size_t i = 0; i < sizeof(P) / sizeof(float); ++i) r[i] = __builtin_sqrtf(x[i]);
+  return r;
+}
 // |mag| with the sign of `from`.
 inline P copy_sign(P mag, P from) {
   using simd::math::PI;
@@ -52,6 +58,8 @@ inline P value(const ActivationParams& p, float a, float b, P x) {
     case ActKind::HardSwish: return x * clamp(x * splat(1.0f / 6.0f) + splat(0.5f), zero, one);
     case ActKind::LeakyRelu: return select(x > zero, x, splat(a) * x);
     case ActKind::Elu: return select(x > zero, x, splat(a) * simd::math::expm1_p(x));
+    case ActKind::Exp: return simd::math::exp_p(x);
+    case ActKind::Sqrt: return sqrt_p(x);
   }
   return x;
 }
@@ -81,6 +89,8 @@ inline P derivative(const ActivationParams& p, float a, float b, P x) {
       return select(x < splat(-3.0f), zero, select(x > splat(3.0f), one, x * splat(1.0f / 3.0f) + splat(0.5f)));
     case ActKind::LeakyRelu: return select(x > zero, one, splat(a));
     case ActKind::Elu: return select(x > zero, one, splat(a) * simd::math::exp_p(x));
+    case ActKind::Exp: return simd::math::exp_p(x);
+    case ActKind::Sqrt: return select(x > zero, splat(0.5f) / sqrt_p(x), zero);
   }
   (void)b;
   return one;

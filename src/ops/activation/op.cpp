@@ -1,6 +1,6 @@
 // activation(x): a pointwise activation, any shape and float type; attr kind
 // names it (ops/activation/params.hpp gives each formula and derivative):
-//   sigmoid, tanh, silu, hardswish    no parameters
+//   sigmoid, tanh, silu, hardswish, exp, sqrt    no parameters
 //   clip          min, max (ReLU6 is clip 0..6)
 //   hardsigmoid   alpha (default 1/6), beta (default 1/2), as PyTorch's
 //   leaky_relu    alpha (default 0.01)
@@ -13,7 +13,8 @@
 namespace memfit {
 namespace {
 
-const char* const kKinds[] = {"sigmoid", "tanh", "silu", "clip", "hardsigmoid", "hardswish", "leaky_relu", "elu"};
+const char* const kKinds[] = {"sigmoid", "tanh",       "silu", "clip", "hardsigmoid",
+                              "hardswish", "leaky_relu", "elu",  "exp",  "sqrt"};
 
 // Checks attr kind and the parameters it needs.
 void check_kind(const Graph& g, const Node& n) {

@@ -14,10 +14,14 @@
 //   hardswish    x min(max(x / 6 + 1/2, 0), 1)          0 for x < -3, x / 3 + 1/2 for x <= 3, 1 above
 //   leaky_relu   x for x > 0, a x otherwise             1 for x > 0, a otherwise
 //   elu          x for x > 0, a (e^x - 1) otherwise     1 for x > 0, a e^x otherwise
+//   exp          e^x                                    e^x
+//   sqrt         sqrt x (NaN below 0)                   1 / (2 sqrt x) for x > 0, 0 otherwise
 //
 // The derivatives at the kinks are PyTorch's (ReLU6 and hardtanh pass no
 // gradient at their bounds, hardswish takes the middle piece at x = 3), so
-// a model trains as it does there. The forms s(x) s(-x) and 4 s(2x) s(-2x)
+// a model trains as it does there. sqrt's derivative at 0 is taken as 0, not
+// inf: sqrt is the last step of an L2 norm (ONNX's ReduceL2, torch's
+// F.normalize), whose gradient PyTorch takes as 0 at a zero vector. The forms s(x) s(-x) and 4 s(2x) s(-2x)
 // subtract nothing: they keep their relative accuracy where 1 - s and
 // 1 - tanh^2 would cancel.
 #pragma once
@@ -26,7 +30,7 @@
 
 namespace memfit::kernels {
 
-enum class ActKind : uint8_t { Sigmoid, Tanh, Silu, Clip, HardSigmoid, HardSwish, LeakyRelu, Elu };
+enum class ActKind : uint8_t { Sigmoid, Tanh, Silu, Clip, HardSigmoid, HardSwish, LeakyRelu, Elu, Exp, Sqrt };
 
 struct ActivationParams {
   int64_t n = 0;

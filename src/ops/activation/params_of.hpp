@@ -19,6 +19,8 @@ inline kernels::ActivationParams activation_params(const Graph& g, const Node& n
   else if (k == "tanh") p.kind = ActKind::Tanh;
   else if (k == "silu") p.kind = ActKind::Silu;
   else if (k == "hardswish") p.kind = ActKind::HardSwish;
+  else if (k == "exp") p.kind = ActKind::Exp;
+  else if (k == "sqrt") p.kind = ActKind::Sqrt;
   else if (k == "clip") {
     p.kind = ActKind::Clip;
     p.a = n.attrs.f("min");

@@ -32,6 +32,8 @@ MEMFIT_ACT_HD inline double value(const ActivationParams& p, double x) {
     case ActKind::HardSwish: return x * min_of(max_of(x / 6.0 + 0.5, 0.0), 1.0);
     case ActKind::LeakyRelu: return x > 0.0 ? x : p.a * x;
     case ActKind::Elu: return x > 0.0 ? x : p.a * expm1(x);
+    case ActKind::Exp: return exp(x);
+    case ActKind::Sqrt: return sqrt(x);
   }
   return 0.0;
 }
@@ -49,6 +51,8 @@ MEMFIT_ACT_HD inline double derivative(const ActivationParams& p, double x) {
     case ActKind::HardSwish: return x < -3.0 ? 0.0 : x <= 3.0 ? x / 3.0 + 0.5 : 1.0;
     case ActKind::LeakyRelu: return x > 0.0 ? 1.0 : p.a;
     case ActKind::Elu: return x > 0.0 ? 1.0 : p.a * exp(x);
+    case ActKind::Exp: return exp(x);
+    case ActKind::Sqrt: return x > 0.0 ? 0.5 / sqrt(x) : 0.0;
   }
   return 0.0;
 }
