@@ -80,10 +80,24 @@ def first_line_with(text, word):
     return lines[-1].strip() if lines else ""
 
 
+def min_size(name):
+    """The smallest input side the model takes, from its weights' metadata
+    (torchvision records it there; nothing is downloaded): Inception-v3's
+    75, 1 for most."""
+    import torchvision
+    try:
+        return max(list(torchvision.models.get_model_weights(name))[0].meta.get("min_size", (1, 1)))
+    except (AttributeError, ValueError, IndexError, KeyError):  # no weights, or a torchvision without the API
+        return 1
+
+
 def run_model(name, args, exporter, data, work):
     import torch
     import torchvision
-    row = {"model": name, "size": args.size}
+    # A model that needs a larger input than --size runs at its own minimum
+    # (the images are resized by memfit to it).
+    size = max(args.size, min_size(name))
+    row = {"model": name, "size": size}
     # GoogLeNet and Inception-v3 return their auxiliary classifiers' outputs
     # beside the logits in training mode; memfit trains one output, so they
     # are built without them, as a user who trains with one loss builds them.
@@ -97,7 +111,7 @@ def run_model(name, args, exporter, data, work):
     path = os.path.join(work, f"{name}.onnx")
     t0 = time.time()
     try:
-        exporter.export_training(model.train(), torch.zeros(2, 3, args.size, args.size), path, args.opset,
+        exporter.export_training(model.train(), torch.zeros(2, 3, size, size), path, args.opset,
                                  exporter=args.exporter)
         row["exported"] = True
     except Exception as e:  # the exporter's own refusal
@@ -106,7 +120,7 @@ def run_model(name, args, exporter, data, work):
         return row
     row["export_seconds"] = round(time.time() - t0, 1)
     out = os.path.join(work, f"run-{name}")
-    cmd = [args.binary, "train", "--model", path, "--data", data, "--image-size", str(args.size), "--batch", str(args.batch),
+    cmd = [args.binary, "train", "--model", path, "--data", data, "--image-size", str(size), "--batch", str(args.batch),
            "--steps", str(args.steps),
            "--subset", str(args.batch), "--test-subset", "4", "--optimizer", "adam", "--lr", "1e-3", "--json", "--out", out]
     t0 = time.time()
@@ -137,7 +151,7 @@ def run_model(name, args, exporter, data, work):
     return row
 
 
-def table(rows):
+def table(rows, size=None):
     out = ["| model | params | imported | trains (loss) | plan / peak MiB | note |", "|---|---|---|---|---|---|"]
     for r in rows:
         loss = ""
@@ -145,6 +159,8 @@ def table(rows):
             loss = f"{r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}" if r.get("trained") else "no"
         peak = f"{r['planned_peak_mib']} / {r['peak_mib']}" if "peak_mib" in r else ""
         note = "" if r.get("falling") else r.get("status", "")
+        if r.get("size") and r["size"] != size:
+            note = (f"at {r['size']} x {r['size']}, its smallest input; " + note).rstrip("; ")
         note = re.sub(r"/tmp/[^ :]*/", "", note).replace("|", "/")
         out.append(f"| {r['model']} | {r.get('params', 0) / 1e6:.1f} M | {'yes' if r.get('imported') else 'no'} | "
                    f"{loss or ('yes' if r.get('falling') else 'no')} | {peak} | {note} |")
@@ -189,7 +205,7 @@ def main():
              "torch": torch.__version__, "torchvision": torchvision.__version__}
     falling = sum(1 for r in rows if r.get("falling"))
     print(f"<!-- {json.dumps(stamp)} -->")
-    print(table(rows))
+    print(table(rows, args.size))
     print(f"\n{falling} of {len(rows)} train with a falling loss "
           f"({sum(1 for r in rows if r.get('imported'))} import; "
           f"{sum(1 for r in rows if str(r.get('status', '')).startswith('skipped'))} skipped for size)")
