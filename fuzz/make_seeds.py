@@ -517,8 +517,32 @@ def onnx_seeds():
     put(c, "onnx", "tokens_lm.onnx", onnx_model(
         nodes, [weights("wte", [10, 8]), weights("wpe", [16, 8], 2), weights("head", [8, 10], 3)], inputs=[TOKENS],
         outputs=[onnx_value("logits", FLOAT, ["N", 16, 10])]))
+    put(c, "onnx", "norm_exp_scatter.onnx", norm_exp_scatter())
     torch_seeds()
     onnx_regressions()
+
+
+def norm_exp_scatter():
+    """Swin-V2's pieces on the conv head: F.normalize over channels
+    (ReduceL2, Clip at eps, Expand, Div), a logit scale exp(clip(s, max)),
+    Sqrt of a tensor, ScatterND zeroing part of a bias parameter read
+    through an Identity, and a float buffer ('tbl', listed in the
+    metadata's memfit.buffers) added as a constant."""
+    nodes = [onnx_node("ReduceL2", ["c"], ["nrm"], [a_ints("axes", [1]), a_int("keepdims", 1)]),
+             scalar("eps", 1e-12), onnx_node("Clip", ["nrm", "eps", ""], ["nc"]),
+             onnx_node("Shape", ["c"], ["csh"]), onnx_node("Expand", ["nc", "csh"], ["ne"]),
+             onnx_node("Div", ["c", "ne"], ["cn"]),
+             scalar("smax", 4.6), onnx_node("Clip", ["s", "", "smax"], ["sc"]), onnx_node("Exp", ["sc"], ["se"]),
+             onnx_node("Mul", ["cn", "se"], ["cs"]),
+             onnx_node("Identity", ["bias4"], ["bclone"]),
+             onnx_node("ScatterND", ["bclone", "six", "zero2"], ["bz"]),
+             onnx_node("Add", ["cs", "bz"], ["cb"]),
+             onnx_node("Add", ["cb", "tbl"], ["ct"]),
+             onnx_node("Relu", ["ct"], ["r"]), onnx_node("Sqrt", ["r"], ["sq"])]
+    inits = [weights("s", [4, 1, 1], 7), weights("bias4", [4, 1, 1], 8), onnx_tensor("six", [1, 1], [1], INT64),
+             onnx_tensor("zero2", [1, 1, 1], [0.0]), weights("tbl", [4, 8, 8], 9)]
+    meta = pb_bytes(1, "memfit.buffers") + pb_bytes(2, "tbl")
+    return conv_head(nodes, "sq", inits) + pb_bytes(14, meta)
 
 
 def torch_seeds():
