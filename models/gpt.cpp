@@ -120,11 +120,17 @@ std::optional<Model> find_gpt(const std::string& name) {
   if (name == "gpt-tiny") return gpt(name, {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 64});
   if (name == "gpt-char" || name == "gpt")
     return gpt(name, {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .dropout = 0.2});
+  // GPT-2 and its larger sizes, as Hugging Face's gpt2, gpt2-medium and
+  // gpt2-large configs (their weights load with --init-from).
   if (name == "gpt2")
     return gpt(name, {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257});
+  if (name == "gpt2-medium")
+    return gpt(name, {.n_layer = 24, .n_head = 16, .n_embd = 1024, .block_size = 1024, .vocab_size = 50257});
+  if (name == "gpt2-large")
+    return gpt(name, {.n_layer = 36, .n_head = 20, .n_embd = 1280, .block_size = 1024, .vocab_size = 50257});
   return std::nullopt;
 }
 
-std::vector<std::string> gpt_names() { return {"gpt-tiny", "gpt-char", "gpt2"}; }
+std::vector<std::string> gpt_names() { return {"gpt-tiny", "gpt-char", "gpt2", "gpt2-medium", "gpt2-large"}; }
 
 }  // namespace memfit::models

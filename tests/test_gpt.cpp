@@ -82,7 +82,9 @@ TEST(Gpt, PresetParameterCounts) {
   };
   // V C + block C + L (12 C^2 + 13 C) + 2 C.
   EXPECT_EQ(count("gpt-char", 256, 65), 65 * 384 + 256 * 384 + 6 * (12 * 384 * 384 + 13 * 384) + 2 * 384);  // 10.77M
-  EXPECT_EQ(count("gpt2", 8, 50257), 124439808);  // GPT-2 small's 124M
+  EXPECT_EQ(count("gpt2", 8, 50257), 124439808);         // GPT-2 small's 124M
+  EXPECT_EQ(count("gpt2-medium", 8, 50257), 354823168);  // Hugging Face's gpt2-medium: 24 x 1024, 16 heads
+  EXPECT_EQ(count("gpt2-large", 8, 50257), 774030080);   // gpt2-large: 36 x 1280, 20 heads
 }
 
 TEST(Gpt, RefusesSequencesLongerThanItsBlockAndTooLargeVocabularies) {
