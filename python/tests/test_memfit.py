@@ -311,3 +311,61 @@ def test_a_torch_gpt_goes_through_onnx(tmp_path):
             return torch.nn.functional.cross_entropy(m.eval()(x).reshape(-1, golden.GPT_V), y.reshape(-1)).item()
 
     assert loss(trained) < 0.8 * loss(before), (loss(trained), loss(before))
+
+
+def _course_mnist_cnn(torch):
+    """The beginners' course's MNIST CNN as the course writes it: convolutions,
+    max pooling, and log_softmax at the end (trained with NLLLoss)."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class MultiLayerCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 10, 5)
+            self.pool = nn.MaxPool2d(2, 2)
+            self.conv2 = nn.Conv2d(10, 20, 5)
+            self.fc = nn.Linear(20 * 5 * 5, 10)
+
+        def forward(self, x):
+            x = self.pool(F.relu(self.conv1(x)))
+            x = self.pool(F.relu(self.conv2(x)))
+            return F.log_softmax(self.fc(x.flatten(1)), dim=1)
+
+    return MultiLayerCNN()
+
+
+@pytest.mark.parametrize("name", ["course_cnn", "mobilenet_v2", "mobilenet_v3_small", "shufflenet_v2_x0_5"])
+def test_the_models_users_have_train_from_arrays_and_load_back(tmp_path, name):
+    """Models of the course and of torchvision (weights=None), trained through
+    the package on the notebook's own arrays: the loss falls on a repeated
+    batch, and the trained weights (batch-norm statistics included) load
+    back into a fresh module with a strict load_state_dict, differing from
+    its initial ones."""
+    torch = pytest.importorskip("torch")
+    torchvision = pytest.importorskip("torchvision")
+
+    def make():
+        torch.manual_seed(0)
+        if name == "course_cnn":
+            return _course_mnist_cnn(torch)
+        return torchvision.models.get_model(name, weights=None, num_classes=10)
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 3, 32, 32)).astype(np.float32)
+    y = np.arange(16, dtype=np.int64) % 10
+    run = memfit.train(model=make(), data=(x, y), example_input=torch.zeros(2, 3, 32, 32), batch=8, steps=6,
+                       optimizer="adam", lr=1e-3, out=tmp_path / name, progress=False, memory="1GiB", threads=2,
+                       eval_every=0)
+    losses = [h["train_loss"] for h in run.history if "train_loss" in h]
+    assert len(losses) == 6 and losses[-1] < losses[0], losses
+    trained, initial = make(), make()
+    run.load_into(trained)  # strict
+    w = run.weights()
+    state = trained.state_dict()
+    for k, t in state.items():
+        if k in w:
+            np.testing.assert_array_equal(t.numpy(), w[k])
+    changed = [k for k, t in state.items() if t.is_floating_point() and not torch.equal(t, initial.state_dict()[k])]
+    assert any(k.endswith("weight") for k in changed), "no weight was trained"
+    if any(isinstance(m, torch.nn.BatchNorm2d) for m in trained.modules()):
+        assert any(k.endswith("running_var") for k in changed), "batch norm's running statistics were not trained"
