@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -63,6 +64,14 @@ inline std::string temp_dir(const std::string& tag) {
   fs::create_directories(base);
   remove_at_exit(base.string());
   return base.string();
+}
+
+// A small text corpus for the GPT tests (400 fortunes-style entries) in
+// dir/corpus.txt; returns its path.
+inline std::string write_corpus(const std::string& dir) {
+  std::ofstream f(dir + "/corpus.txt");
+  for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
+  return dir + "/corpus.txt";
 }
 
 }  // namespace memfit::testing

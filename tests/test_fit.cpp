@@ -200,11 +200,7 @@ TEST(Fit, TheSmallestBudgetNamedOnRefusalIsAcceptedAndHolds) {
 // model keeps its whole batch in one micro-batch, with no recomputation,
 // and updates inside backward.
 TEST(Fit, TightBudgetChoosesUpdateInBackward) {
-  const std::string data = temp_dir("fit-uib") + "/corpus.txt";
-  {
-    std::ofstream f(data);
-    for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
-  }
+  const std::string data = memfit::testing::write_corpus(temp_dir("fit-uib"));
   // fp32 given: the fit keeps the precision (bf16 activations would fit too).
   const std::string run =
       "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
@@ -239,11 +235,7 @@ TEST(Fit, TightBudgetChoosesUpdateInBackward) {
 // between the smallest plan with fp32 moments and the smallest with compact
 // ones (AdamW's 8 B/param against 2).
 TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
-  const std::string data = temp_dir("fit-approx") + "/corpus.txt";
-  {
-    std::ofstream f(data);
-    for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
-  }
+  const std::string data = memfit::testing::write_corpus(temp_dir("fit-approx"));
   const std::string run =
       "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
   // The smallest budget each search names when nothing fits (--memory NMiB).
@@ -260,12 +252,13 @@ TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
 
   RunResult no = run_memfit(run + budget);
   EXPECT_EQ(no.code, 3) << no.out;
-  EXPECT_NE(no.out.find("It would fit with compact optimizer state or bf16 master weights, which change the numerics: "
-                        "--allow-approx lets the fit choose"),
+  EXPECT_NE(no.out.find("It would fit with compact optimizer state, bf16 master weights or bf16 accumulated gradients, "
+                        "which change the numerics: --allow-approx lets the fit choose"),
             std::string::npos)
       << no.out;
   EXPECT_TRUE(no.out.find("optimizer state: ") != std::string::npos ||
-              no.out.find("bf16 master weights: ") != std::string::npos)
+              no.out.find("bf16 master weights: ") != std::string::npos ||
+              no.out.find("bf16 accumulated gradients: ") != std::string::npos)
       << no.out;
   EXPECT_NE(no.out.find("under the fit's target; or pass --"), std::string::npos) << no.out;
   EXPECT_NE(no.out.find("--optimizer adafactor"), std::string::npos) << no.out;
@@ -275,16 +268,18 @@ TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
   const size_t at = yes.out.find("chosen:");
   ASSERT_NE(at, std::string::npos) << yes.out;
   const std::string line = yes.out.substr(at, yes.out.find('\n', at) - at);
-  EXPECT_TRUE(line.find(" optimizer state") != std::string::npos || line.find(", bf16 master weights") != std::string::npos)
+  EXPECT_TRUE(line.find(" optimizer state") != std::string::npos || line.find(", bf16 master weights") != std::string::npos ||
+              line.find(", bf16 accumulated gradients") != std::string::npos)
       << line;
   // The plan it then runs has that state or those weights.
   EXPECT_TRUE(yes.out.find("8bit, 2.0") != std::string::npos || yes.out.find("bf16, 4.0") != std::string::npos ||
               line.find(", bf16 master weights") != std::string::npos)
       << yes.out;
 
-  // --optimizer-state and --master-weights given: the fit keeps them, even
+  // --optimizer-state, --master-weights and --accumulated-grads given: the fit keeps them, even
   // with --allow-approx.
-  RunResult kept = run_memfit(run + budget + " --allow-approx --optimizer-state fp32 --master-weights fp32");
+  RunResult kept =
+      run_memfit(run + budget + " --allow-approx --optimizer-state fp32 --master-weights fp32 --accumulated-grads fp32");
   EXPECT_EQ(kept.code, 3) << kept.out;
 
   // Within the budget there is no fit, and --allow-approx changes nothing.

@@ -385,12 +385,7 @@ TEST(MasterWeights, GptTinyTrainsCloseToFp32Weights) {
 
 namespace {
 
-std::string write_corpus(const std::string& dir) {
-  FILE* f = std::fopen((dir + "/corpus.txt").c_str(), "w");
-  for (int e = 0; e < 400; ++e) std::fprintf(f, "entry %d: the quick brown fox %d jumps.\n%%\n", e, e * 7919 % 101);
-  std::fclose(f);
-  return dir + "/corpus.txt";
-}
+using memfit::testing::write_corpus;
 
 std::string lm_args(const std::string& corpus, int steps) {
   return " --model gpt-tiny --data " + corpus + " --block-size 32 --batch 4 --steps " + std::to_string(steps) +

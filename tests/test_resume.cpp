@@ -95,12 +95,7 @@ TEST(Resume, KillNineMidEpochThenResumeIsBitIdentical) {
 
 namespace {
 
-// A small text corpus for gpt-tiny in dir/corpus.txt.
-std::string write_corpus(const std::string& dir) {
-  std::ofstream f(dir + "/corpus.txt");
-  for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
-  return dir + "/corpus.txt";
-}
+using memfit::testing::write_corpus;
 
 // Runs `args` to the end in a, and in b killed with SIGKILL at a reported
 // step >= kill_at (of `steps`) and resumed; the two end bit-identical.

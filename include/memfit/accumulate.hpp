@@ -4,6 +4,12 @@
 // (assigning on micro-batch 0, adding after). The trainer runs the schedule
 // up to the update k times, then the update once with grad_scale = 1/k, so
 // the step equals one over the whole effective batch.
+//
+// The accumulated gradients may be kept in bf16 (half the memory of f32,
+// an approximation): each micro-batch's f32 gradient is added in f32 to the
+// widened sum and rounded back stochastically, so the stored sum is the f32
+// one in expectation (kernels/optim_state.hpp grad_rounding_key). The
+// optimizer kernels read bf16 gradients directly.
 #pragma once
 
 #include "memfit/graph.hpp"
@@ -11,7 +17,8 @@
 namespace memfit {
 
 // Call after build_backward and before append_optimizer. Afterwards each
-// trainable parameter's `grad` is the persistent accumulated gradient.
-void add_gradient_accumulation(Graph& g);
+// trainable parameter's `grad` is the persistent accumulated gradient, of
+// type `acc` (f32, or bf16).
+void add_gradient_accumulation(Graph& g, DType acc = DType::f32);
 
 }  // namespace memfit

@@ -38,7 +38,8 @@ class Plan:
                 self.by_class += [{"class": p, "bytes": int(by[p]), "part_of": c} for p in _ARENA_PARTS if p in by]
         self.largest = [dict(b) for b in j.get("largest", [])]
         self.policy = {k: j[k] for k in ("micro_batch", "accumulate", "recompute", "update_in_backward", "fitted",
-                                         "precision", "saved_precision", "master_weights", "data_in") if k in j}
+                                         "precision", "saved_precision", "master_weights", "accumulated_grads", "data_in")
+                       if k in j}
         if "optimizer_state" in j:
             self.policy["optimizer_state"] = j["optimizer_state"]["policy"]
         self.text = log + self._largest_text()

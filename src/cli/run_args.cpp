@@ -165,6 +165,11 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
       "storage of the weight matrices (rank >= 2): fp32 (default) or bf16, updated from fp32 gradients with "
       "stochastic rounding (2 B/param instead of 4; an approximation: biases and norms stay fp32; sgd, adam, "
       "adamw)");
+  a.add("accumulated-grads", dtype_flag("accumulated-grads", false, &o.accumulated_grads, &o.accumulated_grads_set),
+        "fp32|bf16",
+        "with --accumulate: the type gradients are summed in between micro-batches: fp32 (default) or bf16, each "
+        "sum rounded stochastically (2 B/param instead of 4; an approximation; sgd, adam, adamw; the fit may choose "
+        "it under --allow-approx)");
   a.add(
       "precision", dtype_flag("precision", true, &o.precision, &o.precision_set),
       "fp32|bf16|fp16",
@@ -200,7 +205,8 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
       "--accumulate)");
   a.add_flag("allow-approx", &o.allow_approx,
              "the fit may also change the numerics: bf16 or 8bit optimizer state (unless --optimizer-state is given) "
-             "and bf16 master weights (unless --master-weights is given); without it a refusal names what would fit "
+             "bf16 master weights (unless --master-weights is given) and bf16 accumulated gradients (unless "
+             "--accumulated-grads is given); without it a refusal names what would fit "
              "with them");
 }
 

@@ -176,6 +176,14 @@ inline uint64_t rounding_key(uint64_t seed, int64_t step, const std::string& par
 inline uint64_t weight_rounding_key(uint64_t seed, int64_t step, const std::string& param) {
   return rng::stream_key(seed, rng::name_hash(param) ^ 0x77656967687473ull, static_cast<uint64_t>(step));  // "weights"
 }
+// Key of the rounding bits of one parameter's bf16 accumulated gradient
+// after micro-batch `micro` of a step (gradient accumulation kept in bf16):
+// a stream of its own per micro-batch, so a resumed run rounds as the
+// uninterrupted one did.
+inline uint64_t grad_rounding_key(uint64_t seed, int64_t step, int64_t micro, const std::string& param) {
+  const uint64_t m = static_cast<uint64_t>(micro) * 0x9e3779b97f4a7c15ull;
+  return rng::stream_key(seed, (rng::name_hash(param) ^ 0x67726164616363ull) + m, static_cast<uint64_t>(step));  // "gradacc"
+}
 // 32 random bits for element i (two moments take the low and the high half).
 inline uint32_t rounding_bits(uint64_t key, int64_t i) {
   const uint32_t lo = static_cast<uint32_t>(key), hi = static_cast<uint32_t>(key >> 32);
@@ -184,6 +192,20 @@ inline uint32_t rounding_bits(uint64_t key, int64_t i) {
 // x (finite) rounded to bf16, up with probability (dropped bits) / 2^16.
 inline bf16_t bf16_stochastic(float x, uint32_t r16) {
   return static_cast<bf16_t>((std::bit_cast<uint32_t>(x) + (r16 & 0xffffu)) >> 16);
+}
+
+// acc[i] = bf16(g[i]) on micro-batch 0, else bf16(acc[i] + g[i]) (the sum
+// in f32), rounded stochastically with grad_rounding_key's bits, for
+// i in [begin, end): the reference and the CPU kernels both run this loop
+// (the CPU one over slices across its threads), so they store the same bytes.
+inline void accumulate_bf16(bf16_t* acc, const float* g, int64_t begin, int64_t end, bool first, uint64_t key) {
+  if (first) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) acc[i] = bf16_stochastic(g[i], rounding_bits(key, i));
+  } else {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) acc[i] = bf16_stochastic(bf16_to_f32(acc[i]) + g[i], rounding_bits(key, i));
+  }
 }
 
 // ---- one block of one tensor's moments, in any format

@@ -45,16 +45,20 @@ std::vector<FitPrecision> default_fit_precisions(const Device& dev) {
           {DType::f32, DType::bf16, storage_time_factor(dev, DType::f32, DType::bf16)}};
 }
 
-std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free, bool weights_free) {
+std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free, bool weights_free,
+                                        bool grads_free) {
   std::vector<std::pair<std::string, double>> states{{cfg.state, 0.0}};
   if (state_free && cfg.state == "fp32" && optimizer_state_floats(cfg) > 0)
     states = {{"fp32", 0.0}, {"bf16", 0.4e-9}, {"8bit", 0.8e-9}};
   std::vector<std::pair<DType, double>> weights{{DType::f32, 0.0}};
   if (weights_free && cfg.kind != "adafactor") weights.push_back({DType::bf16, 0.5e-9});
-  if (states.size() == 1 && weights.size() == 1) return {};
+  std::vector<DType> grads{DType::f32};
+  if (grads_free && cfg.kind != "adafactor") grads.push_back(DType::bf16);
+  if (states.size() == 1 && weights.size() == 1 && grads.size() == 1) return {};
   std::vector<FitState> r;
-  for (const auto& [w, wc] : weights)
-    for (const auto& [s, sc] : states) r.push_back({s, w, sc + wc});
+  for (DType gr : grads)
+    for (const auto& [w, wc] : weights)
+      for (const auto& [s, sc] : states) r.push_back({s, w, sc + wc, gr});
   return r;
 }
 
@@ -72,7 +76,8 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   const std::vector<FitPrecision> precisions =
       precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
   const std::vector<FitState> states =
-      states_in.empty() ? std::vector<FitState>{{base.effective_state(), base.master_weights, 0.0}} : states_in;
+      states_in.empty() ? std::vector<FitState>{{base.effective_state(), base.master_weights, 0.0, base.accumulated_grads}}
+                        : states_in;
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitState& st : states)
@@ -89,6 +94,9 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       if (uib && (k > 1 || base.optimizer.clip_grad_norm > 0 || fp.precision == DType::f16)) continue;
       if (zero2 && (k > 1 || base.optimizer.shards < 2)) continue;
       if (fp.precision == DType::f16 && base.ranks > 1) continue;  // loss scaling decides per rank
+      // bf16 accumulated gradients: only where there is accumulation (else
+      // the same plan as fp32's), in one process and without fp16's check.
+      if (st.grads == DType::bf16 && (k == 1 || in_backward || several || fp.precision == DType::f16)) continue;
       StepPolicy p;
       p.batch = batch / k;
       p.accumulation = k;
@@ -99,6 +107,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       p.saved = fp.saved;
       p.optimizer_state = st.state;
       p.master_weights = st.weights;
+      p.accumulated_grads = k > 1 ? st.grads : DType::f32;
       StepSpec s = base;
       s.policy() = p;
       auto sg = build_step_graph(s);
@@ -111,7 +120,8 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       const double seconds =
           fp.time_factor * predict_step_seconds(flops_per_second, flops, p.batch * rows_per_sample(base), k,
                                                 sg->g.num_nodes()) +
-          st.seconds_per_param * trainable;
+          st.seconds_per_param * trainable +
+          (p.accumulated_grads == DType::bf16 ? kBf16AccumulateSeconds * trainable * static_cast<double>(k) : 0.0);
       for (const FitData& d : data) {
         FitCandidate cand;
         cand.policy = p;

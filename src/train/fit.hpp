@@ -90,19 +90,25 @@ std::vector<FitPrecision> default_fit_precisions(const Device& dev);
 // 124M parameters, one thread: fp32 AdamW ~0.1 s, bf16 ~0.15 s, 8bit ~0.2 s,
 // so +0.4 and +0.8 ns); bf16 weights are widened and rounded again in the
 // update and widened where a layer reads them in f32 (+0.5 ns, about a
-// bf16 state's).
+// bf16 state's). bf16 accumulated gradients cost their widening and
+// rounding per micro-batch (kBf16AccumulateSeconds per parameter) and are
+// tried only with accumulation, in one process, without fp16.
 struct FitState {
   std::string state;  // OptimizerConfig::state
   DType weights = DType::f32;  // StepSpec::master_weights
   double seconds_per_param = 0;
+  DType grads = DType::f32;  // StepSpec::accumulated_grads
 };
+constexpr double kBf16AccumulateSeconds = 0.3e-9;
 
 // The storages the search may try with --allow-approx for `cfg`: state
 // fp32, bf16 and 8bit for optimizers that keep moments (adam, adamw, sgd
 // with momentum) when the state is fp32 now and free (not given), times
 // weights fp32 and bf16 when the weights are free and the optimizer takes
-// bf16 weights (not adafactor); empty when there is no choice.
-std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free = true, bool weights_free = true);
+// bf16 weights (not adafactor), times accumulated gradients fp32 and bf16
+// when they are free (not adafactor); empty when there is no choice.
+std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_free = true, bool weights_free = true,
+                                        bool grads_free = true);
 
 // base: the run's step spec (its batch is the effective batch).
 // data: the ways to hold the data, in order of preference (first wins a tie).

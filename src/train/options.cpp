@@ -93,6 +93,19 @@ void validate(const TrainOptions& o) {
          "the weights' scale): drop one of the two");
   if (o.master_weights == DType::bf16 && o.backend == Backend::Reference64)
     fail("--master-weights bf16 has no double-precision reference: use the cpu or the f32 reference backend");
+  if (o.accumulated_grads == DType::bf16) {
+    if (o.optimizer.kind == "adafactor")
+      fail("--accumulated-grads bf16 takes sgd, adam or adamw; adafactor reads fp32 gradients: drop one of the two");
+    if (o.backend == Backend::Reference64)
+      fail("--accumulated-grads bf16 has no double-precision reference: use the cpu or the f32 reference backend");
+    if (o.backend == Backend::Cuda)
+      fail("--accumulated-grads bf16 has no CUDA kernels yet: use --accumulated-grads fp32 with --device cuda");
+    if (o.precision == DType::f16)
+      fail("--accumulated-grads bf16 cannot be checked for fp16's overflow (the loss scaling reads fp32 gradients): "
+           "use --precision bf16, or drop one of the two");
+    if (o.ranks > 1)
+      fail("--accumulated-grads bf16 runs in one process (the ranks add fp32 gradients): drop it on several ranks");
+  }
   if (o.device_memory && o.backend != Backend::Cuda)
     fail("--device-memory is the budget of a GPU: pass --device cuda with it (--memory is the host's budget)");
   if (o.backend == Backend::Cuda && o.ranks > 1)
@@ -141,6 +154,7 @@ StepPolicy policy_of(const TrainOptions& o) {
   p.saved = o.saved_activations;
   p.optimizer_state = o.optimizer.state;
   p.master_weights = o.master_weights;
+  p.accumulated_grads = o.accumulated_grads;
   p.data_in = o.data_in == "auto" ? "" : o.data_in;
   return p;
 }
@@ -154,6 +168,7 @@ TrainOptions with_policy(TrainOptions o, const StepPolicy& p) {
   o.saved_activations = p.saved;
   if (!p.optimizer_state.empty()) o.optimizer.state = p.optimizer_state;
   o.master_weights = p.master_weights;
+  o.accumulated_grads = p.accumulated_grads;
   if (!p.data_in.empty()) o.data_in = p.data_in;
   return o;
 }

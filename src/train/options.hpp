@@ -57,6 +57,8 @@ struct TrainOptions {
   DType saved_activations = DType::f32;  // bf16: compress what backward reads (StepSpec::saved)
   DType master_weights = DType::f32;     // bf16: weight matrices stored in bf16 (StepSpec::master_weights)
   bool master_weights_set = false;       // given by --master-weights: the fit keeps it
+  DType accumulated_grads = DType::f32;  // bf16: accumulated gradients kept in bf16 (StepPolicy::accumulated_grads)
+  bool accumulated_grads_set = false;    // given by --accumulated-grads: the fit keeps it
   int64_t eval_batch = 0;      // 0: same as batch
   double lr = 0.05;
   OptimizerConfig optimizer{.kind = "sgd", .momentum = 0.9, .weight_decay = 5e-4};

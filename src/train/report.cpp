@@ -102,6 +102,13 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     r.master_weights = "bf16";
     r.params_fp32 = r.params + half;
   }
+  for (ValueId v : g.params()) {
+    const ValueId gr = g.value(v).grad;
+    if (gr != kNone && g.value(gr).cls == VClass::ParamGrad && g.value(gr).dtype == DType::bf16) {
+      r.accumulated_grads = "bf16";
+      break;
+    }
+  }
 
   // Live transient bytes at every node, by kind; the report shows the peak.
   const size_t nn = g.num_nodes();
@@ -229,6 +236,8 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
                                   " (ZeRO-2); the others' in the activations arena until their reduce: at most " +
                                   format_bytes(r.grads_live) + " live, not " + format_bytes(r.grads_unfused - r.grads))
                                      .c_str());
+  else if (r.accumulated_grads == "bf16")
+    row(o, "gradients", r.grads, ("accumulated in bf16, rounded stochastically (fp32 would be " + format_bytes(2 * r.grads) + ")").c_str());
   else
     row(o, "gradients", r.grads);
   {
@@ -351,6 +360,7 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                             {"bytes_per_parameter", r.trainable ? static_cast<double>(r.optstate) / static_cast<double>(r.trainable) : 0.0},
                             {"fp32_bytes", r.optstate_fp32}};
   o["master_weights"] = r.master_weights;
+  o["accumulated_grads"] = r.accumulated_grads;
   if (r.policy) {
     o["precision"] = precision_name(r.policy->precision);
     o["saved_precision"] = precision_name(r.policy->saved);

@@ -104,6 +104,7 @@ struct MemoryReport {
   // bf16 master weights: the weights' storage ("fp32" | "bf16") and what the
   // parameters would take in fp32.
   std::string master_weights = "fp32";
+  std::string accumulated_grads = "fp32";  // bf16: the accumulated gradients (StepPolicy::accumulated_grads)
   size_t params_fp32 = 0;
   int64_t trainable = 0;
   size_t optstate_fp32 = 0;

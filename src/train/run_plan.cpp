@@ -331,15 +331,20 @@ class Planner {
         std::string flags;
         if (c.policy.optimizer_state != base.effective_state()) flags += " --optimizer-state " + c.policy.optimizer_state;
         if (c.policy.master_weights != base.master_weights) flags += " --master-weights bf16";
-        m << " It would fit with compact optimizer state or bf16 master weights, which change the numerics: "
+        if (c.policy.accumulated_grads != base.accumulated_grads) flags += " --accumulated-grads bf16";
+        m << " It would fit with compact optimizer state, bf16 master weights or bf16 accumulated gradients, which "
+             "change the numerics: "
              "--allow-approx lets the fit choose "
           << c.describe() << " (" << under(c) << "; or pass" << flags << " yourself).";
       } else {
-        m << " Compact optimizer state and bf16 master weights do not make it fit either (smallest with them: "
+        m << " Compact optimizer state, bf16 master weights and bf16 accumulated gradients do not make it fit "
+             "either (smallest with them: "
           << format_bytes_up(a.smallest.total_bytes) << ", " << a.smallest.describe() << ").";
       }
     }
-    if (base.optimizer.kind == "adam" || base.optimizer.kind == "adamw") {
+    // Adafactor takes f32 weights and gradients: not where the user fixed bf16 ones.
+    if ((base.optimizer.kind == "adam" || base.optimizer.kind == "adamw") && base.master_weights == DType::f32 &&
+        base.accumulated_grads == DType::f32) {
       StepSpec f = base;
       f.optimizer.kind = "adafactor";
       f.optimizer.state = f.optimizer_state = "fp32";
@@ -367,9 +372,15 @@ class Planner {
     const size_t target = fit_target(budget.bytes);
     // Compact state and bf16 weights only where the device's kernels store them.
     const bool compact = device_for(o_.backend).stores(DType::bf16);
-    const std::vector<FitState> approx = approx_fit_states(
+    std::vector<FitState> approx = approx_fit_states(
         o_.optimizer, !o_.optimizer_state_set && compact,
-        !o_.master_weights_set && o_.backend != Backend::Reference64 && compact);
+        !o_.master_weights_set && o_.backend != Backend::Reference64 && compact,
+        !o_.accumulated_grads_set && o_.backend != Backend::Reference64 && compact && o_.ranks == 1);
+    // What the user fixed stays as given (the list holds one value of it).
+    for (FitState& st : approx) {
+      if (o_.master_weights_set) st.weights = o_.master_weights;
+      if (o_.accumulated_grads_set) st.grads = o_.accumulated_grads;
+    }
     FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions,
                               o_.allow_approx ? approx : std::vector<FitState>{});
     if (fr.fitting.empty())

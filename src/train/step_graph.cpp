@@ -133,7 +133,7 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   }
   if (s.training) {
     sg->backward = build_backward(g, sg->loss);
-    if (s.accumulation > 1) add_gradient_accumulation(g);
+    if (s.accumulation > 1) add_gradient_accumulation(g, s.accumulated_grads);
     if (s.with_update) {
       OptimizerConfig oc = s.optimizer;
       oc.state = s.effective_state();

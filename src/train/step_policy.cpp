@@ -13,6 +13,7 @@ std::string StepPolicy::describe() const {
   else if (shard_gradients) s += ", sharded gradients";
   if (!optimizer_state.empty() && optimizer_state != "fp32") s += ", " + optimizer_state + " optimizer state";
   if (master_weights == DType::bf16) s += ", bf16 master weights";
+  if (accumulation > 1 && accumulated_grads == DType::bf16) s += ", bf16 accumulated gradients";
   if (data_in == "disk") s += ", dataset streamed from disk";
   else if (data_in == "memory") s += ", dataset in memory";
   return s;
@@ -21,7 +22,8 @@ std::string StepPolicy::describe() const {
 std::string StepPolicy::key() const {
   return "micro-batch " + std::to_string(batch) + " x " + std::to_string(accumulation) + ", recompute " + recompute +
          ", precision " + precision_name(precision) + ", saved " + precision_name(saved) + ", optimizer state " +
-         optimizer_state + ", master weights " + precision_name(master_weights) + ", gradients " +
+         optimizer_state + ", master weights " + precision_name(master_weights) + ", accumulated gradients " +
+         precision_name(accumulated_grads) + ", gradients " +
          (shard_gradients ? "sharded" : "whole") + (update_in_backward ? ", update in backward" : "");
 }
 

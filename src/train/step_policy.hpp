@@ -46,6 +46,11 @@ struct StepPolicy {
   // is stored in bf16 and updated from its f32 gradient with stochastic
   // rounding; vectors (biases, norms) stay f32. An approximation.
   DType master_weights = DType::f32;
+  // With accumulation (accumulation > 1): the type the accumulated
+  // gradients are kept in between micro-batches (memfit/accumulate.hpp):
+  // f32, or bf16 with stochastic rounding (half the memory; an
+  // approximation). No effect on one micro-batch.
+  DType accumulated_grads = DType::f32;
   // Where the dataset is held, when that was chosen with the plan: "memory"
   // or "disk" (streamed); "" as it was opened. Not part of the step graph.
   std::string data_in;

@@ -242,7 +242,125 @@ class Matmul final : public Kernel {
   Call call_;
 };
 
+class MatmulBf16B final : public Kernel {
+ public:
+  MatmulBf16B(const MatmulParams& p, size_t panel_bytes) {
+    if ((p.b_batch ? p.b_batch : p.B) != 1 || (p.a_batch ? p.a_batch : p.B) != p.B) throw Unsupported{};
+    if (p.trans_a && p.B != 1) throw Unsupported{};
+    by_columns_ = p.trans_b;
+    M_ = p.B * p.M;  // a's batch folded into its rows (plain a)
+    N_ = p.N;
+    K_ = p.K;
+    // b's stored rows and their length.
+    rows_ = by_columns_ ? N_ : K_;
+    other_ = by_columns_ ? K_ : N_;
+    panel_ = std::min(rows_, std::max<int64_t>(64, static_cast<int64_t>(panel_bytes / (4 * static_cast<size_t>(other_))) / 64 * 64));
+    trans_a_ = p.trans_a;
+    auto make = [&](int64_t r, bool sum) {
+      dnnl::memory::desc a, w, c;
+      if (by_columns_) {
+        a = trans_a_ ? strided_f32({M_, K_}, {1, M_}) : plain_f32({M_, K_});
+        w = strided_f32({K_, r}, {1, K_});
+        c = strided_f32({M_, r}, {N_, 1});
+      } else {
+        a = trans_a_ ? strided_f32({M_, r}, {1, M_}) : strided_f32({M_, r}, {K_, 1});
+        w = plain_f32({r, N_});
+        c = plain_f32({M_, N_});
+      }
+      dnnl::primitive_attr attr = user_scratchpad_attr();
+      if (sum) {
+        dnnl::post_ops po;
+        po.append_sum(1.0f);
+        attr.set_post_ops(po);
+      }
+      Prim pr;
+      pr.a = a;
+      pr.w = w;
+      pr.c = c;
+      pr.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, w, c), attr, engine());
+      pr.prim = dnnl::matmul(pr.pd);
+      scratchpad_ = std::max(scratchpad_, scratchpad_bytes(pr.pd));
+      heap_ = std::max(heap_, matmul_heap_bytes(pr.pd, M_, by_columns_ ? r : N_, by_columns_ ? K_ : r));
+      return pr;
+    };
+    for (int64_t r0 = 0; r0 < rows_; r0 += panel_) {
+      const int64_t r = std::min(panel_, rows_ - r0);
+      const bool sum = !by_columns_ && r0 > 0;
+      size_t which = prims_.size();
+      for (size_t i = 0; i < prims_.size(); ++i)
+        if (prims_[i].rows == r && prims_[i].sum == sum) which = i;
+      if (which == prims_.size()) {
+        prims_.push_back(make(r, sum));
+        prims_.back().rows = r;
+        prims_.back().sum = sum;
+      }
+      panels_.push_back({r0, r, which, Call{}});
+    }
+    ScratchLayout l;
+    wide_at_ = l.add(static_cast<size_t>(panel_ * other_) * sizeof(float));
+    pad_at_ = l.add(scratchpad_);
+    total_ = l.total();
+  }
+  const char* name() const override { return "dnnl.matmul.bf16_b_panels"; }
+  size_t scratch_bytes() const override { return total_; }
+  size_t heap_bytes() const override { return heap_; }
+  void run(const StepContext&) override {
+    const bf16_t* b = in<bf16_t>(1);
+    float* wide = reinterpret_cast<float*>(static_cast<std::byte*>(scratch_) + wide_at_);
+    constexpr int64_t kChunk = 4096;
+    for (const Panel& pn : panels_) {
+      const int64_t n = pn.rows * other_;
+      const bf16_t* src = b + pn.row0 * other_;
+      parallel_for((n + kChunk - 1) / kChunk, n, [&](int64_t c) {
+        const int64_t i0 = c * kChunk;
+        bf16_to_f32(src + i0, wide + i0, static_cast<size_t>(std::min(kChunk, n - i0)));
+      });
+      pn.call.run();
+    }
+  }
+
+ private:
+  struct Prim {
+    dnnl::memory::desc a, w, c;
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+    int64_t rows = 0;
+    bool sum = false;
+  };
+  struct Panel {
+    int64_t row0, rows;
+    size_t prim;
+    Call call;
+  };
+  void on_bind() override {
+    float* a = in<float>(0);
+    float* c = out<float>(0);
+    std::byte* s = static_cast<std::byte*>(scratch_);
+    for (Panel& pn : panels_) {
+      const Prim& pr = prims_[pn.prim];
+      pn.call.set(pr.prim);
+      float* ap = a;
+      float* cp = c;
+      if (by_columns_) cp = c + pn.row0;  // columns [row0, row0 + rows) of c
+      else ap = trans_a_ ? a + pn.row0 * M_ : a + pn.row0;  // the reduction's slice of op(a)
+      pn.call.arg(DNNL_ARG_SRC, pr.a, ap);
+      pn.call.arg(DNNL_ARG_WEIGHTS, pr.w, s + wide_at_);
+      pn.call.arg(DNNL_ARG_DST, pr.c, cp);
+      pn.call.arg(DNNL_ARG_SCRATCHPAD, pr.pd.scratchpad_desc(), s + pad_at_);
+    }
+  }
+  bool by_columns_ = false, trans_a_ = false;
+  int64_t M_ = 0, N_ = 0, K_ = 0, rows_ = 0, other_ = 0, panel_ = 0;
+  std::vector<Prim> prims_;
+  std::vector<Panel> panels_;
+  size_t scratchpad_ = 0, heap_ = 0, wide_at_ = 0, pad_at_ = 0, total_ = 0;
+};
+
 }  // namespace
+
+std::unique_ptr<Kernel> make_matmul_bf16_b(const MatmulParams& p, size_t panel_bytes) {
+  return try_make<MatmulBf16B, Kernel>(p, panel_bytes);
+}
 
 std::unique_ptr<Kernel> make_linear(const LinearParams& p, ElemType act, bool bf16_weights) {
   if (bf16_weights && act != ElemType::BF16) return nullptr;

@@ -1,4 +1,5 @@
 #include "ops/linear/cpu.hpp"
+#include "runtime/device.hpp"
 #include "ops/linear/params_of.hpp"
 #include "runtime/lower_cpu/cpu_util.hpp"
 
@@ -50,8 +51,13 @@ void register_linear_cpu_kernels() {
   register_cpu_kernel("matmul", [](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    if (!all_f32(g, n)) return nullptr;
     const kernels::MatmulParams p = matmul_params(g, n);
+    // An f32 product reading a bf16 weight (bf16 master weights under fp32
+    // activations): panel by panel, never the whole weight widened.
+    if (g.value(n.inputs[0]).dtype == DType::f32 && g.value(n.inputs[1]).dtype == DType::bf16 &&
+        g.value(n.outputs[0]).dtype == DType::f32 && !lg.device().wide_floats())
+      return kernels::cpu::make_matmul_bf16_b(p);
+    if (!all_f32(g, n)) return nullptr;
     return kernels::cpu::make_matmul(p);
   });
 }

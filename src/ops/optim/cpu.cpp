@@ -21,8 +21,9 @@ int64_t total_of(const std::vector<int64_t>& sizes) { return std::accumulate(siz
 // Effective gradient multiplier: grad_scale, times clip_norm / (norm + 1e-6)
 // when the global L2 norm of grad_scale * g exceeds clip_norm (the sum of
 // squares accumulates in double). g_t = in[k + t].
+// `layout` (compact updates): its bf16 gradients are read as bf16.
 double clipped_scale(const std::vector<void*>& in, const std::vector<int64_t>& sizes, int64_t total,
-                     double grad_scale, double clip_norm) {
+                     double grad_scale, double clip_norm, const StateLayout* layout = nullptr) {
   if (clip_norm <= 0.0) return grad_scale;
   const size_t k = sizes.size();
   constexpr int64_t kBlock = 4096;
@@ -30,14 +31,23 @@ double clipped_scale(const std::vector<void*>& in, const std::vector<int64_t>& s
     double part = 0.0;
     for (size_t t = 0; t < k; ++t) {
       const float* g = static_cast<const float*>(in[k + t]);
+      const bf16_t* g16 = layout && layout->grad16(t) ? static_cast<const bf16_t*>(in[k + t]) : nullptr;
       const int64_t n = sizes[t];
       // part is this thread's; blocks are split across the team.
 #pragma omp for schedule(static) nowait
       for (int64_t b = 0; b < n; b += kBlock) {
         const int64_t e = b + kBlock < n ? b + kBlock : n;
         double s = 0.0;
+        if (g16) {
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = b; i < e; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+          for (int64_t i = b; i < e; ++i) {
+            const double x = bf16_to_f32(g16[i]);
+            s += x * x;
+          }
+        } else {
+#pragma omp simd reduction(+ : s)
+          for (int64_t i = b; i < e; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+        }
         part += s;
       }
     }
@@ -250,18 +260,19 @@ class CompactUpdate final : public Kernel {
   }
   const char* name() const override { return Rule::kMoments == 2 ? "cpu.adam_update" : "cpu.sgd_update"; }
   void run(const StepContext& ctx) override {
-    const float gs = static_cast<float>(clipped_scale(in_, p_.sizes, total_, ctx.grad_scale, p_.clip_norm));
+    const float gs =
+        static_cast<float>(clipped_scale(in_, p_.sizes, total_, ctx.grad_scale, p_.clip_norm, &p_.state));
     const Rule rule(p_, ctx, gs);
     const int64_t items = first_.back();
     std::atomic<int64_t> bad{INT64_MAX};
     parallel_region(total_, [&] {
-      alignas(64) float buf[3][qstate::kQuantBlock];
+      alignas(64) float buf[4][qstate::kQuantBlock];
 #pragma omp for schedule(static) nowait
       for (int64_t it = 0; it < items; ++it) {
         const size_t t = tensor_of(it);
         const int64_t b = it - first_[t], begin = b * qstate::kQuantBlock;
         const int64_t n = std::min(qstate::kQuantBlock, p_.sizes[t] - begin);
-        if (!block(rule, ctx, t, b, begin, n, buf[0], buf[1], buf[2])) {
+        if (!block(rule, ctx, t, b, begin, n, buf[0], buf[1], buf[2], buf[3])) {
           int64_t seen = bad.load();
           while (it < seen && !bad.compare_exchange_weak(seen, it)) {
           }
@@ -289,15 +300,19 @@ class CompactUpdate final : public Kernel {
 
   // Block b of tensor t in its format; false (nothing written) if not finite.
   // bf16 weights are widened into sw, updated there and rounded
-  // stochastically back.
+  // stochastically back; bf16 gradients are widened into sg.
   bool block(const Rule& rule, const StepContext& ctx, size_t t, int64_t b, int64_t begin, int64_t n, float* sm,
-             float* sv, float* sw) const {
+             float* sv, float* sw, float* sg) const {
     const size_t k = p_.sizes.size();
     const bool w16 = !p_.state.bf16_weights.empty() && p_.state.bf16_weights[t];
     bf16_t* w16p = w16 ? in<bf16_t>(t) + begin : nullptr;
     if (w16) bf16_to_f32(w16p, sw, static_cast<size_t>(n));
     float* w = w16 ? sw : in<float>(t) + begin;
     const float* g = in<float>(k + t) + begin;
+    if (p_.state.grad16(t)) {
+      bf16_to_f32(in<bf16_t>(k + t) + begin, sg, static_cast<size_t>(n));
+      g = sg;
+    }
     const float wd = static_cast<float>(p_.weight_decay[t]);
     const float l2 = rule.decoupled ? 0.0f : wd, dw = rule.decoupled ? wd : 0.0f;
     auto run = [&](auto m0, auto m1) {
@@ -542,13 +557,45 @@ class AdafactorUpdate final : public Kernel {
 }  // namespace
 
 std::unique_ptr<Kernel> make_sgd_update(const SgdParams& p) {
-  if ((p.momentum != 0.0 && p.state.format != StateFormat::F32) || p.state.any_bf16_weights())
+  if ((p.momentum != 0.0 && p.state.format != StateFormat::F32) || p.state.any_bf16_weights() || p.state.any_bf16_grads())
     return std::make_unique<CompactUpdate<SgdRule>>(p);
   return std::make_unique<SgdUpdate>(p);
 }
 std::unique_ptr<Kernel> make_adam_update(const AdamParams& p) {
-  if (p.state.format != StateFormat::F32 || p.state.any_bf16_weights()) return std::make_unique<CompactUpdate<AdamRule>>(p);
+  if (p.state.format != StateFormat::F32 || p.state.any_bf16_weights() || p.state.any_bf16_grads())
+    return std::make_unique<CompactUpdate<AdamRule>>(p);
   return std::make_unique<AdamUpdate>(p);
+}
+
+namespace {
+
+// grad_accumulate into a bf16 accumulator (ref::GradAccumulateBf16's
+// formula and rounding bits, qstate::accumulate_bf16), split across the team.
+class GradAccumulateBf16 final : public Kernel {
+ public:
+  GradAccumulateBf16(int64_t n, std::string param) : n_(n), param_(std::move(param)) {}
+  const char* name() const override { return "cpu.grad_accumulate"; }
+  void run(const StepContext& ctx) override {
+    bf16_t* acc = in<bf16_t>(0);
+    const float* g = in<float>(1);
+    const bool first = ctx.micro == 0;
+    const uint64_t key = qstate::grad_rounding_key(ctx.seed, ctx.step, ctx.micro, param_);
+    constexpr int64_t kChunk = 4096;
+    const int64_t chunks = (n_ + kChunk - 1) / kChunk;
+    parallel_for(chunks, n_, [&](int64_t c) {
+      qstate::accumulate_bf16(acc, g, c * kChunk, std::min(n_, (c + 1) * kChunk), first, key);
+    });
+  }
+
+ private:
+  int64_t n_;
+  std::string param_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_grad_accumulate_bf16(int64_t n, const std::string& param) {
+  return std::make_unique<GradAccumulateBf16>(n, param);
 }
 std::unique_ptr<Kernel> make_adafactor_update(const AdafactorParams& p) { return std::make_unique<AdafactorUpdate>(p); }
 

@@ -1,9 +1,10 @@
-// Optimizer updates (hand-written; parameters and gradients f32, state f32,
+// Optimizer updates (hand-written; parameters and gradients f32 or bf16, state f32,
 // bf16 or 8-bit: params.hpp's StateLayout): the formulas of params.hpp in
 // the reference's order of operations, vectorised and threaded.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "kernels/kernel.hpp"
 #include "ops/optim/params.hpp"
@@ -13,5 +14,8 @@ namespace memfit::kernels::cpu {
 std::unique_ptr<Kernel> make_sgd_update(const SgdParams& p);
 std::unique_ptr<Kernel> make_adam_update(const AdamParams& p);
 std::unique_ptr<Kernel> make_adafactor_update(const AdafactorParams& p);
+// grad_accumulate into a bf16 accumulator of n elements (the rounding
+// stream of parameter `param`).
+std::unique_ptr<Kernel> make_grad_accumulate_bf16(int64_t n, const std::string& param);
 
 }  // namespace memfit::kernels::cpu

@@ -6,13 +6,13 @@ namespace memfit {
 namespace {
 
 // The fast kernels take f32 or bf16 parameters (bf16 master weights) and
-// f32 gradients (their state may be f32, bf16 or 8-bit: the node's own
-// format).
+// f32 or bf16 gradients (bf16 accumulated gradients); their state may be
+// f32, bf16 or 8-bit: the node's own format.
 bool f32_params_and_grads(const Graph& g, const Node& n) {
   const size_t k = static_cast<size_t>(n.attrs.i("count"));
   for (size_t i = 0; i < 2 * k; ++i) {
     const DType t = g.value(n.inputs[i]).dtype;
-    if (t != DType::f32 && !(i < k && t == DType::bf16)) return false;
+    if (t != DType::f32 && t != DType::bf16) return false;
   }
   return true;
 }
@@ -39,6 +39,13 @@ void register_optim_cpu_kernels() {
     kernels::AdamParams p;
     fill_adam_params(g, n, p);
     return kernels::cpu::make_adam_update(p);
+  });
+  register_cpu_kernel("grad_accumulate", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    const Graph& g = lg.graph();
+    const Node& n = lg.node(id);
+    const Value& acc = g.value(n.inputs[0]);
+    if (acc.dtype != DType::bf16 || g.value(n.inputs[1]).dtype != DType::f32) return nullptr;  // f32: the reference's add
+    return kernels::cpu::make_grad_accumulate_bf16(numel(acc.shape), n.attrs.s("param"));
   });
   register_cpu_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();

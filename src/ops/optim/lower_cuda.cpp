@@ -12,9 +12,9 @@ namespace memfit {
 namespace {
 
 void require_f32_state(const kernels::StateLayout& s, const Node& n) {
-  if (s.format != kernels::StateFormat::F32 || s.any_bf16_weights())
-    throw std::runtime_error(n.op + " on the CUDA device keeps f32 parameters and f32 optimizer state so far "
-                             "(--optimizer-state fp32 --master-weights fp32)");
+  if (s.format != kernels::StateFormat::F32 || s.any_bf16_weights() || s.any_bf16_grads())
+    throw std::runtime_error(n.op + " on the CUDA device keeps f32 parameters, gradients and optimizer state so far "
+                             "(--optimizer-state fp32 --master-weights fp32 --accumulated-grads fp32)");
 }
 
 }  // namespace
@@ -32,7 +32,11 @@ void register_optim_cuda_kernels() {
     return kernels::cuda::sgd_update(p);
   });
   register_cuda_kernel("grad_accumulate", [](const LoweredGraph& lg, NodeId id) {
-    return kernels::cuda::grad_accumulate(numel(lg.graph().value(lg.node(id).inputs[0]).shape));
+    const Value& acc = lg.graph().value(lg.node(id).inputs[0]);
+    if (acc.dtype != DType::f32)
+      throw std::runtime_error("grad_accumulate on the CUDA device keeps f32 accumulated gradients so far "
+                               "(--accumulated-grads fp32); '" + acc.name + "' is " + dtype_name(acc.dtype));
+    return kernels::cuda::grad_accumulate(numel(acc.shape));
   });
   register_cuda_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) {
     kernels::AdamParams p;

@@ -15,14 +15,21 @@ void register_optim_ops() {
     d.infer = [](const Graph&, const Node&) { return std::vector<ValueMeta>{}; };
     register_op(d);
   }
-  // grad_accumulate(acc, g): acc = g on micro-batch 0, acc += g after (in place).
+  // grad_accumulate(acc, g): acc = g on micro-batch 0, acc += g after (in place;
+  // a bf16 acc rounds the f32 sum stochastically, attr param names its stream).
   OpDef acc;
   acc.name = "grad_accumulate";
   acc.traits.no_gradient = true;
   acc.traits.reference_serves_cpu = true;  // one element-wise add per step, in place
   acc.traits.accumulates_gradients = true;
+  // A bf16 accumulator (accumulated gradients kept in bf16) takes the f32
+  // micro-batch gradient as it is: its kernels' own formats.
+  acc.traits.converts_types = true;
   acc.infer = [](const Graph& g, const Node& n) {
     if (g.value(n.inputs[0]).shape != g.value(n.inputs[1]).shape) shape_fail(g, n, "accumulator and gradient differ");
+    const DType a = g.value(n.inputs[0]).dtype;
+    if ((a != DType::f32 && a != DType::bf16) || g.value(n.inputs[1]).dtype != DType::f32)
+      shape_fail(g, n, "adds an f32 gradient into an f32 or bf16 accumulator");
     return std::vector<ValueMeta>{};
   };
   register_op(acc);

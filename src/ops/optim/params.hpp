@@ -33,11 +33,21 @@ struct StateLayout {
   // bf16 (its update computes in f32 and rounds stochastically: see
   // kernels/optim_state.hpp); empty when every parameter is f32.
   std::vector<uint8_t> bf16_weights;
+  // bf16 accumulated gradients: per tensor, 1 where the gradient is stored
+  // in bf16 (widened to f32 as the update reads it); empty when every
+  // gradient is f32.
+  std::vector<uint8_t> bf16_grads;
   bool any_bf16_weights() const {
     for (uint8_t b : bf16_weights)
       if (b) return true;
     return false;
   }
+  bool any_bf16_grads() const {
+    for (uint8_t b : bf16_grads)
+      if (b) return true;
+    return false;
+  }
+  bool grad16(size_t t) const { return !bf16_grads.empty() && bf16_grads[t]; }
 };
 
 struct SgdParams {

@@ -32,15 +32,19 @@ inline kernels::StateLayout state_layout(const Graph& g, const Node& n, size_t m
   auto fail = [&](const std::string& what) -> void {
     throw GraphError("optimizer update (" + fmt + " state): " + what);
   };
-  bool w16 = false;
-  for (size_t t = 0; t < k; ++t) w16 = w16 || g.value(n.inputs[t]).dtype == DType::bf16;
-  if (w16)
+  bool w16 = false, g16 = false;
+  for (size_t t = 0; t < k; ++t) {
+    w16 = w16 || g.value(n.inputs[t]).dtype == DType::bf16;
+    g16 = g16 || g.value(n.inputs[k + t]).dtype == DType::bf16;
+  }
+  if (w16 || g16)
     for (size_t t = 0; t < k; ++t) {
       const DType pt = g.value(n.inputs[t]).dtype, gt = g.value(n.inputs[k + t]).dtype;
-      if ((pt != DType::f32 && pt != DType::bf16) || gt != DType::f32)
+      if ((pt != DType::f32 && pt != DType::bf16) || (gt != DType::f32 && gt != DType::bf16))
         fail("parameter '" + g.value(n.inputs[t]).name + "' is " + dtype_name(pt) + " with a " + dtype_name(gt) +
-             " gradient (the kernels take f32 or bf16 parameters with f32 gradients)");
-      s.bf16_weights.push_back(pt == DType::bf16);
+             " gradient (the kernels take f32 or bf16 parameters and gradients)");
+      if (w16) s.bf16_weights.push_back(pt == DType::bf16);
+      if (g16) s.bf16_grads.push_back(gt == DType::bf16);
       s.names.push_back(g.value(n.inputs[t]).name);
     }
   if (fmt == "fp32") return s;
@@ -58,7 +62,7 @@ inline kernels::StateLayout state_layout(const Graph& g, const Node& n, size_t m
   }
   for (size_t t = 0; t < k; ++t) {
     const Value& p = g.value(n.inputs[t]);
-    if (!w16) s.names.push_back(p.name);
+    if (!w16 && !g16) s.names.push_back(p.name);
     const bool q = s.format == kernels::StateFormat::Q8 && s.blockwise[t];
     for (size_t m = 0; m < moments; ++m) {
       const Value& v = g.value(n.inputs[(2 + m) * k + t]);

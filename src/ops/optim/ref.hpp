@@ -17,13 +17,23 @@ namespace memfit::kernels::ref {
 
 // Effective gradient multiplier: grad_scale, times the clipping factor when
 // the global norm of grad_scale * g exceeds clip_norm. g_t = in(k + t).
+// `layout` (compact updates): tensors whose gradient it stores in bf16 are
+// read as bf16.
 template <class T>
 double clipped_scale(const std::vector<void*>& in, const std::vector<int64_t>& sizes, double grad_scale,
-                     double clip_norm) {
+                     double clip_norm, const StateLayout* layout = nullptr) {
   if (clip_norm <= 0.0) return grad_scale;
   const size_t k = sizes.size();
   double ss = 0.0;
   for (size_t t = 0; t < k; ++t) {
+    if (layout && layout->grad16(t)) {
+      const bf16_t* g = static_cast<const bf16_t*>(in[k + t]);
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        const double x = bf16_to_f32(g[i]);
+        ss += x * x;
+      }
+      continue;
+    }
     const T* g = static_cast<const T*>(in[k + t]);
     for (int64_t i = 0; i < sizes[t]; ++i) ss += static_cast<double>(g[i]) * static_cast<double>(g[i]);
   }
@@ -94,8 +104,8 @@ class AdamUpdate final : public Kernel {
   AdamParams p_;
 };
 
-// sgd_update / adam_update with bf16 or 8-bit state, or bf16 master weights
-// (f32 storage: the double reference has none): SgdUpdate's and
+// sgd_update / adam_update with bf16 or 8-bit state, bf16 master weights or
+// bf16 (accumulated) gradients (f32 storage: the double reference has none): SgdUpdate's and
 // AdamUpdate's formulas, one block of qstate::kQuantBlock elements at a time,
 // the moments decoded to f32 and encoded again by qstate::BlockStates, bf16
 // weights widened and rounded stochastically again. A block whose new
@@ -113,7 +123,7 @@ class CompactUpdate final : public Kernel {
     size_t moments = 2;
     if constexpr (!kAdam) moments = p_.momentum != 0.0 ? 1 : 0;  // sgd without momentum: bf16 weights only
     const qstate::BlockStates io(p_.state, p_.sizes, in_, moments);
-    const float gs = static_cast<float>(clipped_scale<float>(in_, p_.sizes, ctx.grad_scale, p_.clip_norm));
+    const float gs = static_cast<float>(clipped_scale<float>(in_, p_.sizes, ctx.grad_scale, p_.clip_norm, &p_.state));
     if constexpr (kAdam) {
       const double t1 = static_cast<double>(ctx.step + 1);
       c1_ = static_cast<float>(1.0 - std::pow(p_.beta1, t1));
@@ -133,7 +143,13 @@ class CompactUpdate final : public Kernel {
         if (w16)
           for (int64_t i = 0; i < n; ++i) w_[i] = bf16_to_f32(w16p[i]);
         float* w = w16 ? w_.data() : in<float>(t) + begin;
+        // bf16 gradients (accumulated in bf16): widened here.
         const float* g = in<float>(k + t) + begin;
+        if (p_.state.grad16(t)) {
+          const bf16_t* g16 = in<bf16_t>(k + t) + begin;
+          for (int64_t i = 0; i < n; ++i) g_[i] = bf16_to_f32(g16[i]);
+          g = g_.data();
+        }
         io.load(t, b, n, st);
         bool finite = true;
         for (int64_t i = 0; i < n; ++i) finite = update_moments(w[i], g[i] * gs, wd, m_[i], v_[i]) && finite;
@@ -153,7 +169,7 @@ class CompactUpdate final : public Kernel {
  private:
   P p_;
   std::vector<float> m_ = std::vector<float>(qstate::kQuantBlock), v_ = std::vector<float>(qstate::kQuantBlock),
-                     w_ = std::vector<float>(qstate::kQuantBlock);
+                     w_ = std::vector<float>(qstate::kQuantBlock), g_ = std::vector<float>(qstate::kQuantBlock);
 
   // The new moments of one element from its scaled gradient gg; false if
   // one is not finite.
@@ -246,6 +262,23 @@ class AdafactorUpdate final : public Kernel {
 
  private:
   AdafactorParams p_;
+};
+
+// grad_accumulate with a bf16 accumulator  in: acc[n] (bf16), g[n] (f32):
+// acc = g when ctx.micro == 0, else acc + g, the sum in f32 rounded to bf16
+// stochastically (qstate::accumulate_bf16, keyed by the parameter's name).
+class GradAccumulateBf16 final : public Kernel {
+ public:
+  GradAccumulateBf16(int64_t n, std::string param) : n_(n), param_(std::move(param)) {}
+  const char* name() const override { return "ref.grad_accumulate"; }
+  void run(const StepContext& ctx) override {
+    qstate::accumulate_bf16(in<bf16_t>(0), in<float>(1), 0, n_, ctx.micro == 0,
+                            qstate::grad_rounding_key(ctx.seed, ctx.step, ctx.micro, param_));
+  }
+
+ private:
+  int64_t n_;
+  std::string param_;
 };
 
 // grad_accumulate  in: acc[n], g[n]; acc = g when ctx.micro == 0, else acc += g.
