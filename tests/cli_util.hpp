@@ -68,7 +68,7 @@ inline std::string temp_dir(const std::string& tag) {
 
 // A small text corpus for the GPT tests (400 fortunes-style entries) in
 // dir/corpus.txt; returns its path.
-inline std::string write_corpus(const std::string& dir) {
+inline std::string write_fox_corpus(const std::string& dir) {
   std::ofstream f(dir + "/corpus.txt");
   for (int e = 0; e < 400; ++e) f << "entry " << e << ": the quick brown fox " << (e * 7919 % 101) << " jumps.\n%\n";
   return dir + "/corpus.txt";

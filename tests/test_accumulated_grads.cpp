@@ -350,7 +350,7 @@ TEST(AccumulatedGrads, GptTinyLearnsAsWithF32Accumulation) {
 
 namespace {
 
-using memfit::testing::write_corpus;
+using memfit::testing::write_fox_corpus;
 
 std::string lm_args(const std::string& corpus, int steps) {
   return " --model gpt-tiny --data " + corpus + " --block-size 32 --batch 8 --accumulate 4 --steps " +
@@ -367,7 +367,7 @@ std::string lm_args(const std::string& corpus, int steps) {
 TEST(AccumulatedGrads, RunResumesBitIdenticalAndRefusals) {
   using memfit::testing::run_memfit;
   using memfit::testing::temp_dir;
-  const std::string corpus = write_corpus(temp_dir("ag-data"));
+  const std::string corpus = write_fox_corpus(temp_dir("ag-data"));
   const std::string a = temp_dir("ag-a"), b = temp_dir("ag-b");
   auto full = run_memfit("train" + lm_args(corpus, 40) + " --out " + a);
   ASSERT_EQ(full.code, 0) << full.out;
@@ -402,7 +402,7 @@ TEST(AccumulatedGrads, RunResumesBitIdenticalAndRefusals) {
 TEST(AccumulatedGrads, FitChoosesThemOnlyWithAllowApprox) {
   using memfit::testing::run_memfit;
   using memfit::testing::temp_dir;
-  const std::string corpus = write_corpus(temp_dir("ag-fit"));
+  const std::string corpus = write_fox_corpus(temp_dir("ag-fit"));
   // State and weights fixed: what is left to choose beside the micro-batch,
   // precision and recomputation is the gradients' storage.
   const std::string run = "plan --model gpt-char --data " + corpus +

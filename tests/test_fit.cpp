@@ -200,7 +200,7 @@ TEST(Fit, TheSmallestBudgetNamedOnRefusalIsAcceptedAndHolds) {
 // model keeps its whole batch in one micro-batch, with no recomputation,
 // and updates inside backward.
 TEST(Fit, TightBudgetChoosesUpdateInBackward) {
-  const std::string data = memfit::testing::write_corpus(temp_dir("fit-uib"));
+  const std::string data = memfit::testing::write_fox_corpus(temp_dir("fit-uib"));
   // fp32 given: the fit keeps the precision (bf16 activations would fit too).
   const std::string run =
       "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
@@ -235,7 +235,7 @@ TEST(Fit, TightBudgetChoosesUpdateInBackward) {
 // between the smallest plan with fp32 moments and the smallest with compact
 // ones (AdamW's 8 B/param against 2).
 TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
-  const std::string data = memfit::testing::write_corpus(temp_dir("fit-approx"));
+  const std::string data = memfit::testing::write_fox_corpus(temp_dir("fit-approx"));
   const std::string run =
       "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
   // The smallest budget each search names when nothing fits (--memory NMiB).

@@ -385,7 +385,7 @@ TEST(MasterWeights, GptTinyTrainsCloseToFp32Weights) {
 
 namespace {
 
-using memfit::testing::write_corpus;
+using memfit::testing::write_fox_corpus;
 
 std::string lm_args(const std::string& corpus, int steps) {
   return " --model gpt-tiny --data " + corpus + " --block-size 32 --batch 4 --steps " + std::to_string(steps) +
@@ -403,7 +403,7 @@ std::string lm_args(const std::string& corpus, int steps) {
 TEST(MasterWeights, RunResumesBitIdenticalAndGenerates) {
   using memfit::testing::run_memfit;
   using memfit::testing::temp_dir;
-  const std::string corpus = write_corpus(temp_dir("mw-data"));
+  const std::string corpus = write_fox_corpus(temp_dir("mw-data"));
   const std::string a = temp_dir("mw-a"), b = temp_dir("mw-b");
   auto full = run_memfit("train" + lm_args(corpus, 200) + " --out " + a);
   ASSERT_EQ(full.code, 0) << full.out;

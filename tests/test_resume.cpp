@@ -95,7 +95,7 @@ TEST(Resume, KillNineMidEpochThenResumeIsBitIdentical) {
 
 namespace {
 
-using memfit::testing::write_corpus;
+using memfit::testing::write_fox_corpus;
 
 // Runs `args` to the end in a, and in b killed with SIGKILL at a reported
 // step >= kill_at (of `steps`) and resumed; the two end bit-identical.
@@ -123,7 +123,7 @@ std::string lm_args(const std::string& corpus, int steps) {
 // random windows and the AdamW state follow from the step; dropout's
 // resume is the ConvNet's case above).
 TEST(Resume, LanguageModelKillNineThenResumeIsBitIdentical) {
-  const std::string corpus = write_corpus(temp_dir("resume-lm-data"));
+  const std::string corpus = write_fox_corpus(temp_dir("resume-lm-data"));
   expect_kill_resume_identical(lm_args(corpus, 1500) + " --optimizer adamw", temp_dir("resume-lm-a"),
                                temp_dir("resume-lm-b"), 250, 1500);
 }
@@ -151,7 +151,7 @@ TEST(Resume, UpdateInBackwardIsBitIdenticalAndResumes) {
 // step and element) and Adafactor's factors are stored as they are. A run
 // resumed with another --optimizer-state is refused, naming the flag.
 TEST(Resume, CompactOptimizerStateResumesBitIdentical) {
-  const std::string corpus = write_corpus(temp_dir("resume-state-data"));
+  const std::string corpus = write_fox_corpus(temp_dir("resume-state-data"));
   const char* variants[] = {"--optimizer adamw --optimizer-state 8bit", "--optimizer adamw --optimizer-state bf16",
                             "--optimizer sgd --optimizer-state 8bit --lr 0.1", "--optimizer adafactor"};
   for (const char* v : variants) {
