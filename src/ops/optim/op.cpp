@@ -20,7 +20,8 @@ void register_optim_ops() {
   OpDef acc;
   acc.name = "grad_accumulate";
   acc.traits.no_gradient = true;
-  acc.traits.reference_serves_cpu = true;  // one element-wise add per step, in place
+  // The CPU kernel takes a bf16 accumulator; an f32 one falls back to the
+  // reference's add (one element-wise add per step, in place).
   acc.traits.accumulates_gradients = true;
   // A bf16 accumulator (accumulated gradients kept in bf16) takes the f32
   // micro-batch gradient as it is: its kernels' own formats.
