@@ -271,9 +271,12 @@ class StepRunner {
  public:
   StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32,
              bool update_in_backward = false, const std::string& optimizer = "sgd", const std::string& state = "fp32",
-             DType weights = DType::f32) {
+             DType weights = DType::f32, int64_t accumulation = 1, DType accumulated = DType::f32) {
     train::StepSpec spec;
     spec.master_weights = weights;
+    spec.accumulation = accumulation;
+    spec.accumulated_grads = accumulated;
+    accumulation_ = accumulation;
     spec.update_in_backward = update_in_backward;
     spec.model = model;
     spec.batch = batch;
@@ -285,6 +288,9 @@ class StepRunner {
     if (model == "lstm-classifier")  // tokens [T = 50] of a 500-word vocabulary, with lengths
       spec.data = {{"tokens", DType::i32, {50}, 0.0, 500}, {"lengths", DType::i32, {}, 0.0, 51},
                    {"labels", DType::i32, {}, -1.0, 10}};
+    if (model == "gpt-tiny")  // windows of T = 32 tokens of a 100-token vocabulary
+      spec.data = {{"tokens", DType::i32, {32}, 0.0, 100}, {"targets", DType::i32, {32}, -1.0, 100}};
+    if (model == "gpt-tiny") spec.classes = 100;
     if (model == "bert-tiny")  // tokens [T = 32] of 100 ids, a 0/1 attention mask and token types
       spec.data = {{"tokens", DType::i32, {32}, 0.0, 100}, {"attention_mask", DType::i32, {32}, 0.0, 2},
                    {"token_type_ids", DType::i32, {32}, 0.0, 2}, {"labels", DType::i32, {}, -1.0, 10}};
@@ -310,7 +316,10 @@ class StepRunner {
     ctx_.loss_scale = precision == DType::f16 ? 256.0 : 1.0;  // exercises the scaled cast
     ctx_.grad_scale = 1.0 / ctx_.loss_scale;
   }
+  // With accumulation, steps take the micro-batch numbers in turn (the
+  // whole schedule each time: what matters is each kernel's path).
   void step() {
+    ctx_.micro = ctx_.step % accumulation_;
     ex_->run(ctx_);
     ++ctx_.step;
   }
@@ -332,6 +341,7 @@ class StepRunner {
   std::unique_ptr<train::StepGraph> sg_;
   std::unique_ptr<Executor> ex_;
   kernels::StepContext ctx_;
+  int64_t accumulation_ = 1;
 };
 
 class NoAlloc : public ::testing::Test {
@@ -346,8 +356,10 @@ class NoAlloc : public ::testing::Test {
 
   void check_model(const std::string& model, int64_t batch, int steps, DType precision = DType::f32,
                    DType saved = DType::f32, bool update_in_backward = false, const std::string& optimizer = "sgd",
-                   const std::string& state = "fp32", DType weights = DType::f32) {
-    StepRunner r(model, batch, precision, saved, update_in_backward, optimizer, state, weights);
+                   const std::string& state = "fp32", DType weights = DType::f32, int64_t accumulation = 1,
+                   DType accumulated = DType::f32) {
+    StepRunner r(model, batch, precision, saved, update_in_backward, optimizer, state, weights, accumulation,
+                 accumulated);
     find_dnnl();  // after the kernels were made: oneDNN is loaded
     ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
     r.step();  // warm-up: first-touch of arenas, lazily made library state
@@ -429,6 +441,21 @@ TEST_F(NoAlloc, BertTinyBf16WeightsStep) {
 }
 TEST_F(NoAlloc, ConvNetBf16WeightsUpdateInBackwardStep) {
   check_model("convnet", 32, 2, DType::f32, DType::f32, true, "sgd", "fp32", DType::bf16);
+}
+
+// Gradient accumulation: f32 sums (grad_accumulate), and bf16 sums fused
+// into the products and the embeddings' rows (grad_accumulate_matmul, a
+// panel at a time in its scratch; grad_accumulate_rows, its ids sorted in
+// its scratch): gpt-tiny's tied table and BERT's untied ones; micro-batch 0
+// (writes) and 1 (adds) in turn.
+TEST_F(NoAlloc, GptTinyAccumulatedStep) {
+  check_model("gpt-tiny", 4, 4, DType::f32, DType::f32, false, "adamw", "fp32", DType::f32, 2, DType::f32);
+}
+TEST_F(NoAlloc, GptTinyBf16AccumulatedStep) {
+  check_model("gpt-tiny", 4, 4, DType::f32, DType::f32, false, "adamw", "8bit", DType::bf16, 2, DType::bf16);
+}
+TEST_F(NoAlloc, BertTinyBf16AccumulatedStep) {
+  check_model("bert-tiny", 8, 4, DType::f32, DType::f32, false, "adamw", "fp32", DType::f32, 2, DType::bf16);
 }
 
 // Each linear / matmul kernel's declared heap bound holds for the shapes the

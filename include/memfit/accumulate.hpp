@@ -9,7 +9,12 @@
 // an approximation): each micro-batch's f32 gradient is added in f32 to the
 // widened sum and rounded back stochastically, so the stored sum is the f32
 // one in expectation (kernels/optim_state.hpp grad_rounding_key). The
-// optimizer kernels read bf16 gradients directly.
+// optimizer kernels read bf16 gradients directly. Where a bf16 gradient's
+// micro-batch value is made by a matmul (a tied output projection's weight
+// gradient) or an embedding's scatter (embedding_bwd), the accumulation is
+// fused into that op (grad_accumulate_matmul, grad_accumulate_rows), so
+// the f32 micro-batch gradient of a [vocab, D] table is never held whole;
+// a tied table's two contributions are each added and rounded in turn.
 #pragma once
 
 #include "memfit/graph.hpp"

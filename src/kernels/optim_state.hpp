@@ -179,9 +179,12 @@ inline uint64_t weight_rounding_key(uint64_t seed, int64_t step, const std::stri
 // Key of the rounding bits of one parameter's bf16 accumulated gradient
 // after micro-batch `micro` of a step (gradient accumulation kept in bf16):
 // a stream of its own per micro-batch, so a resumed run rounds as the
-// uninterrupted one did.
-inline uint64_t grad_rounding_key(uint64_t seed, int64_t step, int64_t micro, const std::string& param) {
-  const uint64_t m = static_cast<uint64_t>(micro) * 0x9e3779b97f4a7c15ull;
+// uninterrupted one did. `part` numbers the additions into one accumulator
+// within one micro-batch where there are several (a tied table's gradient:
+// the head's product, then the embedding's rows), each a stream of its own.
+inline uint64_t grad_rounding_key(uint64_t seed, int64_t step, int64_t micro, const std::string& param,
+                                  uint64_t part = 0) {
+  const uint64_t m = static_cast<uint64_t>(micro) * 0x9e3779b97f4a7c15ull + part * 0xc2b2ae3d27d4eb4full;
   return rng::stream_key(seed, (rng::name_hash(param) ^ 0x67726164616363ull) + m, static_cast<uint64_t>(step));  // "gradacc"
 }
 // 32 random bits for element i (two moments take the low and the high half).
@@ -205,6 +208,19 @@ inline void accumulate_bf16(bf16_t* acc, const float* g, int64_t begin, int64_t 
   } else {
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) acc[i] = bf16_stochastic(bf16_to_f32(acc[i]) + g[i], rounding_bits(key, i));
+  }
+}
+// The same for a slice of the gradient held apart: g[0, end - begin) are
+// the gradient's elements [begin, end) (a panel of a product, a table's row).
+inline void accumulate_bf16_slice(bf16_t* acc, const float* g, int64_t begin, int64_t end, bool first, uint64_t key) {
+  const int64_t n = end - begin;
+  bf16_t* a = acc + begin;
+  if (first) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) a[i] = bf16_stochastic(g[i], rounding_bits(key, begin + i));
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) a[i] = bf16_stochastic(bf16_to_f32(a[i]) + g[i], rounding_bits(key, begin + i));
   }
 }
 

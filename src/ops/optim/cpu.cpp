@@ -592,8 +592,35 @@ class GradAccumulateBf16 final : public Kernel {
   std::string param_;
 };
 
+// grad_accumulate into an f32 accumulator (ref::GradAccumulate's copy on
+// micro-batch 0 and one add after: the same bytes), split across the team.
+class GradAccumulateF32 final : public Kernel {
+ public:
+  explicit GradAccumulateF32(int64_t n) : n_(n) {}
+  const char* name() const override { return "cpu.grad_accumulate.f32"; }
+  void run(const StepContext& ctx) override {
+    float* acc = in<float>(0);
+    const float* g = in<float>(1);
+    const bool first = ctx.micro == 0;
+    constexpr int64_t kChunk = 16384;
+    parallel_for((n_ + kChunk - 1) / kChunk, n_, [&](int64_t c) {
+      const int64_t i0 = c * kChunk, i1 = std::min(n_, i0 + kChunk);
+      if (first) {
+        std::copy(g + i0, g + i1, acc + i0);
+      } else {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) acc[i] += g[i];
+      }
+    });
+  }
+
+ private:
+  int64_t n_;
+};
+
 }  // namespace
 
+std::unique_ptr<Kernel> make_grad_accumulate_f32(int64_t n) { return std::make_unique<GradAccumulateF32>(n); }
 std::unique_ptr<Kernel> make_grad_accumulate_bf16(int64_t n, const std::string& param) {
   return std::make_unique<GradAccumulateBf16>(n, param);
 }

@@ -52,6 +52,18 @@ void register_optim_ref_kernels() {
     }
     return make_ref<kernels::ref::GradAccumulate>(b, kernels::EltwiseParams{numel(acc.shape)});
   });
+  register_kernel("grad_accumulate_matmul", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    if (lg.backend() == Backend::Reference64)
+      throw std::runtime_error("bf16 accumulated gradients have no double-precision reference kernel (use the cpu "
+                               "or the f32 reference backend)");
+    return std::make_unique<kernels::ref::GradAccumulateMatmulBf16>(accumulate_matmul_params(lg.graph(), lg.node(id)));
+  });
+  register_kernel("grad_accumulate_rows", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
+    if (lg.backend() == Backend::Reference64)
+      throw std::runtime_error("bf16 accumulated gradients have no double-precision reference kernel (use the cpu "
+                               "or the f32 reference backend)");
+    return std::make_unique<kernels::ref::GradAccumulateRowsBf16>(accumulate_rows_params(lg.graph(), lg.node(id)));
+  });
   register_kernel("grad_reduce", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);

@@ -44,8 +44,16 @@ void register_optim_cpu_kernels() {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
     const Value& acc = g.value(n.inputs[0]);
-    if (acc.dtype != DType::bf16 || g.value(n.inputs[1]).dtype != DType::f32) return nullptr;  // f32: the reference's add
+    if (g.value(n.inputs[1]).dtype != DType::f32) return nullptr;
+    if (acc.dtype == DType::f32) return kernels::cpu::make_grad_accumulate_f32(numel(acc.shape));
+    if (acc.dtype != DType::bf16) return nullptr;
     return kernels::cpu::make_grad_accumulate_bf16(numel(acc.shape), n.attrs.s("param"));
+  });
+  register_cpu_kernel("grad_accumulate_matmul", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    return kernels::cpu::make_grad_accumulate_matmul(accumulate_matmul_params(lg.graph(), lg.node(id)));
+  });
+  register_cpu_kernel("grad_accumulate_rows", [](const LoweredGraph& lg, NodeId id) -> KPtr {
+    return kernels::cpu::make_grad_accumulate_rows(accumulate_rows_params(lg.graph(), lg.node(id)));
   });
   register_cpu_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();

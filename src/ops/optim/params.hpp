@@ -95,4 +95,28 @@ struct AdafactorParams {
   bool relative_step = true;
 };
 
+// grad_accumulate_matmul  in: acc[M,N] (bf16), a [M,K] ([K,M] if trans_a),
+// b [K,N] ([N,K] if trans_b), both f32: acc = SR(op(a) op(b)) on micro-batch
+// 0 when `first`, else SR(acc + op(a) op(b)), with the bits of
+// qstate::grad_rounding_key(seed, step, micro, param, part) at element i*N + j.
+struct AccumulateMatmulParams {
+  int64_t M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  std::string param;
+  bool first = true;
+  uint64_t part = 0;
+};
+
+// grad_accumulate_rows  in: acc[V,D] (bf16), ids[n] (i32), dy[n,D] (f32):
+// for each id r in [0, V) that occurs, s = the sum in f32 of dy's rows at
+// its positions in increasing order, acc[r] = SR(acc[r] + s) (the row's
+// elements r*D + j keyed as grad_accumulate_matmul's); on micro-batch 0 with
+// `first`, acc is zeroed first.
+struct AccumulateRowsParams {
+  int64_t V = 0, D = 0, n = 0;
+  std::string param;
+  bool first = false;
+  uint64_t part = 0;
+};
+
 }  // namespace memfit::kernels

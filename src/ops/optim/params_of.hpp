@@ -108,4 +108,32 @@ inline void fill_adafactor_params(const Graph& g, const Node& n, kernels::Adafac
   p.relative_step = n.attrs.i("relative_step") != 0;
 }
 
+// grad_accumulate_matmul's and grad_accumulate_rows' parameters (the
+// shapes were checked by the ops' inference).
+inline kernels::AccumulateMatmulParams accumulate_matmul_params(const Graph& g, const Node& n) {
+  kernels::AccumulateMatmulParams p;
+  const Shape& c = g.value(n.inputs.at(0)).shape;
+  const Shape& a = g.value(n.inputs.at(1)).shape;
+  p.M = c[0];
+  p.N = c[1];
+  p.trans_a = n.attrs.i("trans_a", 0) != 0;
+  p.trans_b = n.attrs.i("trans_b", 0) != 0;
+  p.K = p.trans_a ? a[0] : a[1];
+  p.param = n.attrs.s("param");
+  p.first = n.attrs.i("first", 1) != 0;
+  p.part = static_cast<uint64_t>(n.attrs.i("part", 0));
+  return p;
+}
+inline kernels::AccumulateRowsParams accumulate_rows_params(const Graph& g, const Node& n) {
+  kernels::AccumulateRowsParams p;
+  const Shape& t = g.value(n.inputs.at(0)).shape;
+  p.V = t[0];
+  p.D = t[1];
+  p.n = numel(g.value(n.inputs.at(1)).shape);
+  p.param = n.attrs.s("param");
+  p.first = n.attrs.i("first", 0) != 0;
+  p.part = static_cast<uint64_t>(n.attrs.i("part", 0));
+  return p;
+}
+
 }  // namespace memfit

@@ -281,6 +281,63 @@ class GradAccumulateBf16 final : public Kernel {
   std::string param_;
 };
 
+// grad_accumulate_matmul with a bf16 accumulator (params.hpp's
+// AccumulateMatmulParams): each element's product summed in f32 in the
+// order of the contracted axis, then added and rounded as
+// qstate::accumulate_bf16 does.
+class GradAccumulateMatmulBf16 final : public Kernel {
+ public:
+  explicit GradAccumulateMatmulBf16(AccumulateMatmulParams p) : p_(std::move(p)) {}
+  const char* name() const override { return "ref.grad_accumulate_matmul"; }
+  void run(const StepContext& ctx) override {
+    bf16_t* acc = in<bf16_t>(0);
+    const float* a = in<float>(1);
+    const float* b = in<float>(2);
+    const int64_t M = p_.M, N = p_.N, K = p_.K;
+    const bool first = p_.first && ctx.micro == 0;
+    const uint64_t key = qstate::grad_rounding_key(ctx.seed, ctx.step, ctx.micro, p_.param, p_.part);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float s = 0.0f;
+        for (int64_t k = 0; k < K; ++k)
+          s += (p_.trans_a ? a[k * M + i] : a[i * K + k]) * (p_.trans_b ? b[j * K + k] : b[k * N + j]);
+        qstate::accumulate_bf16_slice(acc, &s, i * N + j, i * N + j + 1, first, key);
+      }
+  }
+
+ private:
+  AccumulateMatmulParams p_;
+};
+
+// grad_accumulate_rows with a bf16 accumulator (AccumulateRowsParams): an
+// id's rows found by a scan from its first position (no scratch).
+class GradAccumulateRowsBf16 final : public Kernel {
+ public:
+  explicit GradAccumulateRowsBf16(AccumulateRowsParams p) : p_(std::move(p)) {}
+  const char* name() const override { return "ref.grad_accumulate_rows"; }
+  void run(const StepContext& ctx) override {
+    bf16_t* acc = in<bf16_t>(0);
+    const int32_t* ids = in<int32_t>(1);
+    const float* dy = in<float>(2);
+    const int64_t D = p_.D;
+    if (p_.first && ctx.micro == 0) std::fill(acc, acc + p_.V * D, bf16_t(0));
+    const uint64_t key = qstate::grad_rounding_key(ctx.seed, ctx.step, ctx.micro, p_.param, p_.part);
+    for (int64_t i = 0; i < p_.n; ++i) {
+      const int32_t id = ids[i];
+      if (id < 0 || id >= p_.V || std::find(ids, ids + i, id) != ids + i) continue;
+      for (int64_t j = 0; j < D; ++j) {
+        float s = 0.0f;
+        for (int64_t k = i; k < p_.n; ++k)
+          if (ids[k] == id) s += dy[k * D + j];
+        qstate::accumulate_bf16_slice(acc, &s, id * D + j, id * D + j + 1, false, key);
+      }
+    }
+  }
+
+ private:
+  AccumulateRowsParams p_;
+};
+
 // grad_accumulate  in: acc[n], g[n]; acc = g when ctx.micro == 0, else acc += g.
 template <class T>
 class GradAccumulate final : public Kernel {
