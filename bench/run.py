@@ -37,9 +37,12 @@ backward, counted from memfit's graph; both frameworks run the same
 products, except that memfit's causal attention counts only the scores
 under the mask).
 
-Writes bench/results.md (and the raw numbers as bench/results.jsonl), and
-replaces the table in README.md between the bench markers (not with --quick,
---models or --no-readme: the README keeps the table of every case).
+Writes bench/results_KIND.md (and the raw numbers as bench/results_KIND.jsonl),
+KIND being this CPU's kind (bench/machine.py: vendor and widest vector ISA,
+e.g. amd-avx2 for Zen 3, amd-avx512 for Zen 4/5, intel-amx for a Xeon with
+AMX), and replaces that kind's table in README.md between its bench markers,
+adding a table for a kind seen for the first time (not with --quick, --models
+or --no-readme: the README keeps the table of every case, one per CPU kind).
 
 Where a case's time goes: step_bench's --profile prints the per-op kind and
 per-layer tables of its timed steps (not run here: timing each kernel slows
@@ -57,6 +60,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -162,14 +168,20 @@ def rate_txt(v, unit):
     return f"{v:.1f}" if unit == "img/s" else f"{v:.0f}"
 
 
-def replace_table(text, table):
-    """text (README.md) with the table between the bench markers replaced; None without the markers."""
-    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
-    if begin not in text or end not in text:
+def replace_table(text, table, kind):
+    """text (README.md) with the table of CPU kind `kind` between its bench
+    markers replaced; a kind without a table yet gets one after the last
+    kind's. None where the README has no bench markers at all."""
+    begin, end = f"<!-- bench:begin {kind} -->", f"<!-- bench:end {kind} -->"
+    block = f"{begin}\n**{machine.cpu_kind_label(kind)}**\n\n{table}{end}"
+    if begin in text and end in text:
+        pre, rest = text.split(begin, 1)
+        return pre + block + rest.split(end, 1)[1]
+    ends = list(re.finditer(r"<!-- bench:end [^>]* -->", text))
+    if not ends:
         return None
-    pre, rest = text.split(begin, 1)
-    post = rest.split(end, 1)[1]
-    return pre + begin + "\n" + table + end + post
+    at = ends[-1].end()
+    return text[:at] + "\n\n" + block + text[at:]
 
 
 def setup_txt(models):
@@ -198,7 +210,9 @@ def main():
     ap.add_argument("--models", default=None,
                     help="only these models' cases (comma-separated: convnet,resnet18,gpt-char,lstm-classifier)")
     ap.add_argument("--precisions", default="fp32,bf16")
-    ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    kind = machine.cpu_kind()
+    ap.add_argument("--out", default=os.path.join(HERE, f"results_{kind}.md"),
+                    help=f"the table's file (default bench/results_KIND.md, here results_{kind}.md)")
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md")
     ap.add_argument("--baseline-build", default=None,
                     help="a second memfit build (an earlier commit): its step_bench joins the interleaved steps and "
@@ -296,8 +310,8 @@ def main():
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     cpu = cpu_model(peak)
     lines = [
-        f"Measured {now} on {cpu}, {a.threads} threads each; load average {load:.1f} at the start, "
-        f"{load_end:.1f} at the end.",
+        f"Measured {now} on {cpu} (kind {kind}), {a.threads} threads each; load average {load:.1f} at the start, "
+        f"{load_end:.1f} at the end. Command: `" + ' '.join(['/usr/bin/python3 bench/run.py'] + sys.argv[1:]) + "`.",
         f"PyTorch {torch_info.get('torch')} (oneDNN {torch_info.get('onednn')}); memfit with oneDNN {peak['onednn']} "
         f"({peak['isa']}, {'bf16 compute' if peak.get('bf16_compute') else 'no bf16 compute'}), its own loops "
         f"built for {peak.get('vector_isa', '?')}. Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
@@ -348,7 +362,9 @@ def main():
         f.write("# memfit vs PyTorch, training speed and memory\n\n"
                 "Written by `bench/run.py` (`make bench`).\n\n" + table)
     with open(os.path.splitext(a.out)[0] + ".jsonl", "w") as f:
-        f.write(json.dumps({"peak": peak, "cpu": cpu, "date": now, "load": load}) + "\n")
+        f.write(json.dumps({"peak": peak, "cpu": cpu, "cpu_kind": kind, "cpu_fields": {
+            k: v for k, v in machine.cpu_fields().items() if k in ("vendor_id", "cpu family", "model", "model name")},
+            "date": now, "load": load, "command": " ".join(sys.argv)}) + "\n")
         for r in raw:
             f.write(json.dumps(r) + "\n")
     print("\n" + table)
@@ -357,11 +373,11 @@ def main():
     readme = os.path.join(ROOT, "README.md")
     if a.quick or a.models or a.no_readme or not os.path.exists(readme):
         return
-    text = replace_table(open(readme).read(), table)
+    text = replace_table(open(readme).read(), table, kind)
     if text is not None:
         with open(readme, "w") as f:
             f.write(text)
-        print(f"updated the table in {readme}")
+        print(f"updated the {kind} table in {readme}")
 
 
 if __name__ == "__main__":
