@@ -9,6 +9,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -414,6 +415,81 @@ int write_all(int fd, const void* p, size_t n) {
   return 0;
 }
 
+// The file's bytes in order, through one aligned buffer: written with
+// O_DIRECT where the file system takes it (page-cache writes run at a small
+// fraction of the disk's speed on some machines: 195 MB/s buffered against
+// 1.5 GB/s direct on one VM, which made a GPT-2 medium checkpoint take most
+// of a minute), each write whole aligned blocks; the last block is padded
+// and the file cut back to its length. Without O_DIRECT (tmpfs, or a write
+// it refuses) the same buffer is written through the page cache.
+class FileSink {
+ public:
+  static constexpr size_t kAlign = 4096, kBytes = size_t(1) << 20;
+  explicit FileSink(int fd) : fd_(fd) {
+    if (::posix_memalign(reinterpret_cast<void**>(&buf_), kAlign, kBytes) != 0) throw std::bad_alloc();
+    const int fl = ::fcntl(fd_, F_GETFL);
+    direct_ = fl >= 0 && ::fcntl(fd_, F_SETFL, fl | O_DIRECT) == 0;
+  }
+  ~FileSink() { std::free(buf_); }
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+  // Room for up to `n` more bytes at the buffer's end (flushing first when
+  // it is full); commit(k) takes the k bytes written there.
+  int reserve(unsigned char** at, size_t* n) {
+    if (used_ == kBytes)
+      if (int e = flush(kBytes)) return e;
+    *at = buf_ + used_;
+    *n = kBytes - used_;
+    return 0;
+  }
+  void commit(size_t k) {
+    used_ += k;
+    total_ += k;
+  }
+  int put(const void* p, size_t n) {
+    const unsigned char* c = static_cast<const unsigned char*>(p);
+    while (n > 0) {
+      unsigned char* at;
+      size_t room;
+      if (int e = reserve(&at, &room)) return e;
+      const size_t k = std::min(room, n);
+      std::memcpy(at, c, k);
+      commit(k);
+      c += k;
+      n -= k;
+    }
+    return 0;
+  }
+  // The rest, the last block padded with zeros, then the file cut to length.
+  int finish() {
+    if (used_ == 0) return 0;
+    const size_t padded = (used_ + kAlign - 1) / kAlign * kAlign;
+    std::memset(buf_ + used_, 0, padded - used_);
+    if (int e = flush(direct_ ? padded : used_)) return e;
+    if (::ftruncate(fd_, static_cast<off_t>(total_)) != 0) return errno;
+    return 0;
+  }
+
+ private:
+  int flush(size_t n) {
+    int e = write_all(fd_, buf_, n);
+    if (e == EINVAL && direct_) {  // O_DIRECT accepted at open, refused here: write buffered
+      const int fl = ::fcntl(fd_, F_GETFL);
+      if (fl < 0 || ::fcntl(fd_, F_SETFL, fl & ~O_DIRECT) != 0) return e;
+      direct_ = false;
+      if (::lseek(fd_, static_cast<off_t>(total_ - used_), SEEK_SET) < 0) return errno;
+      e = write_all(fd_, buf_, n == used_ ? n : used_);
+    }
+    if (e) return e;
+    used_ = 0;
+    return 0;
+  }
+  int fd_;
+  unsigned char* buf_ = nullptr;
+  size_t used_ = 0, total_ = 0;
+  bool direct_ = false;
+};
+
 }  // namespace
 
 size_t dtype_size(DType dt) { return entry(dt).size; }
@@ -466,7 +542,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
       if (__builtin_mul_overflow(bytes, uint64_t(d), &bytes))
         throw std::invalid_argument(path + ": tensor '" + t.name + "' is too large");
     }
-    if (bytes > 0 && t.data == nullptr)
+    if (bytes > 0 && t.data == nullptr && !t.read)
       throw std::invalid_argument(path + ": tensor '" + t.name + "' has no data");
     if (header.size() > 1) header += ',';
     append_json_string(header, t.name);
@@ -497,11 +573,36 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
     throw std::runtime_error(std::string("cannot ") + what + " " + tmp + " (for " + path +
                              "): " + errno_text(err) + "; " + path + " was not changed");
   };
-  if (int e = write_all(fd, len_le, 8)) abandon("write", e);
-  if (int e = write_all(fd, header.data(), header.size())) abandon("write", e);
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (sizes[i] > 0)
-      if (int e = write_all(fd, tensors[i].data, sizes[i])) abandon("write", e);
+  {
+    FileSink sink(fd);
+    if (int e = sink.put(len_le, 8)) abandon("write", e);
+    if (int e = sink.put(header.data(), header.size())) abandon("write", e);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (sizes[i] == 0) continue;
+      if (tensors[i].data) {
+        if (int e = sink.put(tensors[i].data, sizes[i])) abandon("write", e);
+        continue;
+      }
+      // Tensors read in pieces land in the sink's buffer directly.
+      for (size_t at = 0; at < sizes[i];) {
+        unsigned char* dst;
+        size_t room;
+        if (int e = sink.reserve(&dst, &room)) abandon("write", e);
+        const size_t n = std::min(room, sizes[i] - at);
+        try {
+          tensors[i].read(at, dst, n);
+        } catch (const std::exception& ex) {
+          ::close(fd);
+          ::unlink(tmp.c_str());
+          throw std::runtime_error("cannot write " + path + ": reading tensor '" + tensors[i].name + "' failed: " +
+                                   ex.what() + "; " + path + " was not changed");
+        }
+        sink.commit(n);
+        at += n;
+      }
+    }
+    if (int e = sink.finish()) abandon("write", e);
+  }
   if (::fsync(fd) != 0) abandon("fsync", errno);
   int rc = ::close(fd);
   fd = -1;

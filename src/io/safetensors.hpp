@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -40,6 +41,10 @@ struct TensorView {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  // Where data is null: the bytes come in pieces from this (bytes
+  // [offset, offset + n) into dst), through a small buffer: a tensor that
+  // is not in memory (the offload tier) is written without a copy of it.
+  std::function<void(size_t offset, void* dst, size_t n)> read;
 };
 
 // Writes `tensors` (in the given order) and `metadata` to `path` atomically:
