@@ -445,7 +445,8 @@ def torch_child(a):
 
     torch.manual_seed(a.seed)
     T, case = a.block_size, a.torch_case
-    model = torch_text.GPT(vocab=VOCAB, n_layer=12, n_head=12, n_embd=768, block_size=1024, dropout=0.0)
+    n_layer, n_head, n_embd = (int(v) for v in a.torch_shape.split(","))
+    model = torch_text.GPT(vocab=VOCAB, n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=1024, dropout=0.0)
     assert model.lm_head.weight is model.transformer.wte.weight
     n_params = sum(p.numel() for p in model.parameters())
     model.train()
@@ -641,6 +642,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "gpt2_memory.md"), help="Markdown table (and .jsonl beside it)")
     ap.add_argument("--torch-case", help=argparse.SUPPRESS)
     ap.add_argument("--tokens", help=argparse.SUPPRESS)
+    # layers,heads,width of the PyTorch child's GPT (bench/offload.py: GPT-2 medium and large)
+    ap.add_argument("--torch-shape", default="12,12,768", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_case:
         return torch_child(a)

@@ -407,7 +407,7 @@ TEST(AccumulatedGrads, FitChoosesThemOnlyWithAllowApprox) {
   // precision and recomputation is the gradients' storage.
   const std::string run = "plan --model gpt-char --data " + corpus +
                           " --block-size 128 --batch 16 --threads 2 --optimizer adamw --precision fp32"
-                          " --optimizer-state 8bit --master-weights bf16";
+                          " --optimizer-state 8bit --master-weights bf16 --offload none";  // in memory
   auto smallest = [&](const std::string& extra) {
     auto r = run_memfit(run + " --memory 1MiB" + extra);
     EXPECT_EQ(r.code, 3) << r.out;

@@ -138,25 +138,60 @@ TEST(BadInput, UnwritableRunDirectory) {
   expect_error(run_memfit("train --subset 256 --steps 1 --out " + d + "/file/run"), {"run directory", d + "/file/run"});
 }
 
-TEST(BadInput, FullDiskKeepsPreviousCheckpoint) {
-  // A 48 MiB tmpfs in a private mount namespace: the ConvNet's first
-  // checkpoint (~39 MB) fits, the second cannot (its temp file needs room
-  // beside the first).
-  if (run_cmd("unshare -m true").code != 0) GTEST_SKIP() << "no mount namespaces here";
-  const std::string mnt = temp_dir("fulldisk"), keep = temp_dir("fulldisk-keep");
-  const std::string script =
-      "mount -t tmpfs -o size=48m tmpfs " + mnt + " && " + std::string(MEMFIT_BINARY) +
-      " train --subset 256 --test-subset 64 --batch 32 --steps 16 --checkpoint-every 8 --out " + mnt +
-      "; rc=$?; cp " + mnt + "/checkpoint.safetensors " + mnt + "/model.safetensors " + keep + "/; exit $rc";
-  RunResult r = run_cmd("unshare -m sh -c '" + script + "'");
-  expect_error(r, {"No space left on device"});
-  // The previous checkpoint (step 8) is intact and resumes.
+// memfit with `args` in a private mount namespace where `mnt` is a fresh
+// tmpfs of `size`; `after` runs there too once memfit has ended (to copy out
+// or list what the test reads), and the exit status is memfit's.
+RunResult memfit_on_tmpfs(const std::string& mnt, const std::string& size, const std::string& args,
+                          const std::string& after) {
+  return run_cmd("unshare -m sh -c 'mount -t tmpfs -o size=" + size + " tmpfs " + mnt + " && " +
+                 std::string(MEMFIT_BINARY) + " " + args + "; rc=$?; " + after + "; exit $rc'");
+}
+
+// A ConvNet run of 16 steps with a checkpoint every 8 (and `extra` flags),
+// its run directory a tmpfs of `size` that holds the step-8 checkpoint but
+// not the step-16 one's temp file beside it: the run stops with an error
+// naming `parts`, leaves no offload file, and the step-8 checkpoint is
+// intact and resumes.
+void expect_full_disk_keeps_step_8(const std::string& name, const std::string& size, const std::string& extra,
+                                   const std::vector<std::string>& parts) {
+  const std::string mnt = temp_dir(name), keep = temp_dir(name + "-keep");
+  RunResult r = memfit_on_tmpfs(
+      mnt, size, "train --subset 256 --test-subset 64 --batch 32 --steps 16 --checkpoint-every 8" + extra + " --out " + mnt,
+      "cp " + mnt + "/checkpoint.safetensors " + keep + "/; ls " + mnt);
+  expect_error(r, parts);
+  EXPECT_EQ(r.out.find("memfit-offload-"), std::string::npos) << "the offload file outlived the run:\n" << r.out;
   auto f = memfit::io::SafetensorsFile::load(keep + "/checkpoint.safetensors");
   EXPECT_EQ(f.metadata().at("step"), "8");
-  RunResult res = run_memfit("train --subset 256 --test-subset 64 --batch 32 --steps 9 --resume " + keep + " --out " +
-                         temp_dir("fulldisk-out"));
+  RunResult res = run_memfit("train --subset 256 --test-subset 64 --batch 32 --steps 9" + extra + " --resume " + keep +
+                             " --out " + temp_dir(name + "-out"));
   EXPECT_EQ(res.code, 0) << res.out;
   EXPECT_NE(res.out.find("at step 8"), std::string::npos) << res.out;
+}
+
+TEST(BadInput, FullDiskKeepsPreviousCheckpoint) {
+  // 48 MiB: the ConvNet's first checkpoint (~26 MB) and model (~13 MB) fit,
+  // the second checkpoint's temp file does not.
+  if (run_cmd("unshare -m true").code != 0) GTEST_SKIP() << "no mount namespaces here";
+  expect_full_disk_keeps_step_8("fulldisk", "48m", "", {"No space left on device"});
+}
+
+TEST(BadInput, FullDiskWithOffloadKeepsPreviousCheckpoint) {
+  // The offload file (25 MiB, reserved when the run starts) shares an 80 MiB
+  // tmpfs with the run directory.
+  if (run_cmd("unshare -m true").code != 0) GTEST_SKIP() << "no mount namespaces here";
+  expect_full_disk_keeps_step_8("fulldisk-offload", "80m", " --offload all",
+                                {"No space left on device", "was not changed"});
+
+  // An offload directory too small for the file: refused before the first
+  // step, saying how much it needed and what to do.
+  const std::string small = temp_dir("fulldisk-offload-small");
+  RunResult r = memfit_on_tmpfs(small, "16m",
+                                "train --subset 256 --batch 32 --steps 2 --offload all --offload-dir " + small +
+                                    " --out " + temp_dir("fulldisk-offload-small-out"),
+                                "ls " + small);
+  expect_error(r, {"cannot reserve 25 MiB for the offload file", small, "No space left on device", "--offload-dir"});
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("memfit-offload-"), std::string::npos) << r.out;
 }
 
 TEST(BadInput, BadFlagsExitTwo) {

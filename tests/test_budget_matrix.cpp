@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "cli_util.hpp"
+#include "runtime/tier_store.hpp"
 
 using namespace memfit::testing;
 
@@ -38,8 +39,9 @@ TEST(BudgetMatrix, Adam384MiB) { expect_within("adam", 384); }
 TEST(BudgetMatrix, Adam512MiB) { expect_within("adam", 512); }
 TEST(BudgetMatrix, Sgd192MiB) { expect_within("sgd", 192); }
 
+// In memory (--offload none), nothing fits: the refusal names the smallest budget.
 TEST(BudgetMatrix, Adam192MiBNamesTheSmallestBudget) {
-  RunResult r = run_memfit(kRun + " --optimizer adam --memory 192MiB --out " + temp_dir("budget-adam192"));
+  RunResult r = run_memfit(kRun + " --optimizer adam --memory 192MiB --offload none --out " + temp_dir("budget-adam192"));
   EXPECT_EQ(r.code, 3) << r.out;
   const size_t at = r.out.find("the smallest budget that would work is ");
   ASSERT_NE(at, std::string::npos) << r.out;
@@ -47,6 +49,39 @@ TEST(BudgetMatrix, Adam192MiBNamesTheSmallestBudget) {
   EXPECT_GT(smallest, 192.0) << r.out;  // MiB
   EXPECT_LT(smallest, 256.0) << r.out;
   EXPECT_NE(r.out.find("Nothing was allocated"), std::string::npos) << r.out;
+}
+
+// Left open, the fit adds the offload tier when nothing fits in memory:
+// the same run trains with the optimizer state (or more) in a file beside
+// it, the plan says so, and the process stays within the budget. Not where
+// the run directory is a tmpfs: there the fit refuses to offload.
+TEST(BudgetMatrix, Adam192MiBOffloadsToDisk) {
+  const std::string dir = temp_dir("budget-adam192-offload");
+  if (memfit::ram_backed(dir)) GTEST_SKIP() << dir << " is a tmpfs";
+  const double budget = 192.0 * 1048576.0;
+  RunResult r = run_memfit(kRun + " --optimizer adam --memory 192MiB --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nothing fits in memory; offloading to " + dir), std::string::npos) << r.out;
+  const size_t at = r.out.find("chosen:");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_NE(line.find("offloaded to disk"), std::string::npos) << line;
+  EXPECT_NE(line.find("of it offload I/O"), std::string::npos) << line;
+  EXPECT_NE(r.out.find("offload tier (disk)"), std::string::npos) << r.out;
+  // The plan's step time counts the I/O at the speed measured there.
+  EXPECT_NE(r.out.find(" s offload I/O)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MB/s measured there"), std::string::npos) << r.out;
+  EXPECT_LE(json_field(r.out, "planned_peak_bytes"), budget) << r.out;
+  EXPECT_LE(json_field(r.out, "peak_rss_bytes"), budget) << r.out;
+  // A tmpfs as the offload directory: not tried, and the refusal says why.
+  if (memfit::ram_backed("/dev/shm")) {
+    RunResult shm = run_memfit(kRun + " --optimizer adam --memory 192MiB --offload-dir /dev/shm --out " +
+                               temp_dir("budget-adam192-shm"));
+    EXPECT_EQ(shm.code, 3) << shm.out;
+    EXPECT_NE(shm.out.find("Offloading to disk was not tried: /dev/shm is on a file system kept in memory"),
+              std::string::npos)
+        << shm.out;
+  }
 }
 
 }  // namespace

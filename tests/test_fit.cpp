@@ -237,7 +237,8 @@ TEST(Fit, TightBudgetChoosesUpdateInBackward) {
 TEST(Fit, CompactOptimizerStateOnlyWithAllowApprox) {
   const std::string data = memfit::testing::write_fox_corpus(temp_dir("fit-approx"));
   const std::string run =
-      "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32";
+      "plan --model gpt-char --data " + data + " --block-size 128 --batch 16 --optimizer adamw --threads 2 --precision fp32"
+      " --offload none";  // in memory: else the fit offloads the state (budget_matrix's offload test)
   // The smallest budget each search names when nothing fits (--memory NMiB).
   auto smallest = [&](const std::string& extra) {
     RunResult r = run_memfit(run + " --memory 1MiB" + extra);

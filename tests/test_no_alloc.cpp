@@ -271,8 +271,10 @@ class StepRunner {
  public:
   StepRunner(const std::string& model, int64_t batch, DType precision = DType::f32, DType saved = DType::f32,
              bool update_in_backward = false, const std::string& optimizer = "sgd", const std::string& state = "fp32",
-             DType weights = DType::f32, int64_t accumulation = 1, DType accumulated = DType::f32) {
+             DType weights = DType::f32, int64_t accumulation = 1, DType accumulated = DType::f32,
+             const std::string& offload = "") {
     train::StepSpec spec;
+    spec.offload = offload;
     spec.master_weights = weights;
     spec.accumulation = accumulation;
     spec.accumulated_grads = accumulated;
@@ -297,7 +299,10 @@ class StepRunner {
     sg_ = train::build_step_graph(spec);
     ExecConfig cfg;
     cfg.backend = Backend::Cpu;
+    if (!offload.empty()) cfg.tier_dir = ::testing::TempDir();
     ex_ = std::make_unique<Executor>(sg_->g, cfg);
+    if (!offload.empty() && !(ex_->tier() && ex_->plan().tier_read_bytes > 0))
+      throw std::logic_error("offload '" + offload + "' left nothing in the tier");
     ex_->init_params(1);
     int32_t* y = ex_->ptr<int32_t>(sg_->labels);
     const size_t nx = static_cast<size_t>(numel(sg_->g.value(sg_->x).shape));
@@ -357,9 +362,9 @@ class NoAlloc : public ::testing::Test {
   void check_model(const std::string& model, int64_t batch, int steps, DType precision = DType::f32,
                    DType saved = DType::f32, bool update_in_backward = false, const std::string& optimizer = "sgd",
                    const std::string& state = "fp32", DType weights = DType::f32, int64_t accumulation = 1,
-                   DType accumulated = DType::f32) {
+                   DType accumulated = DType::f32, const std::string& offload = "") {
     StepRunner r(model, batch, precision, saved, update_in_backward, optimizer, state, weights, accumulation,
-                 accumulated);
+                 accumulated, offload);
     find_dnnl();  // after the kernels were made: oneDNN is loaded
     ASSERT_GT(g_ndnnl, 0) << "oneDNN's code not found in /proc/self/maps";
     r.step();  // warm-up: first-touch of arenas, lazily made library state
@@ -456,6 +461,16 @@ TEST_F(NoAlloc, GptTinyBf16AccumulatedStep) {
 }
 TEST_F(NoAlloc, BertTinyBf16AccumulatedStep) {
   check_model("bert-tiny", 8, 4, DType::f32, DType::f32, false, "adamw", "fp32", DType::f32, 2, DType::bf16);
+}
+
+// Offloaded parameters and optimizer state: tier_load / tier_store move
+// them through the store's one aligned buffer, checking and updating each
+// sector's checksum in place; alone and with update in backward.
+TEST_F(NoAlloc, ConvNetOffloadedStep) {
+  check_model("convnet", 32, 2, DType::f32, DType::f32, false, "adam", "fp32", DType::f32, 1, DType::f32, "all");
+}
+TEST_F(NoAlloc, GptTinyOffloadedUpdateInBackwardStep) {
+  check_model("gpt-tiny", 4, 2, DType::f32, DType::f32, true, "adamw", "8bit", DType::f32, 1, DType::f32, "all");
 }
 
 // Each linear / matmul kernel's declared heap bound holds for the shapes the

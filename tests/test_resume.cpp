@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -144,6 +145,31 @@ TEST(Resume, UpdateInBackwardIsBitIdenticalAndResumes) {
   ASSERT_FALSE(HasFailure());
   EXPECT_NE(out.find("at step 20"), std::string::npos) << out;
   expect_same_run(a, c);
+}
+
+// Parameters and optimizer state offloaded to a file in the run directory
+// (--offload all): the same arithmetic, read in and written back around
+// each layer, so the run ends bit-identical to one in memory; its
+// checkpoints hold the offloaded values (read from the file in pieces), and
+// killed with SIGKILL and resumed, it ends bit-identical too.
+TEST(Resume, OffloadedRunIsBitIdenticalAndResumes) {
+  const std::string a = temp_dir("resume-off-a"), b = temp_dir("resume-off-b"), c = temp_dir("resume-off-c");
+  RunResult plain = run_memfit("train" + kArgs + " --out " + a);
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  for (const std::string off : {" --offload all --update-in-backward", " --offload params,state"}) {
+    SCOPED_TRACE(off);
+    RunResult full = run_memfit("train" + kArgs + off + " --out " + b);
+    ASSERT_EQ(full.code, 0) << full.out;
+    EXPECT_NE(full.out.find("offload tier (disk)"), std::string::npos) << full.out;
+    expect_same_run(a, b);
+  }
+  const std::string out = kill_and_resume(kArgs + " --offload all --update-in-backward", c, 30, 40);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_NE(out.find("at step 20"), std::string::npos) << out;
+  expect_same_run(a, c);
+  // A killed run leaves no offload file behind (it is unlinked once open).
+  for (const auto& e : std::filesystem::directory_iterator(c))
+    EXPECT_EQ(e.path().filename().string().rfind("memfit-offload", 0), std::string::npos) << e.path();
 }
 
 // Compact optimizer state resumes exactly too: 8-bit codes and their

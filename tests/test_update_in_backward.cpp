@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli_util.hpp"
+#include "spec_steps.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/op_registry.hpp"
@@ -24,6 +25,8 @@
 #include "train/step_graph.hpp"
 
 using namespace memfit;
+using memfit::testing::Trained;
+using memfit::testing::train_steps;
 
 namespace {
 
@@ -60,51 +63,6 @@ train::StepSpec with_optimizer(train::StepSpec s, const std::string& kind) {
     s.optimizer.decay_bias_and_norm = false;
   }
   return s;
-}
-
-struct Trained {
-  std::vector<float> losses;
-  std::map<std::string, std::vector<float>> state;  // parameters, buffers, optimizer state
-};
-
-// `steps` steps, each on its own inputs, from poisoned transient and
-// gradient arenas (an element read before it is written turns into NaN).
-Trained train_steps(const train::StepSpec& spec, int steps) {
-  const auto sg = train::build_step_graph(spec);
-  const Graph& g = sg->g;
-  Executor ex(g, ExecConfig{});
-  ex.init_params(5);
-  ex.poison(0xFF);
-  kernels::StepContext ctx;
-  ctx.lr = spec.optimizer.kind == "sgd" ? 0.02 : 3e-3;
-  ctx.seed = 9;
-  Trained r;
-  for (int step = 0; step < steps; ++step) {
-    for (const train::StepInput& in : sg->inputs) {
-      const size_t n = static_cast<size_t>(numel(g.value(in.value).shape));
-      if (in.spec.dtype == DType::i32) {
-        const uint64_t range = static_cast<uint64_t>(in.spec.range > 0 ? in.spec.range : spec.classes);
-        std::vector<int32_t> v(n);
-        for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(((i + 13 * step) * 2654435761u) % range);
-        ex.feed(in.value, v.data(), n * 4);
-      } else {
-        std::vector<float> v(n);
-        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(((i + 7 * step) * 2654435761u) % 997) / 997.0f - 0.5f;
-        ex.write_f32(in.value, v.data());
-      }
-    }
-    ctx.step = step;
-    ex.run(ctx);
-    r.losses.push_back(static_cast<float>(ex.fetch_scalar(sg->loss)));
-  }
-  for (size_t v = 0; v < g.num_values(); ++v) {
-    const Value& val = g.value(static_cast<ValueId>(v));
-    if (val.cls != VClass::Param && val.cls != VClass::Buffer && val.cls != VClass::OptState) continue;
-    std::vector<float> w(static_cast<size_t>(numel(val.shape)));
-    ex.read_f32(static_cast<ValueId>(v), w.data());
-    r.state[val.name] = std::move(w);
-  }
-  return r;
 }
 
 void expect_bit_identical(const train::StepSpec& spec, int steps) {

@@ -72,6 +72,10 @@ struct Value {
   // neither saved nor loaded with the weights.
   bool constant = false;
   NodeId producer = -1;     // -1 for inputs, parameters, buffers, opt state
+  // Kept in the offload tier (a file) rather than in its arena: the step
+  // reads it through tier_load nodes into planned buffers and writes it
+  // back with tier_store (the tier pass, memfit/tier.hpp). Persistent only.
+  bool tiered = false;
   ValueId grad = kNone;     // gradient value, once autodiff made one
   ValueId grad_of = kNone;  // for a gradient: the value it is the gradient of
   InitSpec init;

@@ -95,6 +95,11 @@ struct OpTraits {
   // Reduces a gradient across data-parallel ranks itself (grad_reduce,
   // sharded optimizer state): the trainer then does not all-reduce.
   bool reduces_across_ranks = false;
+  // Moves a tiered value between the offload tier and memory: Load reads
+  // input 0 (tiered) into output 0; Store writes input 0 into input 1
+  // (tiered). Only such nodes may read a tiered value (verify_plan checks).
+  enum class TierIo : uint8_t { None, Load, Store };
+  TierIo tier_io = TierIo::None;
 };
 
 struct OpDef {

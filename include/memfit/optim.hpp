@@ -105,6 +105,12 @@ size_t optimizer_state_floats(const OptimizerConfig& cfg);
 // needs every gradient first). Returns the number of update nodes.
 int update_in_backward(Graph& g);
 
+// The update node u split into one node per parameter (count 1, the state
+// groups and every per-tensor attribute sliced to it): u keeps parameter 0,
+// the others are appended to the graph. Returns them in parameter order.
+// Throws GraphError (starting with `why`) where u clips by the global norm.
+std::vector<NodeId> split_update(Graph& g, NodeId u, const std::string& why);
+
 // Gradient sharding (ZeRO stage 2) for rank `shard` of `shards`, with the
 // optimizer state sharded the same way (shard_bounds): after the last
 // backward node that writes or reads a parameter's gradient, a grad_reduce

@@ -15,10 +15,14 @@ namespace memfit {
 
 // Where bytes live. Transient is the liveness-planned arena (activations,
 // activation gradients, saved values, kernel scratch); the rest are flat,
-// persistent arrays mirrored by parameter order.
-enum class Arena : uint8_t { Transient, Params, Grads, OptState, Inputs, Count };
+// persistent arrays mirrored by parameter order. Tier is not memory: the
+// tiered values' home in the offload file (their bytes counted there, never
+// allocated; the step reads them into transient buffers).
+enum class Arena : uint8_t { Transient, Params, Grads, OptState, Inputs, Tier, Count };
 constexpr size_t kNumArenas = static_cast<size_t>(Arena::Count);
 const char* arena_name(Arena a);
+// Whether an arena is memory the executor allocates (all but Tier).
+inline bool in_memory(Arena a) { return a != Arena::Tier; }
 
 struct PlanOptions {
   bool no_plan = false;     // debug: every value its own buffer, no reuse, no in-place
@@ -52,7 +56,11 @@ struct Plan {
   // process's peak, so counted in total_bytes().
   size_t library_heap_bytes = 0;
   PlanOptions options;
+  // Bytes of memory: every arena but the tier, and the library heap.
   size_t total_bytes() const;
+  // Bytes the step reads from and writes to the tier (tier_load and
+  // tier_store nodes, as the values are stored).
+  size_t tier_read_bytes = 0, tier_written_bytes = 0;
 };
 
 // value_bytes: storage bytes per value (as the backend stores it);

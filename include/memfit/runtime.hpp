@@ -13,7 +13,8 @@
 
 namespace memfit {
 
-class Device;  // runtime/device.hpp
+class Device;     // runtime/device.hpp
+class TierStore;  // runtime/tier_store.hpp
 
 namespace kernels {
 class Kernel;
@@ -49,6 +50,11 @@ struct ExecConfig {
   // runtime/lower_cpu/layout.hpp); false makes every value plain (benchmarks,
   // A/B checks).
   bool blocked_layouts = true;
+  // Tiered values (Value::tiered, memfit/tier.hpp) live in this store; an
+  // evaluation executor gets the training one's. Null: the executor makes
+  // one in tier_dir when its graph has tiered values.
+  std::shared_ptr<TierStore> tier;
+  std::string tier_dir;
 };
 
 class Executor {
@@ -64,6 +70,9 @@ class Executor {
   bool allocated() const { return allocated_; }
   // Before allocate(): use another executor's memory for this arena.
   void borrow(Arena a, ExecConfig::Borrowed mem);
+  // Before allocate(): keep tiered values in another executor's store (an
+  // evaluation reads the training one's parameters there). Null: no change.
+  void share_tier(std::shared_ptr<TierStore> tier);
 
   const Graph& graph() const { return g_; }
   const Plan& plan() const { return plan_; }
@@ -83,6 +92,11 @@ class Executor {
   // otherwise, naming the value); the executor must be allocated.
   void feed(ValueId v, const void* src, size_t bytes);
   void fetch(ValueId v, void* dst, size_t bytes);
+  // Host bytes into or out of value v from its byte `at` on, wherever it
+  // lives (host or device memory, or the offload tier); no size check
+  // beyond the value's (std::invalid_argument past its end).
+  void write_range(ValueId v, size_t at, const void* src, size_t bytes);
+  void read_range(ValueId v, size_t at, void* dst, size_t bytes);
   // One scalar output (a loss, a metric) as a double.
   double fetch_scalar(ValueId v);
 
@@ -119,6 +133,8 @@ class Executor {
   size_t arena_bytes() const;
   // Base pointer and size of an arena (to lend it to another executor).
   ExecConfig::Borrowed arena(Arena a) const;
+  // The store of the tiered values (null without any; set by allocate()).
+  const std::shared_ptr<TierStore>& tier() const { return cfg_.tier; }
   std::vector<size_t> node_scratch() const;
 
  private:
@@ -139,6 +155,7 @@ class Executor {
   bool profiling_ = false;
   std::vector<double> node_seconds_;
   void run_timed(size_t begin, size_t end, const kernels::StepContext& ctx);
+  void make_tier();
   void fill_guards();
   bool guard_intact(size_t offset) const;
 };

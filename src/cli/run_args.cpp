@@ -159,6 +159,12 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
   a.add_flag("update-in-backward", &o.update_in_backward,
              "update each parameter inside backward as soon as its gradient is complete, so gradients live only "
              "until their update (exact; not with --accumulate, --clip-grad-norm or --precision fp16)");
+  a.add("offload", &o.offload, "params,frozen,state|all|none",
+        "keep these in a file on disk instead of memory, each read in where the step uses it and written back "
+        "after its update (exact: the same arithmetic; checksummed; best with --update-in-backward, which updates "
+        "each parameter as soon as its gradient is made)");
+  a.add("offload-dir", &o.offload_dir, "DIR",
+        "the directory of --offload's file (default: the run directory, --out); a disk, not a RAM-backed tmpfs");
   a.add(
       "master-weights", dtype_flag("master-weights", false, &o.master_weights, &o.master_weights_set),  // the fit keeps it
       "fp32|bf16",

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace memfit::kernels {
@@ -18,6 +19,16 @@ struct Collectives {
   // The sum of every rank's p[0, n) into root's p (in place there; p is
   // only read elsewhere). Every rank calls it in the same order.
   virtual void reduce_sum(float* p, size_t n, int root) = 0;
+};
+
+// The offload tier: a memory space outside the arenas (a file on disk) that
+// holds tiered values between their uses (memfit/tier.hpp). tier_load and
+// tier_store copy a whole value between it and a planned buffer; `block`
+// is the value's name. Reads check what they read (a checksum per sector).
+struct TierIO {
+  virtual ~TierIO() = default;
+  virtual void read(const std::string& block, void* dst, size_t bytes) = 0;
+  virtual void write(const std::string& block, const void* src, size_t bytes) = 0;
 };
 
 struct StepContext {
@@ -33,6 +44,7 @@ struct StepContext {
   double loss_scale = 1.0; // fp16: gradients entering low precision are multiplied by this (a power of two)
   uint64_t seed = 0;       // run seed
   Collectives* comm = nullptr;  // several ranks: their collectives (else null)
+  TierIO* tier = nullptr;       // tiered values: their store (the executor sets it)
 };
 
 // Element type a kernel computes in. F64 exists for the double-precision

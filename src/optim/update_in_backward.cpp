@@ -53,6 +53,34 @@ std::vector<bool> gradient_only_nodes(const Graph& g, const std::vector<bool>& i
 
 }  // namespace
 
+std::vector<NodeId> split_update(Graph& g, NodeId u, const std::string& why) {
+  const Node un = g.node(u);  // copy: add_node reallocates
+  if (un.attrs.f("clip_norm", 0.0) > 0.0)
+    throw GraphError(why + " updates each parameter by itself, so it cannot clip gradients by their global norm (the "
+                     "norm needs every gradient before the first update): drop --clip-grad-norm");
+  const int64_t n = un.attrs.i("count"), states = un.attrs.i("states");
+  if (n <= 0 || states < 0 || un.inputs.size() != static_cast<size_t>((2 + states) * n))
+    throw GraphError(why + ": " + un.op + " has " + std::to_string(un.inputs.size()) +
+                     " inputs, not count x (2 + states) = " + std::to_string(n) + " x " + std::to_string(2 + states));
+  const size_t N = static_cast<size_t>(n), S = static_cast<size_t>(states);
+  // Parameter i's update: the original node for i = 0, new ones appended.
+  std::vector<NodeId> upd(N);
+  for (size_t i = 0; i < N; ++i) {
+    std::vector<ValueId> ins{un.inputs[i], un.inputs[N + i]};
+    for (size_t s = 0; s < S; ++s) ins.push_back(un.inputs[2 * N + s * N + i]);
+    Attrs a = slice_attrs(un.attrs, n, i);
+    if (i == 0) {
+      g.node(u).inputs = std::move(ins);
+      g.node(u).attrs = std::move(a);
+      upd[0] = u;
+    } else {
+      g.add_node(un.op, std::move(ins), std::move(a), un.layer, Phase::Update);
+      upd[i] = static_cast<NodeId>(g.num_nodes() - 1);
+    }
+  }
+  return upd;
+}
+
 int update_in_backward(Graph& g) {
   NodeId u = -1;
   for (size_t k = 0; k < g.num_nodes(); ++k) {
@@ -67,31 +95,13 @@ int update_in_backward(Graph& g) {
   if (u < 0) throw GraphError("update in backward: the graph has no optimizer update (append_optimizer first)");
   if (static_cast<size_t>(u) + 1 != g.num_nodes())
     throw GraphError("update in backward: the optimizer update is not the last node of the step");
-  const Node un = g.node(u);  // copy: add_node reallocates
-  if (un.attrs.f("clip_norm", 0.0) > 0.0)
+  if (g.node(u).attrs.f("clip_norm", 0.0) > 0.0)
     throw GraphError("update in backward cannot clip gradients by their global norm (the norm needs every gradient "
                      "before the first update): drop --clip-grad-norm or --update-in-backward");
-  const int64_t n = un.attrs.i("count"), states = un.attrs.i("states");
-  if (n <= 0 || states < 0 || un.inputs.size() != static_cast<size_t>((2 + states) * n))
-    throw GraphError("update in backward: " + un.op + " has " + std::to_string(un.inputs.size()) +
-                     " inputs, not count x (2 + states) = " + std::to_string(n) + " x " + std::to_string(2 + states));
-  const size_t N = static_cast<size_t>(n), S = static_cast<size_t>(states);
-
-  // Parameter i's update: the original node for i = 0, new ones after it.
-  std::vector<NodeId> upd(N);
-  for (size_t i = 0; i < N; ++i) {
-    std::vector<ValueId> ins{un.inputs[i], un.inputs[N + i]};
-    for (size_t s = 0; s < S; ++s) ins.push_back(un.inputs[2 * N + s * N + i]);
-    Attrs a = slice_attrs(un.attrs, n, i);
-    if (i == 0) {
-      g.node(u).inputs = std::move(ins);
-      g.node(u).attrs = std::move(a);
-      upd[0] = u;
-    } else {
-      g.add_node(un.op, std::move(ins), std::move(a), un.layer, Phase::Update);
-      upd[i] = static_cast<NodeId>(g.num_nodes() - 1);
-    }
-    Value& grad = g.value(un.inputs[N + i]);
+  const std::vector<NodeId> upd = split_update(g, u, "update in backward");
+  const size_t N = upd.size();
+  for (NodeId k : upd) {
+    Value& grad = g.value(g.node(k).inputs[1]);
     if (grad.cls == VClass::ParamGrad) grad.cls = VClass::Transient;
   }
 
@@ -109,7 +119,7 @@ int update_in_backward(Graph& g) {
   // An update writes its parameter: every other reader of the parameter or
   // of a view of it runs first.
   std::vector<int64_t> param_of(g.num_values(), -1);  // parameter i, for it and its views
-  for (size_t i = 0; i < N; ++i) param_of[static_cast<size_t>(un.inputs[i])] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < N; ++i) param_of[static_cast<size_t>(g.node(upd[i]).inputs[0])] = static_cast<int64_t>(i);
   for (size_t k = 0; k < nn; ++k) {
     if (is_update[k]) continue;
     const Node& nd = g.node(static_cast<NodeId>(k));

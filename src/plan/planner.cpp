@@ -19,6 +19,7 @@ const char* arena_name(Arena a) {
     case Arena::Grads: return "grads";
     case Arena::OptState: return "optstate";
     case Arena::Inputs: return "inputs";
+    case Arena::Tier: return "tier";
     case Arena::Count: break;
   }
   return "?";
@@ -26,7 +27,8 @@ const char* arena_name(Arena a) {
 
 size_t Plan::total_bytes() const {
   size_t t = 0;
-  for (size_t b : arena_bytes) t += b;
+  for (size_t a = 0; a < kNumArenas; ++a)
+    if (in_memory(static_cast<Arena>(a))) t += arena_bytes[a];
   return t + library_heap_bytes;
 }
 
@@ -139,7 +141,7 @@ Plan make_plan(const Graph& g, const std::vector<size_t>& value_bytes, const std
   for (size_t v = 0; v < nv; ++v) {
     Placement& pl = p.values[v];
     const Value& val = g.value(static_cast<ValueId>(v));
-    pl.arena = arena_of(val.cls);
+    pl.arena = val.tiered ? Arena::Tier : arena_of(val.cls);
     pl.bytes = value_bytes.at(v);
     pl.root = static_cast<ValueId>(v);
     pl.first = val.producer;
@@ -255,6 +257,13 @@ Plan make_plan(const Graph& g, const std::vector<size_t>& value_bytes, const std
   }
   for (size_t v = 0; v < nv; ++v)
     if (p.values[v].root == static_cast<ValueId>(v)) p.values[v].last = set_last[v];
+  // The tier's traffic per step: what its loads read and its stores write.
+  for (size_t k = 0; k < nn; ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    const OpTraits::TierIo io = op_def(n.op).traits.tier_io;
+    if (io == OpTraits::TierIo::Load) p.tier_read_bytes += value_bytes.at(static_cast<size_t>(n.outputs.at(0)));
+    if (io == OpTraits::TierIo::Store) p.tier_written_bytes += value_bytes.at(static_cast<size_t>(n.inputs.at(0)));
+  }
   return p;
 }
 

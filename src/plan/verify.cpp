@@ -49,6 +49,23 @@ std::string verify_plan(const Graph& g, const Plan& p, const std::vector<size_t>
   const int32_t end = static_cast<int32_t>(nn);
   auto name = [&](size_t v) { return "'" + g.value(static_cast<ValueId>(v)).name + "'"; };
 
+  // A tiered value has no bytes in memory: only the nodes that move it
+  // between the tier and memory may name it.
+  for (size_t k = 0; k < nn; ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    const OpTraits::TierIo io = op_def(n.op).traits.tier_io;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Value& val = g.value(n.inputs[i]);
+      if (!val.tiered) continue;
+      const bool ok = (io == OpTraits::TierIo::Load && i == 0) || (io == OpTraits::TierIo::Store && i == 1);
+      if (!ok) return "tiered value " + name(static_cast<size_t>(n.inputs[i])) + " is read by " + n.op + " in '" +
+                      n.layer + "', which does not move it between the tier and memory";
+      if (!is_persistent(val.cls)) return "tiered value " + name(static_cast<size_t>(n.inputs[i])) + " is not persistent";
+    }
+    for (ValueId o : n.outputs)
+      if (g.value(o).tiered) return "tiered value " + name(static_cast<size_t>(o)) + " is made by " + n.op;
+  }
+
   // Content of each value: itself, or for a view the content of its input.
   std::vector<ValueId> content(nv);
   for (size_t v = 0; v < nv; ++v) content[v] = static_cast<ValueId>(v);
@@ -78,7 +95,7 @@ std::string verify_plan(const Graph& g, const Plan& p, const std::vector<size_t>
         return "pinned value " + name(v) + " is a view of the transient " + name(c);
       continue;
     }
-    if (pl.arena != expected_arena(val.cls))
+    if (pl.arena != (val.tiered ? Arena::Tier : expected_arena(val.cls)))
       return "value " + name(v) + " (" + vclass_name(val.cls) + ") is in the " + arena_name(pl.arena) + " arena";
     if (pl.offset % align) return "value " + name(v) + " is not aligned";
     const size_t extent = pl.offset + pl.bytes + (pl.arena == Arena::Transient ? guard : 0);

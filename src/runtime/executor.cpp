@@ -14,6 +14,7 @@
 #include "memfit/runtime.hpp"
 #include "runtime/device.hpp"
 #include "runtime/lowered.hpp"
+#include "runtime/tier_store.hpp"
 
 namespace memfit {
 
@@ -128,6 +129,11 @@ void Executor::borrow(Arena a, ExecConfig::Borrowed mem) {
   cfg_.borrow[static_cast<size_t>(a)] = mem;
 }
 
+void Executor::share_tier(std::shared_ptr<TierStore> tier) {
+  if (allocated_) throw std::logic_error("share_tier() after allocate()");
+  if (tier) cfg_.tier = std::move(tier);
+}
+
 void Executor::allocate() {
   if (allocated_) return;
   allocated_ = true;
@@ -139,7 +145,7 @@ void Executor::allocate() {
   const size_t align = dev_->arena_alignment();
   for (size_t a = 0; a < kNumArenas; ++a) {
     size_t bytes = (plan_.arena_bytes[a] + align - 1) / align * align;
-    if (bytes == 0) continue;
+    if (bytes == 0 || !in_memory(static_cast<Arena>(a))) continue;
     if (cfg.borrow[a].ptr) {
       if (cfg.borrow[a].bytes < plan_.arena_bytes[a])
         throw std::logic_error(std::string("borrowed ") + arena_name(static_cast<Arena>(a)) + " arena is too small");
@@ -150,6 +156,7 @@ void Executor::allocate() {
     arenas_[a] = static_cast<std::byte*>(dev_->allocate(bytes));
     if (a != static_cast<size_t>(Arena::Transient)) dev_->fill(arenas_[a], 0, bytes);
   }
+  make_tier();
   if (cfg_.plan.guard_bytes) {
     fill_guards();
     // The guards each node must leave intact: after the sets of its outputs
@@ -185,6 +192,38 @@ Executor::~Executor() {
     if (owned_[a]) dev_->free(arenas_[a]);
 }
 
+void Executor::make_tier() {
+  std::vector<TierStore::Block> blocks;
+  for (size_t v = 0; v < g_.num_values(); ++v)
+    if (plan_.values[v].arena == Arena::Tier && plan_.values[v].root == static_cast<ValueId>(v))
+      blocks.push_back({g_.value(static_cast<ValueId>(v)).name, plan_.values[v].bytes});
+  if (blocks.empty()) return;
+  if (!cfg_.tier) {
+    cfg_.tier = std::make_shared<TierStore>(cfg_.tier_dir, blocks);
+    return;
+  }
+  for (const auto& b : blocks)
+    if (!cfg_.tier->has(b.name) || cfg_.tier->block_bytes(b.name) != b.bytes)
+      throw std::logic_error("the tier store lent to this executor does not hold '" + b.name + "' as " +
+                             std::to_string(b.bytes) + " bytes");
+}
+
+void Executor::write_range(ValueId v, size_t at, const void* src, size_t bytes) {
+  if (at > value_bytes(v) || bytes > value_bytes(v) - at)
+    throw std::invalid_argument("write_range past the end of '" + g_.value(v).name + "'");
+  const Placement& p = plan_.values.at(static_cast<size_t>(v));
+  if (p.arena == Arena::Tier) return cfg_.tier->write_range(g_.value(p.root).name, at, src, bytes);
+  dev_->copy_to_device(static_cast<std::byte*>(data(v)) + at, src, bytes);
+}
+
+void Executor::read_range(ValueId v, size_t at, void* dst, size_t bytes) {
+  if (at > value_bytes(v) || bytes > value_bytes(v) - at)
+    throw std::invalid_argument("read_range past the end of '" + g_.value(v).name + "'");
+  const Placement& p = plan_.values.at(static_cast<size_t>(v));
+  if (p.arena == Arena::Tier) return cfg_.tier->read_range(g_.value(p.root).name, at, dst, bytes);
+  dev_->copy_to_host(dst, static_cast<const std::byte*>(data(v)) + at, bytes);
+}
+
 ExecConfig::Borrowed Executor::arena(Arena a) const {
   return {arenas_[static_cast<size_t>(a)], plan_.arena_bytes[static_cast<size_t>(a)]};
 }
@@ -212,11 +251,13 @@ void* checked_buffer(Executor& ex, ValueId v, size_t bytes, const char* what) {
 }  // namespace
 
 void Executor::feed(ValueId v, const void* src, size_t bytes) {
-  dev_->copy_to_device(checked_buffer(*this, v, bytes, "feed"), src, bytes);
+  checked_buffer(*this, v, bytes, "feed");
+  write_range(v, 0, src, bytes);
 }
 
 void Executor::fetch(ValueId v, void* dst, size_t bytes) {
-  dev_->copy_to_host(dst, checked_buffer(*this, v, bytes, "fetch"), bytes);
+  checked_buffer(*this, v, bytes, "fetch");
+  read_range(v, 0, dst, bytes);
 }
 
 double Executor::fetch_scalar(ValueId v) {
@@ -259,29 +300,23 @@ std::vector<size_t> Executor::node_scratch() const {
 void Executor::write_f32(ValueId v, const float* src) {
   const size_t n = static_cast<size_t>(numel(g_.value(v).shape));
   if (g_.value(v).dtype != DType::f32) throw std::runtime_error("write_f32 on a non-f32 value");
-  if (elem_size(v) != 8) {
-    dev_->copy_to_device(data(v), src, n * 4);
-    return;
-  }
+  if (elem_size(v) != 8) return write_range(v, 0, src, n * 4);
   double buf[kCopyChunk];
   for (size_t i = 0; i < n; i += kCopyChunk) {
     const size_t m = std::min(kCopyChunk, n - i);
     for (size_t j = 0; j < m; ++j) buf[j] = src[i + j];
-    dev_->copy_to_device(ptr<double>(v) + i, buf, m * 8);
+    write_range(v, i * 8, buf, m * 8);
   }
 }
 
 void Executor::read_f32(ValueId v, float* dst) {
   const size_t n = static_cast<size_t>(numel(g_.value(v).shape));
   if (g_.value(v).dtype != DType::f32) throw std::runtime_error("read_f32 on a non-f32 value");
-  if (elem_size(v) != 8) {
-    dev_->copy_to_host(dst, data(v), n * 4);
-    return;
-  }
+  if (elem_size(v) != 8) return read_range(v, 0, dst, n * 4);
   double buf[kCopyChunk];
   for (size_t i = 0; i < n; i += kCopyChunk) {
     const size_t m = std::min(kCopyChunk, n - i);
-    dev_->copy_to_host(buf, ptr<double>(v) + i, m * 8);
+    read_range(v, i * 8, buf, m * 8);
     for (size_t j = 0; j < m; ++j) dst[i + j] = static_cast<float>(buf[j]);
   }
 }
@@ -290,7 +325,8 @@ void Executor::init_params(uint64_t seed) {
   for (size_t v = 0; v < g_.num_values(); ++v) {
     const Value& val = g_.value(static_cast<ValueId>(v));
     if (val.cls == VClass::ParamGrad || val.cls == VClass::OptState) {
-      dev_->fill(data(static_cast<ValueId>(v)), 0, plan_.values[v].bytes);
+      if (plan_.values[v].arena == Arena::Tier) cfg_.tier->fill(val.name, 0);
+      else dev_->fill(data(static_cast<ValueId>(v)), 0, plan_.values[v].bytes);
       continue;
     }
     if (val.cls != VClass::Param && val.cls != VClass::Buffer) continue;
@@ -301,7 +337,7 @@ void Executor::init_params(uint64_t seed) {
     // the largest parameter would be memory outside the plan.
     const size_t n = static_cast<size_t>(numel(val.shape));
     const bool wide = elem_size(static_cast<ValueId>(v)) == 8;
-    std::byte* dst = static_cast<std::byte*>(data(static_cast<ValueId>(v)));
+    const ValueId id = static_cast<ValueId>(v);
     const uint64_t key = rng::stream_key(seed, rng::name_hash(val.name), 0);
     if (val.init.kind == InitSpec::Given && (!val.init.values || val.init.values->size() != n))
       throw std::runtime_error("init_params: '" + val.name + "' has " +
@@ -325,13 +361,13 @@ void Executor::init_params(uint64_t seed) {
         else f[j] = x;
       }
       if (wide) {
-        dev_->copy_to_device(dst + i0 * 8, d, m * 8);
+        write_range(id, i0 * 8, d, m * 8);
       } else if (half) {
         kernels::bf16_t h[kCopyChunk];
         kernels::f32_to_bf16(f, h, m);
-        dev_->copy_to_device(dst + i0 * 2, h, m * 2);
+        write_range(id, i0 * 2, h, m * 2);
       } else {
-        dev_->copy_to_device(dst + i0 * 4, f, m * 4);
+        write_range(id, i0 * 4, f, m * 4);
       }
     }
   }
@@ -364,7 +400,9 @@ bool Executor::runs_library_gemm() const {
   return false;
 }
 
-void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& ctx) {
+void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& step) {
+  kernels::StepContext ctx = step;
+  if (cfg_.tier) ctx.tier = cfg_.tier.get();
   if (profiling_ && !cfg_.plan.guard_bytes) return run_timed(begin, end, ctx);
   if (!cfg_.plan.guard_bytes) {
     for (size_t k = begin; k < end; ++k)

@@ -116,7 +116,29 @@ class StateBytes {
       at += ex.value_bytes(v);
     }
   }
-  void* at(ValueId v) { return buf_.empty() && offset_.empty() ? ex_.data(v) : buf_.data() + offset_.at(v); }
+  // Null for a tiered value (in the offload file: tensor_view reads it in pieces).
+  void* at(ValueId v) {
+    if (ex_.plan().values.at(static_cast<size_t>(v)).arena == Arena::Tier) return nullptr;
+    return buf_.empty() && offset_.empty() ? ex_.data(v) : buf_.data() + offset_.at(v);
+  }
+  // Value v as a file tensor, and its bytes folded into the checksum `sum`.
+  io::TensorView tensor_view(ValueId v, io::DType dt, uint64_t& sum) {
+    const Value& val = ex_.graph().value(v);
+    io::TensorView t{val.name, dt, val.shape, at(v), {}};
+    if (t.data) {
+      sum = rng::fnv1a(sum, t.data, val.bytes());
+      return t;
+    }
+    Executor* ex = &ex_;
+    t.read = [ex, v](size_t off, void* dst, size_t n) { ex->read_range(v, off, dst, n); };
+    std::vector<unsigned char> piece(std::min<size_t>(val.bytes(), size_t(1) << 20));
+    for (size_t off = 0; off < val.bytes(); off += piece.size()) {
+      const size_t n = std::min(piece.size(), val.bytes() - off);
+      ex_.read_range(v, off, piece.data(), n);
+      sum = rng::fnv1a(sum, piece.data(), n);
+    }
+    return t;
+  }
 
  private:
   Executor& ex_;
@@ -156,8 +178,7 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
     const Value& v = g.value(static_cast<ValueId>(i));
     if (!is_state(v)) continue;
     // Optimizer state as stored: f32, bf16, or 8-bit codes (U8) and their f32 scales.
-    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, bytes.at(static_cast<ValueId>(i))};
-    sum = rng::fnv1a(sum, t.data, v.bytes());
+    io::TensorView t = bytes.tensor_view(static_cast<ValueId>(i), file_dtype(v.dtype), sum);
     all.push_back(t);
     if (v.cls != VClass::OptState) weights.push_back(t);
   }
@@ -235,10 +256,8 @@ TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
   if (format == kFormat) sum = fold_metadata(sum, meta);
   if (hex(sum) != checksum)
     throw std::runtime_error(path + " is corrupted: its checksum does not match its contents");
-  for (auto& [v, t] : todo) {
-    auto* dst = static_cast<unsigned char*>(ex.data(v));
-    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.device().copy_to_device(dst + off, p, n); });
-  }
+  for (auto& [v, t] : todo)
+    stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.write_range(v, off, p, n); });
   return st;
 }
 
@@ -264,8 +283,7 @@ void save_state_shard(const std::string& path, Executor& ex, const TrainState& s
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (v.cls != VClass::OptState) continue;
-    io::TensorView t{v.name, file_dtype(v.dtype), v.shape, bytes.at(static_cast<ValueId>(i))};
-    sum = rng::fnv1a(sum, t.data, v.bytes());
+    io::TensorView t = bytes.tensor_view(static_cast<ValueId>(i), file_dtype(v.dtype), sum);
     all.push_back(t);
   }
   const std::map<std::string, std::string> meta = state_metadata(st, sum);
@@ -342,10 +360,9 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
     todo.push_back({static_cast<ValueId>(i), t});
   }
   for (auto& [v, t] : todo) {
-    auto* dst = static_cast<unsigned char*>(ex.data(v));
     const DType to = g.value(v).dtype;
     if (file_dtype(to) == t->dtype) {
-      stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.device().copy_to_device(dst + off, p, n); });
+      stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.write_range(v, off, p, n); });
       continue;
     }
     // Converted through small aligned buffers (the file's bytes may sit at
@@ -361,11 +378,11 @@ size_t load_weights(const std::string& path, Executor& ex, const std::vector<std
         if (narrow) {
           std::memcpy(x, p + i * 4, m * 4);
           kernels::f32_to_bf16(x, h, m);
-          ex.device().copy_to_device(dst + (first + i) * 2, h, m * 2);
+          ex.write_range(v, (first + i) * 2, h, m * 2);
         } else {
           std::memcpy(h, p + i * 2, m * 2);
           kernels::bf16_to_f32(h, x, m);
-          ex.device().copy_to_device(dst + (first + i) * 4, x, m * 4);
+          ex.write_range(v, (first + i) * 4, x, m * 4);
         }
       }
     });

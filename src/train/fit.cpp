@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
+#include <utility>
 
 #include "runtime/device.hpp"
 #include "memfit/op_registry.hpp"
@@ -9,10 +11,15 @@
 namespace memfit::train {
 
 std::string FitCandidate::describe() const {
-  char buf[80];
+  char buf[120];
   std::snprintf(buf, sizeof buf, ": %.1f MiB, ~%.2f s/step", static_cast<double>(total_bytes) / (1 << 20),
                 predicted_seconds);
-  return policy.describe() + buf;
+  std::string s = policy.describe() + buf;
+  if (io_seconds > 0) {
+    std::snprintf(buf, sizeof buf, " (%.2f s of it offload I/O)", io_seconds);
+    s += buf;
+  }
+  return s;
 }
 
 double predict_step_seconds(double flops_per_second, double flops_per_micro, int64_t rows, int64_t accumulate,
@@ -70,7 +77,8 @@ int64_t rows_per_sample(const StepSpec& spec) {
 
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
                      const ExecConfig& cfg, double flops_per_second, const std::vector<FitPrecision>& precisions_in,
-                     const std::vector<FitState>& states_in) {
+                     const std::vector<FitState>& states_in, const std::vector<std::string>& offloads_in,
+                     const TierSpeed& tier) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
   const std::vector<FitPrecision> precisions =
@@ -78,6 +86,10 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   const std::vector<FitState> states =
       states_in.empty() ? std::vector<FitState>{{base.effective_state(), base.master_weights, 0.0, base.accumulated_grads}}
                         : states_in;
+  const std::vector<std::string> offloads = offloads_in.empty() ? std::vector<std::string>{base.offload} : offloads_in;
+  if (!offloads_in.empty() && !tier.measured()) throw std::logic_error("search_fit: offloads without the tier's speed");
+  std::set<std::pair<std::string, size_t>> tiered_seen;
+  for (const std::string& offload : offloads)
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitState& st : states)
@@ -108,9 +120,21 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       p.optimizer_state = st.state;
       p.master_weights = st.weights;
       p.accumulated_grads = k > 1 ? st.grads : DType::f32;
+      p.offload = offload;
       StepSpec s = base;
       s.policy() = p;
-      auto sg = build_step_graph(s);
+      std::unique_ptr<StepGraph> sg;
+      try {
+        sg = build_step_graph(s);
+      } catch (const GraphError&) {
+        if (offload.empty()) throw;
+        continue;  // the tier pass cannot split this step's update (global-norm clipping)
+      }
+      if (!offload.empty()) {  // a larger set that tiers no more (no frozen weights): the smaller one's plan
+        StepPolicy q = p;
+        q.offload.clear();
+        if (!tiered_seen.insert({q.describe(), sg->tier.bytes}).second) continue;
+      }
       // The plan alone: no executor, and each distinct layer's kernel is
       // built once across all candidates (plan_for's cache).
       const Plan plan = plan_for(sg->g, cfg);
@@ -122,13 +146,17 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
                                                 sg->g.num_nodes()) +
           st.seconds_per_param * trainable +
           (p.accumulated_grads == DType::bf16 ? kBf16AccumulateSeconds * trainable * static_cast<double>(k) : 0.0);
+      const double io = offload.empty() ? 0.0
+                                        : static_cast<double>(plan.tier_read_bytes) / tier.read_bytes_per_second +
+                                              static_cast<double>(plan.tier_written_bytes) / tier.write_bytes_per_second;
       for (const FitData& d : data) {
         FitCandidate cand;
+        cand.io_seconds = io;
         cand.policy = p;
         cand.policy.data_in = data.size() > 1 ? d.data_in : "";
         cand.total_bytes = d.fixed_bytes + plan.total_bytes();
         cand.step_flops = flops * static_cast<double>(k);
-        cand.predicted_seconds = seconds + d.seconds_per_sample * static_cast<double>(batch);
+        cand.predicted_seconds = seconds + io + d.seconds_per_sample * static_cast<double>(batch);
         if (cand.total_bytes < r.smallest.total_bytes) r.smallest = cand;
         if (cand.total_bytes <= budget) r.fitting.push_back(cand);
       }
@@ -137,6 +165,11 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   std::stable_sort(r.fitting.begin(), r.fitting.end(),
                    [](const FitCandidate& a, const FitCandidate& b) { return a.predicted_seconds < b.predicted_seconds; });
   return r;
+}
+
+const std::vector<std::string>& fit_offloads() {
+  static const std::vector<std::string> sets{"state", "frozen,state", "all"};
+  return sets;
 }
 
 }  // namespace memfit::train

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memfit/runtime.hpp"
+#include "runtime/tier_store.hpp"
 #include "train/step_graph.hpp"
 
 namespace memfit::train {
@@ -21,7 +22,8 @@ struct FitCandidate {
   StepPolicy policy;             // data_in "" unless residency was searched
   size_t total_bytes = 0;        // predicted peak of the whole process
   double step_flops = 0;         // per optimizer step, recomputation included
-  double predicted_seconds = 0;  // cost model, per optimizer step
+  double predicted_seconds = 0;  // cost model, per optimizer step (offload I/O included)
+  double io_seconds = 0;         // of which reading and writing the offload tier
   std::string describe() const;  // the policy's, its peak and step time
 };
 
@@ -117,8 +119,17 @@ std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_f
 // precisions: the storage choices to try; empty = base's own.
 // states: the optimizer-state storages to try; empty = base's own.
 // flops_per_second: the machine profile's rate (predict_step_seconds).
+// offloads: StepPolicy::offload sets to try (the tier, a file on disk);
+// empty = base's own. Each candidate's time then adds the bytes its plan
+// reads and writes per step at `tier` speed: the tier kernels move them
+// synchronously, between the step's compute, so nothing overlaps.
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
                      const ExecConfig& cfg, double flops_per_second, const std::vector<FitPrecision>& precisions = {},
-                     const std::vector<FitState>& states = {});
+                     const std::vector<FitState>& states = {}, const std::vector<std::string>& offloads = {},
+                     const TierSpeed& tier = {});
+// The offload sets the fit tries when nothing fits in memory, in order of
+// the bytes they move: optimizer state, then frozen weights too, then
+// everything (trainable parameters).
+const std::vector<std::string>& fit_offloads();
 
 }  // namespace memfit::train

@@ -1,4 +1,5 @@
 #include "train/options.hpp"
+#include "train/step_graph.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -63,6 +64,16 @@ void validate(const TrainOptions& o) {
     if (o.precision == DType::f16)
       fail("--update-in-backward cannot skip a step whose fp16 gradients overflowed (the loss scaling of --precision "
            "fp16 decides after the whole backward): drop one of the two, or use --precision bf16");
+  }
+  if (!o.offload.empty() && o.offload != "none") {
+    try {
+      (void)offload_options(o.offload);
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
+    if (o.ranks > 1) fail("--offload runs in one process (the ranks exchange parameters in memory): drop it on several ranks");
+    if (o.backend == Backend::Cuda)
+      fail("--offload has no CUDA copies yet (the tier kernels copy through host memory): drop it with --device cuda");
   }
   if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks)
     fail("--ranks must be positive (and --rank below it), got rank " + std::to_string(o.rank) + " of " +
@@ -156,6 +167,7 @@ StepPolicy policy_of(const TrainOptions& o) {
   p.master_weights = o.master_weights;
   p.accumulated_grads = o.accumulated_grads;
   p.data_in = o.data_in == "auto" ? "" : o.data_in;
+  p.offload = o.offload == "none" ? "" : o.offload;
   return p;
 }
 
@@ -170,6 +182,7 @@ TrainOptions with_policy(TrainOptions o, const StepPolicy& p) {
   o.master_weights = p.master_weights;
   o.accumulated_grads = p.accumulated_grads;
   if (!p.data_in.empty()) o.data_in = p.data_in;
+  o.offload = p.offload;
   return o;
 }
 

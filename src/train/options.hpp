@@ -51,6 +51,11 @@ struct TrainOptions {
   // (StepSpec::update_in_backward): gradients live only until their update.
   // Exact; not with accumulate > 1, --clip-grad-norm or fp16's loss scaling.
   bool update_in_backward = false;
+  // --offload: values kept in a file on disk instead of memory
+  // (StepPolicy::offload: params, frozen, state, all; "" none), in
+  // offload_dir ("" = the run directory, --out).
+  std::string offload;
+  std::string offload_dir;
   DType precision = DType::f32;  // activations: f32, bf16 or f16 (StepSpec::precision)
   bool precision_set = false;    // given by --precision: the fit keeps it
   double loss_scale = 65536.0;   // fp16: initial dynamic loss scale (a power of two)

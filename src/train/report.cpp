@@ -7,6 +7,7 @@
 
 #include "memfit/op_registry.hpp"
 #include "memfit/optim.hpp"
+#include "memfit/tier.hpp"
 #include "runtime/device.hpp"
 #include "train/json.hpp"
 
@@ -65,7 +66,8 @@ std::vector<ArenaBuffer> arena_buffers(const Graph& g, const Plan& p) {
     b.name = val.name;
     b.op = val.producer >= 0 ? g.node(val.producer).op : "input";
     b.layer = val.producer >= 0 ? g.node(val.producer).layer : "";
-    b.kind = grad_buffer[v] ? "gradient" : is_saved ? "saved" : "transient";
+    const bool tier_copy = val.producer >= 0 && op_def(g.node(val.producer).op).traits.tier_io == OpTraits::TierIo::Load;
+    b.kind = grad_buffer[v] ? "gradient" : tier_copy ? "tier copy" : is_saved ? "saved" : "transient";
     b.offset = pl.offset;
     b.bytes = pl.bytes;
     b.first = std::max(pl.first, 0);
@@ -115,10 +117,14 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   for (size_t v = 0; v < g.num_values(); ++v)
     if (is_param_grad(g, static_cast<ValueId>(v))) r.grads_unfused += align_up(p.values[v].bytes, p.options.alignment);
   const std::vector<ArenaBuffer> arena = arena_buffers(g, p);
-  std::vector<size_t> saved(nn + 1, 0), trans(nn + 1, 0), grad(nn + 1, 0), scr(nn + 1, 0);
+  std::vector<size_t> saved(nn + 1, 0), trans(nn + 1, 0), grad(nn + 1, 0), scr(nn + 1, 0), tcopy(nn + 1, 0);
   std::vector<BufferInfo> bufs;
   for (const ArenaBuffer& b : arena) {
-    auto& arr = b.kind == "gradient" ? grad : b.kind == "saved" ? saved : b.kind == "scratch" ? scr : trans;
+    auto& arr = b.kind == "gradient"    ? grad
+                : b.kind == "saved"     ? saved
+                : b.kind == "scratch"   ? scr
+                : b.kind == "tier copy" ? tcopy
+                                        : trans;
     for (int32_t t = b.first; t <= b.last; ++t) arr[static_cast<size_t>(t)] += b.bytes;
     bufs.push_back({b.name, b.layer, b.bytes, b.kind});
   }
@@ -128,8 +134,8 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.grads_live = *std::max_element(grad.begin(), grad.end());
   size_t best = 0, at = 0;
   for (size_t k = 0; k <= nn; ++k)
-    if (saved[k] + trans[k] + grad[k] + scr[k] > best) {
-      best = saved[k] + trans[k] + grad[k] + scr[k];
+    if (saved[k] + trans[k] + grad[k] + scr[k] + tcopy[k] > best) {
+      best = saved[k] + trans[k] + grad[k] + scr[k] + tcopy[k];
       at = k;
     }
   // The same buffers again, those live at the peak, by producing op.
@@ -142,12 +148,18 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   r.transient = trans[at];
   r.arena_grads = grad[at];
   r.scratch = scr[at];
+  r.tier_copies = tcopy[at];
+  r.tier = p.arena_bytes[static_cast<size_t>(Arena::Tier)];
+  r.tier_read = p.tier_read_bytes;
+  r.tier_written = p.tier_written_bytes;
+  r.tier_buffer = r.tier ? kTierIoBufferBytes : 0;
+  r.offload_dir = in.offload_dir;
   r.fragmentation = r.arena > best ? r.arena - best : 0;  // includes the page rounding
   std::stable_sort(bufs.begin(), bufs.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.bytes > b.bytes; });
   if (bufs.size() > 10) bufs.resize(10);
   r.largest = bufs;
   r.library_heap = std::max(p.library_heap_bytes, in.eval_library_heap);
-  const size_t persistent = r.params + r.grads + r.optstate + r.inputs;
+  const size_t persistent = r.params + r.grads + r.optstate + r.inputs + r.tier_buffer;
   r.comm = in.comm_bytes;
   r.rank = in.rank;
   r.ranks = in.ranks;
@@ -203,6 +215,22 @@ std::string optstate_note(const MemoryReport& r) {
                   r.optstate_policy == "adafactor factored" ? " Adam" : "", format_bytes(r.optstate_fp32).c_str());
   return buf;
 }
+
+// The offload row's I/O time: at the speed measured in its directory,
+// against the step's compute.
+std::string tier_speed_note(const MemoryReport& r) {
+  if (r.tier_io_seconds <= 0) return "";
+  char buf[200];
+  const double compute = r.predicted_step_seconds - r.tier_io_seconds;
+  std::snprintf(buf, sizeof buf, ", ~%.2f s at %.0f / %.0f MB/s measured there", r.tier_io_seconds,
+                r.tier_read_bps / 1e6, r.tier_write_bps / 1e6);
+  std::string s = buf;
+  if (compute > 0) {
+    std::snprintf(buf, sizeof buf, " (compute ~%.2f s; not overlapped)", compute);
+    s += buf;
+  }
+  return s;
+}
 }  // namespace
 
 std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
@@ -220,9 +248,14 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   }
   if (!r.speed_source.empty()) {
     char buf[200];
-    std::snprintf(buf, sizeof buf, "  step time: ~%.2f s predicted (%.1f GFLOP at %.1f GFLOP/s, %s for this machine)\n",
+    std::snprintf(buf, sizeof buf, "  step time: ~%.2f s predicted (%.1f GFLOP at %.1f GFLOP/s, %s for this machine",
                   r.predicted_step_seconds, r.step_flops / 1e9, r.flops_per_second / 1e9, r.speed_source.c_str());
     o << buf;
+    if (r.tier_io_seconds > 0) {
+      std::snprintf(buf, sizeof buf, ", + %.2f s offload I/O", r.tier_io_seconds);
+      o << buf;
+    }
+    o << ")\n";
   }
   row(o, "baseline", r.baseline, "measured: binary, libraries, kernel code, threads");
   const std::string params_note =
@@ -253,6 +286,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   row(o, "  transient", r.transient);
   if (r.update_in_backward) row(o, "  gradients", r.arena_grads, "parameter gradients until their update");
   if (r.grads_sharded) row(o, "  gradients", r.arena_grads, "other ranks' gradients until their reduce");
+  if (r.tier) row(o, "  tier copies", r.tier_copies, "offloaded values read in for their layer");
   row(o, "  kernel scratch", r.scratch);
   row(o, "  fragmentation", r.fragmentation);
   if (!r.peak_by_op.empty()) {
@@ -263,6 +297,14 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   }
   if (r.library_heap) row(o, "library heap", r.library_heap, "oneDNN's gemm packing inside one matmul (no brgemm on this CPU)");
   row(o, "batch inputs", r.inputs);
+  if (r.tier) {
+    row(o, "offload I/O buffer", r.tier_buffer, "what the offload file's reads and writes pass through");
+    row(o, "offload tier (disk)", r.tier,
+        ("not memory: in " + (r.offload_dir.empty() ? std::string("the offload directory") : r.offload_dir) +
+         "; a step reads " + format_bytes(r.tier_read) + " and writes " + format_bytes(r.tier_written) +
+         tier_speed_note(r))
+            .c_str());
+  }
   if (r.ranks > 1)
     row(o, "communication", r.comm,
         ("MPI's buffers for one piece of the gradients' reduction (" + std::to_string(r.ranks) + " ranks)").c_str());
@@ -349,6 +391,19 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     o["optimizer_sharded"] = r.sharded;
   }
   if (r.grads_sharded) o["gradients_sharded"] = true;
+  if (r.tier)
+    o["offload"] = {{"bytes", r.tier},
+                    {"read_per_step", r.tier_read},
+                    {"written_per_step", r.tier_written},
+                    {"copies_at_peak", r.tier_copies},
+                    {"io_buffer", r.tier_buffer},
+                    {"dir", r.offload_dir},
+                    {"policy", r.policy ? r.policy->offload : std::string()}};
+  if (r.tier && r.tier_io_seconds > 0) {
+    o["offload"]["read_bytes_per_second"] = r.tier_read_bps;
+    o["offload"]["write_bytes_per_second"] = r.tier_write_bps;
+    o["offload"]["predicted_io_seconds"] = r.tier_io_seconds;
+  }
   if (r.update_in_backward || r.grads_sharded) {
     o["gradients_unfused_bytes"] = r.grads_unfused;
     o["gradients_live_bytes"] = r.grads_live;

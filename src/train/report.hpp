@@ -44,6 +44,7 @@ struct MemoryInputs {
   // the device's memory, and the host's is reported apart.
   std::string device;
   size_t host_staging = 0;
+  std::string offload_dir;  // tiered values: the directory of their file
 };
 
 struct BufferInfo {
@@ -75,6 +76,15 @@ struct MemoryReport {
   bool grads_sharded = false;
   size_t grads_unfused = 0, grads_live = 0;
   size_t library_heap = 0;    // the largest heap a kernel's library takes inside one run
+  // The offload tier (StepPolicy::offload): bytes of the tiered values on
+  // disk (not memory: not in total), what a step reads and writes there,
+  // the copies of them live at the arena's peak, and the store's I/O
+  // buffer (memory, in total).
+  size_t tier = 0, tier_read = 0, tier_written = 0, tier_copies = 0, tier_buffer = 0;
+  // The tier's speed measured in its directory (bytes/s; 0 = not measured)
+  // and a step's reads and writes at it (in predicted_step_seconds too).
+  double tier_read_bps = 0, tier_write_bps = 0, tier_io_seconds = 0;
+  std::string offload_dir;
   size_t data = 0, eval = 0;
   size_t comm = 0;
   int rank = 0, ranks = 1;

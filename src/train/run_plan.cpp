@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <new>
 #include <ostream>
 #include <sstream>
@@ -21,6 +22,9 @@
 
 namespace memfit::train {
 namespace {
+
+// The directory of --offload's file.
+std::string offload_dir(const TrainOptions& o) { return o.offload_dir.empty() ? o.out : o.offload_dir; }
 
 // The training step of these options over the dataset's tensors.
 StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
@@ -135,6 +139,7 @@ class Planner {
     cfg_.backend = o_.backend;
     cfg_.plan = o_.plan;
     cfg_.defer_allocation = true;
+    cfg_.tier_dir = offload_dir(o_);
     p_.train_ex = std::make_unique<Executor>(p_.train_g->g, cfg_);
 
     data::LoaderOptions& lo = p_.train_loader;
@@ -187,6 +192,12 @@ class Planner {
     mi_.rank = o_.rank;
     mi_.sharded = o_.ranks > 1 && o_.shard_optimizer;
     mi_.comm_bytes = dist::comm_scratch_bytes(o_.ranks);
+    if (!o_.offload.empty() && o_.offload != "none") {
+      mi_.offload_dir = offload_dir(o_);
+      if (ram_backed(std::filesystem::path(mi_.offload_dir).parent_path().string()) || ram_backed(mi_.offload_dir))
+        log_ << "memfit: warning: the offload file goes to " << mi_.offload_dir
+             << ", a file system kept in memory (tmpfs): it takes the memory it should free; --offload-dir on a disk\n";
+    }
     const Device& dev = device_for(o_.backend);
     size_t dev_free = 0, dev_total = 0;
     if (dev.memory_info(dev_free, dev_total)) {
@@ -277,6 +288,7 @@ class Planner {
     rep.fitted = o_.fitted;
     describe_machine(rep, device_for(o_.backend), o_.precision);
     describe_speed(rep);
+    describe_tier_speed(rep);
     if (tg.compress.cloned_nodes) {
       char buf[200];
       std::snprintf(buf, sizeof buf, "  saved activations stored as bf16: %s -> %s (%d casts)\n",
@@ -306,6 +318,28 @@ class Planner {
         storage_time_factor(device_for(o_.backend), o_.precision, o_.saved_activations) *
         predict_step_seconds(profile_.flops_per_second, flops, spec_.batch * rows_per_sample(spec_), o_.accumulate,
                              g.num_nodes());
+  }
+
+  // An offloaded plan: the tier's speed measured in its directory, and the
+  // step's predicted I/O time at it (added to the step time: the tier
+  // kernels do not overlap compute). Nothing when it cannot be measured.
+  void describe_tier_speed(MemoryReport& rep) const {
+    if (!rep.tier || o_.offload.empty() || o_.offload == "none") return;
+    const std::string dir = offload_dir(o_);
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(dir, ec);
+    try {
+      std::filesystem::create_directories(dir, ec);
+      const TierSpeed s = measure_tier_speed(dir);
+      rep.tier_read_bps = s.read_bytes_per_second;
+      rep.tier_write_bps = s.write_bytes_per_second;
+      rep.tier_io_seconds = static_cast<double>(rep.tier_read) / s.read_bytes_per_second +
+                            static_cast<double>(rep.tier_written) / s.write_bytes_per_second;
+      if (rep.predicted_step_seconds > 0) rep.predicted_step_seconds += rep.tier_io_seconds;
+    } catch (const std::exception&) {
+      // (the store's own error, when the run makes it, names the cause)
+    }
+    if (!existed) std::filesystem::remove(dir, ec);
   }
 
   // Over budget with the fit off.
@@ -356,6 +390,39 @@ class Planner {
     return m.str();
   }
 
+  // The fit's search again with the offload sets (fit_offloads), where the
+  // user left --offload open, in one process on a host-addressable device;
+  // `note` says what was measured or why it was not tried.
+  FitResult fit_offloaded(const StepSpec& base, size_t target, const ExecConfig& fcfg,
+                          const std::vector<FitPrecision>& precisions, const std::vector<FitState>& states,
+                          std::string& note) {
+    if (!o_.offload.empty() || o_.ranks > 1 || o_.backend == Backend::Cuda || base.optimizer.clip_grad_norm > 0)
+      return {};
+    const std::string dir = offload_dir(o_);
+    TierSpeed speed;
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(dir, ec);
+    try {
+      std::filesystem::create_directories(dir, ec);
+      if (ram_backed(dir)) throw std::runtime_error(dir + " is on a file system kept in memory (tmpfs); --offload-dir on a disk");
+      speed = measure_tier_speed(dir);
+      if (!existed) std::filesystem::remove(dir, ec);  // (the run makes it again; a plan leaves nothing)
+    } catch (const std::exception& e) {
+      if (!existed) std::filesystem::remove(dir, ec);
+      note = " Offloading to disk was not tried: " + std::string(e.what()) + ".";
+      return {};
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "nothing fits in memory; offloading to %s (measured there: read %.0f MB/s, write %.0f MB/s)",
+                  dir.c_str(), speed.read_bytes_per_second / 1e6, speed.write_bytes_per_second / 1e6);
+    FitResult r = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions, states,
+                             fit_offloads(), speed);
+    note = r.fitting.empty() ? " Offloading optimizer state and weights to disk (--offload) does not make it fit "
+                               "either (smallest with it: " + r.smallest.describe() + ")."
+                             : std::string(buf);
+    return r;
+  }
+
   // Over budget with the fit on: the fastest policy that fits, to plan again
   // with (the fit then off), or BudgetError when none does.
   Replan fit() {
@@ -381,13 +448,25 @@ class Planner {
       if (o_.master_weights_set) st.weights = o_.master_weights;
       if (o_.accumulated_grads_set) st.grads = o_.accumulated_grads;
     }
-    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions,
-                              o_.allow_approx ? approx : std::vector<FitState>{});
+    const std::vector<FitState> states = o_.allow_approx ? approx : std::vector<FitState>{};
+    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions, states);
+    // Nothing fits in memory: the same search with optimizer state, frozen
+    // and then all weights in the offload tier (exact: the same numbers,
+    // moved through a file), its I/O timed at the speed measured in the
+    // offload directory.
+    std::string tier_note;
+    if (fr.fitting.empty()) {
+      FitResult t = fit_offloaded(base, target, fcfg, precisions, states, tier_note);
+      if (!t.fitting.empty()) fr = std::move(t);
+      else if (t.smallest.total_bytes > 0 && t.smallest.total_bytes < fr.smallest.total_bytes) fr.smallest = t.smallest;  // (0: not tried)
+    }
     if (fr.fitting.empty())
-      throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1) +
+      throw BudgetError(nothing_fits_message(rep, budget, fr, fit_data_.size() > 1) + tier_note +
                         (o_.allow_approx ? "" : approximations_hint(base, target, fcfg, precisions, approx)));
     log_ << "memfit: the plan needs " << format_bytes(rep.total) << ", over the budget of " << format_bytes(budget.bytes)
-         << "; fitting it (effective batch " << o_.batch << " unchanged):\n  chosen:    " << fr.fitting[0].describe() << "\n";
+         << "; fitting it (effective batch " << o_.batch << " unchanged):\n";
+    if (!fr.fitting[0].policy.offload.empty()) log_ << "  " << tier_note << "\n";
+    log_ << "  chosen:    " << fr.fitting[0].describe() << "\n";
     if (fr.fitting.size() > 1) log_ << "  runner-up: " << fr.fitting[1].describe() << "\n";
     TrainOptions next = with_policy(o_, fr.fitting[0].policy);
     next.auto_fit = false;
@@ -406,8 +485,13 @@ std::optional<Replan> allocate_plan(RunPlan& p, std::ostream& log) {
   Executor& eval_ex = *p.eval_ex;
   try {
     if (o.inject_oom_at_step == 0) throw std::bad_alloc();
+    if (!o.offload.empty() && o.offload != "none") {
+      std::error_code ec;
+      std::filesystem::create_directories(offload_dir(o), ec);  // (a failure is the store's error to name)
+    }
     ex.allocate();
     eval_ex.borrow(Arena::Params, ex.arena(Arena::Params));
+    eval_ex.share_tier(ex.tier());
     if (p.eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));
     eval_ex.allocate();
   } catch (const std::bad_alloc&) {

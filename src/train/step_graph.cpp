@@ -47,7 +47,10 @@ const TensorSpec& match(const models::Model& m, const models::InputDecl& want, c
 
 }  // namespace
 
-std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
+namespace {
+
+// The step before the tier pass.
+std::unique_ptr<StepGraph> build_untiered(const StepSpec& s) {
   auto sg = std::make_unique<StepGraph>();
   Graph& g = sg->g;
   g.model_name = s.model;
@@ -151,6 +154,39 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
       shard_gradients(g, s.optimizer.shard, s.optimizer.shards);
   }
   return sg;
+}
+
+}  // namespace
+
+std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
+  std::unique_ptr<StepGraph> sg = build_untiered(s);
+  // Last of all (evaluation's graph too): it moves values the finished step reads.
+  if (!s.offload.empty()) {
+    if (s.ranks > 1) throw GraphError("--offload: data-parallel ranks exchange parameters in memory; offloading them "
+                                      "to disk is for one process");
+    sg->tier = tier_values(sg->g, offload_options(s.offload));
+  }
+  return sg;
+}
+
+TierOptions offload_options(const std::string& offload) {
+  TierOptions o;
+  if (offload == "none") return o;  // --offload none: nothing, and the fit may not offload either
+  size_t at = 0;
+  while (at <= offload.size()) {
+    const size_t comma = offload.find(',', at);
+    const std::string part = offload.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (part == "params") o.params = true;
+    else if (part == "frozen") o.frozen = true;
+    else if (part == "state") o.state = true;
+    else if (part == "all") o.params = o.frozen = o.state = true;
+    else
+      throw std::invalid_argument("--offload: '" + part + "' is not one of params, frozen, state, all "
+                                  "(comma-separated), or none");
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return o;
 }
 
 }  // namespace memfit::train

@@ -11,6 +11,7 @@
 #include "memfit/optim.hpp"
 #include "memfit/recompute.hpp"
 #include "memfit/tensor_spec.hpp"
+#include "memfit/tier.hpp"
 #include "models/model.hpp"
 #include "train/step_policy.hpp"
 
@@ -74,7 +75,12 @@ struct StepGraph {
   RecomputeStats recompute;
   RecomputeStats compress;  // saved-activation compression
   int updates_in_backward = 0;  // update_in_backward: the per-parameter update nodes
+  TierResult tier;              // StepPolicy::offload: what the tier pass moved
 };
+
+// StepPolicy::offload's set as the tier pass's options; throws
+// std::invalid_argument naming an unknown part.
+TierOptions offload_options(const std::string& offload);
 
 // True if a parameter name matches a --freeze pattern.
 bool name_matches(const std::string& pattern, const std::string& name);

@@ -14,6 +14,7 @@ std::string StepPolicy::describe() const {
   if (!optimizer_state.empty() && optimizer_state != "fp32") s += ", " + optimizer_state + " optimizer state";
   if (master_weights == DType::bf16) s += ", bf16 master weights";
   if (accumulation > 1 && accumulated_grads == DType::bf16) s += ", bf16 accumulated gradients";
+  if (!offload.empty()) s += ", " + offload + " offloaded to disk";
   if (data_in == "disk") s += ", dataset streamed from disk";
   else if (data_in == "memory") s += ", dataset in memory";
   return s;
@@ -24,7 +25,8 @@ std::string StepPolicy::key() const {
          ", precision " + precision_name(precision) + ", saved " + precision_name(saved) + ", optimizer state " +
          optimizer_state + ", master weights " + precision_name(master_weights) + ", accumulated gradients " +
          precision_name(accumulated_grads) + ", gradients " +
-         (shard_gradients ? "sharded" : "whole") + (update_in_backward ? ", update in backward" : "");
+         (shard_gradients ? "sharded" : "whole") + (update_in_backward ? ", update in backward" : "") +
+         (offload.empty() ? "" : ", offload " + offload);
 }
 
 }  // namespace memfit::train

@@ -54,6 +54,11 @@ struct StepPolicy {
   // Where the dataset is held, when that was chosen with the plan: "memory"
   // or "disk" (streamed); "" as it was opened. Not part of the step graph.
   std::string data_in;
+  // Values kept in the offload tier (a file on disk, memfit/tier.hpp)
+  // instead of memory, read in where the step uses them: a comma-separated
+  // set of "params" (trainable parameters), "frozen" (the others) and
+  // "state" (optimizer state); "" none.
+  std::string offload;
 
   bool operator==(const StepPolicy&) const = default;
 

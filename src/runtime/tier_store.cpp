@@ -1,0 +1,230 @@
+#include "runtime/tier_store.hpp"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace memfit {
+
+namespace {
+
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+uint64_t mix(uint64_t h, uint64_t w) {
+  h ^= w;
+  h *= 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 31);
+}
+
+}  // namespace
+
+uint64_t sector_checksum(const std::byte* p, size_t n) {
+  // Four independent lanes (so the multiplies overlap), folded at the end.
+  uint64_t a = 0x243F6A8885A308D3ull, b = 0x13198A2E03707344ull, c = 0xA4093822299F31D0ull, d = 0x082EFA98EC4E6C89ull;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p + i, 32);
+    a = mix(a, w[0]);
+    b = mix(b, w[1]);
+    c = mix(c, w[2]);
+    d = mix(d, w[3]);
+  }
+  return mix(mix(mix(mix(n, a), b), c), d);
+}
+
+TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks) {
+  static std::atomic<int> counter{0};
+  if (dir.empty()) throw std::runtime_error("tiered values need a directory for their offload file (--offload-dir)");
+  path_ = dir + "/memfit-offload-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".bin";
+  for (const Block& b : blocks) {
+    if (blocks_.count(b.name)) throw std::logic_error("offload tier: block '" + b.name + "' given twice");
+    blocks_[b.name] = {file_bytes_, b.bytes};
+    file_bytes_ += round_up(std::max<size_t>(b.bytes, 1), kSector);
+  }
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
+  direct_ = fd_ >= 0;
+  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd_ < 0)
+    throw std::runtime_error("cannot make the offload file in '" + dir + "': " + errno_text(errno) +
+                             " (--offload-dir names a writable directory on a disk)");
+  ::unlink(path_.c_str());
+  if (file_bytes_) {
+    const int e = ::posix_fallocate(fd_, 0, static_cast<off_t>(file_bytes_));
+    if (e != 0) {
+      ::close(fd_);
+      throw std::runtime_error("cannot reserve " + std::to_string(file_bytes_ >> 20) + " MiB for the offload file in '" +
+                               dir + "': " + errno_text(e) +
+                               (e == ENOSPC ? " (the disk has less free space; --offload-dir on another disk)" : ""));
+    }
+  }
+  if (::posix_memalign(reinterpret_cast<void**>(&buf_), 4096, kBuffer) != 0) {
+    ::close(fd_);
+    throw std::bad_alloc();
+  }
+  // fallocate's blocks read as zeros.
+  std::memset(buf_, 0, kSector);
+  sums_.assign(file_bytes_ / kSector, sector_checksum(buf_, kSector));
+}
+
+TierStore::~TierStore() {
+  if (fd_ >= 0) ::close(fd_);
+  std::free(buf_);
+}
+
+size_t TierStore::block_bytes(const std::string& block) const {
+  auto it = blocks_.find(block);
+  if (it == blocks_.end()) throw std::logic_error("offload tier: no block '" + block + "'");
+  return it->second.bytes;
+}
+
+const TierStore::Entry& TierStore::entry(const std::string& block, size_t offset, size_t bytes, const char* what) const {
+  auto it = blocks_.find(block);
+  if (it == blocks_.end()) throw std::logic_error(std::string("offload tier: ") + what + " of unknown block '" + block + "'");
+  if (offset > it->second.bytes || bytes > it->second.bytes - offset)
+    throw std::logic_error(std::string("offload tier: ") + what + " of bytes " + std::to_string(offset) + "+" +
+                           std::to_string(bytes) + " of '" + block + "', which holds " +
+                           std::to_string(it->second.bytes));
+  return it->second;
+}
+
+void TierStore::pread_all(std::byte* dst, size_t n, size_t at) {
+  while (n) {
+    const ssize_t r = ::pread(fd_, dst, n, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw std::runtime_error("reading the offload file " + path_ + " failed: " +
+                               (r < 0 ? errno_text(errno) : std::string("it is shorter than its blocks")));
+    dst += r;
+    at += static_cast<size_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+}
+
+void TierStore::pwrite_all(const std::byte* src, size_t n, size_t at) {
+  while (n) {
+    const ssize_t r = ::pwrite(fd_, src, n, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int e = r < 0 ? errno : ENOSPC;
+      throw std::runtime_error("writing the offload file " + path_ + " failed: " + errno_text(e) +
+                               (e == ENOSPC ? " (the disk is full; the last checkpoint is untouched)" : ""));
+    }
+    src += r;
+    at += static_cast<size_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+}
+
+void TierStore::read_range(const std::string& block, size_t offset, void* dst, size_t bytes) {
+  const Entry& e = entry(block, offset, bytes, "read");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* out = static_cast<std::byte*>(dst);
+  size_t pos = offset;  // within the block
+  const size_t end = offset + bytes;
+  while (pos < end) {
+    const size_t s0 = pos / kSector * kSector;  // first sector of this chunk, within the block
+    const size_t len = std::min(kBuffer, round_up(end, kSector) - s0);
+    pread_all(buf_, len, e.offset + s0);
+    for (size_t s = 0; s < len; s += kSector) {
+      const size_t sector = (e.offset + s0 + s) / kSector;
+      if (sector_checksum(buf_ + s, kSector) != sums_[sector])
+        throw std::runtime_error("the offload file " + path_ + " returned bytes that differ from those written to it (" +
+                                 block + ", bytes " + std::to_string(s0 + s) + "+" + std::to_string(kSector) +
+                                 "): the disk or its filesystem is failing");
+    }
+    const size_t take = std::min(end, s0 + len) - pos;
+    std::memcpy(out, buf_ + (pos - s0), take);
+    out += take;
+    pos += take;
+  }
+  read_ += bytes;
+}
+
+void TierStore::write_range(const std::string& block, size_t offset, const void* src, size_t bytes) {
+  const Entry& e = entry(block, offset, bytes, "write");
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto* in = static_cast<const std::byte*>(src);
+  size_t pos = offset;
+  const size_t end = offset + bytes;
+  while (pos < end) {
+    const size_t s0 = pos / kSector * kSector;
+    const size_t len = std::min(kBuffer, round_up(end, kSector) - s0);
+    const size_t take = std::min(end, s0 + len) - pos;
+    // Sectors this write covers only in part keep their other bytes: read
+    // (and check) them first. Bytes past the block's end stay zero.
+    const bool whole = pos == s0 && (pos + take == s0 + len || pos + take == e.bytes);
+    if (!whole) {
+      pread_all(buf_, len, e.offset + s0);
+      for (size_t s = 0; s < len; s += kSector)
+        if (sector_checksum(buf_ + s, kSector) != sums_[(e.offset + s0 + s) / kSector])
+          throw std::runtime_error("the offload file " + path_ + " returned bytes that differ from those written to it (" +
+                                   block + "): the disk or its filesystem is failing");
+    } else if (take < len) {
+      std::memset(buf_ + take, 0, len - take);
+    }
+    std::memcpy(buf_ + (pos - s0), in, take);
+    for (size_t s = 0; s < len; s += kSector) sums_[(e.offset + s0 + s) / kSector] = sector_checksum(buf_ + s, kSector);
+    pwrite_all(buf_, len, e.offset + s0);
+    in += take;
+    pos += take;
+  }
+  written_ += bytes;
+}
+
+void TierStore::read(const std::string& block, void* dst, size_t bytes) {
+  if (bytes != block_bytes(block))
+    throw std::logic_error("offload tier: reading " + std::to_string(bytes) + " bytes of '" + block + "', which holds " +
+                           std::to_string(block_bytes(block)));
+  read_range(block, 0, dst, bytes);
+}
+
+void TierStore::write(const std::string& block, const void* src, size_t bytes) {
+  if (bytes != block_bytes(block))
+    throw std::logic_error("offload tier: writing " + std::to_string(bytes) + " bytes of '" + block + "', which holds " +
+                           std::to_string(block_bytes(block)));
+  write_range(block, 0, src, bytes);
+}
+
+void TierStore::fill(const std::string& block, uint8_t byte) {
+  const size_t n = block_bytes(block);
+  std::vector<std::byte> chunk(std::min(n, kBuffer), std::byte{byte});
+  for (size_t at = 0; at < n; at += chunk.size()) write_range(block, at, chunk.data(), std::min(chunk.size(), n - at));
+}
+
+bool ram_backed(const std::string& dir) {
+  struct statfs f {};
+  if (::statfs(dir.c_str(), &f) != 0) return false;
+  return f.f_type == TMPFS_MAGIC || f.f_type == RAMFS_MAGIC;
+}
+
+TierSpeed measure_tier_speed(const std::string& dir, size_t bytes) {
+  TierStore store(dir, {{"probe", bytes}});
+  std::vector<unsigned char> piece(kTierIoBufferBytes);
+  for (size_t i = 0; i < piece.size(); ++i) piece[i] = static_cast<unsigned char>(i * 31 + 1);
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a) { return std::chrono::duration<double>(clock::now() - a).count(); };
+  auto t = clock::now();
+  for (size_t at = 0; at < bytes; at += piece.size())
+    store.write_range("probe", at, piece.data(), std::min(piece.size(), bytes - at));
+  ::fdatasync(store.fd());
+  TierSpeed s;
+  s.write_bytes_per_second = static_cast<double>(bytes) / std::max(seconds(t), 1e-6);
+  t = clock::now();
+  for (size_t at = 0; at < bytes; at += piece.size())
+    store.read_range("probe", at, piece.data(), std::min(piece.size(), bytes - at));
+  s.read_bytes_per_second = static_cast<double>(bytes) / std::max(seconds(t), 1e-6);
+  return s;
+}
+
+}  // namespace memfit

@@ -1,0 +1,102 @@
+// The offload tier's store: one file on disk holding the tiered values
+// (memfit/tier.hpp), each in whole sectors of its own, every sector with a
+// checksum that each read verifies. The file is opened with O_DIRECT where
+// the filesystem allows it, so that its bytes pass through a small aligned
+// buffer and never through the page cache (which a memory cgroup would
+// charge to the run); its space is reserved when it is made, so a disk too
+// small fails then, not in the middle of a step. The file is unlinked as
+// soon as it is open: it lives as long as the store, and a run that is
+// killed leaves nothing behind (its checkpoints hold the tiered values).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/kernel.hpp"
+#include "memfit/tier.hpp"
+
+namespace memfit {
+
+// Bytes per second the offload tier moves, read and written.
+struct TierSpeed {
+  double read_bytes_per_second = 0, write_bytes_per_second = 0;
+  bool measured() const { return read_bytes_per_second > 0 && write_bytes_per_second > 0; }
+};
+
+class TierStore final : public kernels::TierIO {
+ public:
+  struct Block {
+    std::string name;
+    size_t bytes = 0;
+  };
+  // Bytes per checksummed sector, and of the buffer I/O passes through.
+  static constexpr size_t kSector = size_t(64) << 10;
+  static constexpr size_t kBuffer = kTierIoBufferBytes;
+
+  // Makes the file in `dir` for these blocks, filled with zeros. Throws
+  // std::runtime_error naming the directory and the cause (missing, not
+  // writable, not enough space).
+  TierStore(const std::string& dir, const std::vector<Block>& blocks);
+  ~TierStore() override;
+  TierStore(const TierStore&) = delete;
+  TierStore& operator=(const TierStore&) = delete;
+
+  // A whole block (the tier kernels).
+  void read(const std::string& block, void* dst, size_t bytes) override;
+  void write(const std::string& block, const void* src, size_t bytes) override;
+  // Bytes [offset, offset + bytes) of a block (host access outside a step:
+  // initial values, checkpoints).
+  void read_range(const std::string& block, size_t offset, void* dst, size_t bytes);
+  void write_range(const std::string& block, size_t offset, const void* src, size_t bytes);
+  void fill(const std::string& block, uint8_t byte);
+
+  bool has(const std::string& block) const { return blocks_.count(block) != 0; }
+  size_t block_bytes(const std::string& block) const;
+  size_t file_bytes() const { return file_bytes_; }
+  // Bytes of blocks read and written so far (as asked, not the sectors).
+  uint64_t bytes_read() const { return read_; }
+  uint64_t bytes_written() const { return written_; }
+  bool direct_io() const { return direct_; }
+  const std::string& path() const { return path_; }
+  // The open file (tests change a byte of it on disk through this).
+  int fd() const { return fd_; }
+  // Bytes of memory the store holds (its I/O buffer).
+  static constexpr size_t memory_bytes() { return kBuffer; }
+
+ private:
+  struct Entry {
+    size_t offset = 0, bytes = 0;
+  };
+  const Entry& entry(const std::string& block, size_t offset, size_t bytes, const char* what) const;
+  void pread_all(std::byte* dst, size_t n, size_t at);
+  void pwrite_all(const std::byte* src, size_t n, size_t at);
+
+  int fd_ = -1;
+  bool direct_ = false;
+  std::string path_;
+  size_t file_bytes_ = 0;
+  std::unordered_map<std::string, Entry> blocks_;
+  std::vector<uint64_t> sums_;  // per sector of the file
+  std::byte* buf_ = nullptr;    // kBuffer bytes, page-aligned
+  std::mutex mu_;
+  uint64_t read_ = 0, written_ = 0;
+};
+
+// The checksum of one sector's bytes (n a multiple of 32).
+uint64_t sector_checksum(const std::byte* p, size_t n);
+
+// Whether `dir` lies on a file system kept in memory (tmpfs, ramfs): an
+// offload file there takes the memory it was meant to free.
+bool ram_backed(const std::string& dir);
+
+// Measures the tier's speed in `dir`: a store of `bytes` written, then read
+// back, through the same path the steps use (O_DIRECT where allowed,
+// checksums), a 1 MiB piece at a time. Throws std::runtime_error where the
+// directory cannot hold the file.
+TierSpeed measure_tier_speed(const std::string& dir, size_t bytes = size_t(64) << 20);
+
+}  // namespace memfit

@@ -1,0 +1,305 @@
+// The offload tier (memfit/tier.hpp, runtime/tier_store.hpp): the store
+// gives back what was written to it, block by block and by byte ranges
+// across its sectors, and refuses bytes the disk changed; the tier pass
+// leaves every tiered value to tier_load and tier_store nodes, splits the
+// update per parameter and keeps each copy only around its readers; and a
+// tiered step computes bit for bit what the untiered one does over 20
+// steps (a ConvNet with SGD momentum, gpt-tiny with AdamW, with and without
+// update in backward), reading and writing exactly the bytes its plan says.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "memfit/op_registry.hpp"
+#include "memfit/runtime.hpp"
+#include "memfit/tier.hpp"
+#include "runtime/tier_store.hpp"
+#include "spec_steps.hpp"
+#include "train/step_graph.hpp"
+
+using namespace memfit;
+
+namespace {
+
+std::string tmp_dir() {
+  const char* t = std::getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+train::StepSpec gpt_tiny(bool uib) {
+  train::StepSpec s;
+  s.model = "gpt-tiny";
+  s.batch = 2;
+  constexpr int64_t T = 16, V = 30;
+  s.data = {{"tokens", DType::i32, {T}, 0.0, V}, {"targets", DType::i32, {T}, -1.0, V}};
+  s.classes = V;
+  s.optimizer.kind = "adamw";
+  s.optimizer.weight_decay = 0.1;
+  s.optimizer.decay_bias_and_norm = false;
+  s.update_in_backward = uib;
+  return s;
+}
+
+train::StepSpec convnet(bool uib) {
+  train::StepSpec s;
+  s.model = "convnet";
+  s.batch = 8;
+  s.optimizer.kind = "sgd";
+  s.optimizer.momentum = 0.9;
+  s.optimizer.weight_decay = 5e-4;
+  s.update_in_backward = uib;
+  return s;
+}
+
+ExecConfig tiered_config() {
+  ExecConfig c;
+  c.tier_dir = tmp_dir();
+  c.verify = true;
+  return c;
+}
+
+}  // namespace
+
+TEST(TierStore, GivesBackBlocksAndRangesAcrossSectors) {
+  const size_t S = TierStore::kSector;
+  // Sizes around the sector and the I/O buffer, and a block of one byte.
+  const std::vector<TierStore::Block> blocks{
+      {"a", 1}, {"b", S - 3}, {"c", S + 5}, {"d", 3 * TierStore::kBuffer + 17}, {"e", 4096}};
+  TierStore st(tmp_dir(), blocks);
+  EXPECT_GE(st.file_bytes(), 5 * S);
+  std::map<std::string, std::vector<uint8_t>> want;
+  uint32_t seed = 1;
+  for (const auto& b : blocks) {
+    // A fresh store reads as zeros.
+    std::vector<uint8_t> got(b.bytes, 0xEE);
+    st.read(b.name, got.data(), got.size());
+    for (uint8_t x : got) ASSERT_EQ(x, 0) << b.name;
+    want[b.name] = random_bytes(b.bytes, seed++);
+    st.write(b.name, want[b.name].data(), b.bytes);
+  }
+  // Ranges that start and end inside sectors and buffers.
+  auto& d = want["d"];
+  for (const auto& [at, n] : std::vector<std::pair<size_t, size_t>>{
+           {0, 1}, {S - 1, 2}, {S + 100, 3 * S}, {TierStore::kBuffer - 7, TierStore::kBuffer + 70}, {d.size() - 9, 9}}) {
+    const std::vector<uint8_t> patch = random_bytes(n, seed++);
+    st.write_range("d", at, patch.data(), n);
+    std::memcpy(d.data() + at, patch.data(), n);
+    std::vector<uint8_t> back(n);
+    st.read_range("d", at, back.data(), n);
+    EXPECT_EQ(back, patch) << "range " << at << "+" << n;
+  }
+  for (const auto& b : blocks) {
+    std::vector<uint8_t> got(b.bytes);
+    st.read(b.name, got.data(), got.size());
+    EXPECT_EQ(got, want[b.name]) << b.name;
+  }
+  st.fill("c", 0x5A);
+  std::vector<uint8_t> c(blocks[2].bytes);
+  st.read("c", c.data(), c.size());
+  for (uint8_t x : c) ASSERT_EQ(x, 0x5A);
+  // Its neighbours are untouched.
+  std::vector<uint8_t> b2(blocks[1].bytes);
+  st.read("b", b2.data(), b2.size());
+  EXPECT_EQ(b2, want["b"]);
+}
+
+TEST(TierStore, RefusesBytesTheDiskChanged) {
+  TierStore st(tmp_dir(), {{"w", 200000}});
+  const std::vector<uint8_t> w = random_bytes(200000, 7);
+  st.write("w", w.data(), w.size());
+  // Flip one byte of the second sector on disk (through an aligned buffer:
+  // the store may have opened its file for direct I/O).
+  void* page = nullptr;
+  ASSERT_EQ(posix_memalign(&page, 4096, 4096), 0);
+  const off_t at = static_cast<off_t>(TierStore::kSector);
+  ASSERT_EQ(pread(st.fd(), page, 4096, at), 4096);
+  static_cast<uint8_t*>(page)[100] ^= 0x10;
+  ASSERT_EQ(pwrite(st.fd(), page, 4096, at), 4096);
+  std::free(page);
+  std::vector<uint8_t> got(w.size());
+  try {
+    st.read("w", got.data(), got.size());
+    FAIL() << "a changed sector was read without an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("differ from those written"), std::string::npos) << e.what();
+  }
+  // The first sector alone is still good.
+  std::vector<uint8_t> first(1000);
+  st.read_range("w", 0, first.data(), first.size());
+  EXPECT_EQ(0, std::memcmp(first.data(), w.data(), first.size()));
+}
+
+TEST(TierStore, ClearErrors) {
+  try {
+    TierStore st("/nonexistent/offload", {{"w", 10}});
+    FAIL() << "made a store in a missing directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/offload"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--offload-dir"), std::string::npos) << e.what();
+  }
+  TierStore st(tmp_dir(), {{"w", 10}});
+  std::vector<uint8_t> b(11);
+  EXPECT_THROW(st.read("w", b.data(), 11), std::logic_error);
+  EXPECT_THROW(st.read_range("w", 5, b.data(), 6), std::logic_error);
+  EXPECT_THROW(st.read("v", b.data(), 10), std::logic_error);
+}
+
+TEST(TierPass, EveryTieredValueMovesOnlyThroughTierNodes) {
+  for (bool uib : {false, true}) {
+    train::StepSpec s = gpt_tiny(uib);
+    const auto plain = train::build_step_graph(s);
+    s.offload = "all";
+    const auto sg = train::build_step_graph(s);
+    const Graph& g = sg->g;
+    const std::string what = uib ? "update in backward" : "update after backward";
+    // Every parameter and every state tensor is tiered.
+    int params = 0, states = 0;
+    for (const Value& v : g.values()) {
+      if (v.cls == VClass::Param || v.cls == VClass::OptState) {
+        EXPECT_TRUE(v.tiered) << v.name;
+      }
+      params += v.cls == VClass::Param;
+      states += v.cls == VClass::OptState;
+    }
+    EXPECT_EQ(sg->tier.values, params + states) << what;
+    int updates = 0, loads = 0, stores = 0;
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+      const Node& n = g.node(static_cast<NodeId>(k));
+      const OpTraits& tr = op_def(n.op).traits;
+      loads += n.op == "tier_load";
+      stores += n.op == "tier_store";
+      if (!tr.updates_parameters) continue;
+      ++updates;
+      // One parameter per update; each operand but the gradient is a copy
+      // loaded from the tier, and the copies it writes go back right after.
+      EXPECT_EQ(n.attrs.i("count"), 1);
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (i == 1) continue;
+        const Value& in = g.value(n.inputs[i]);
+        ASSERT_GE(in.producer, 0) << in.name;
+        EXPECT_EQ(g.node(in.producer).op, "tier_load") << in.name;
+        bool stored = false;
+        for (size_t j = k + 1; j < g.num_nodes() && !stored; ++j) {
+          const Node& m = g.node(static_cast<NodeId>(j));
+          stored = m.op == "tier_store" && m.inputs[0] == n.inputs[i];
+        }
+        EXPECT_TRUE(stored) << in.name << " is written by its update and never stored";
+      }
+    }
+    EXPECT_EQ(updates, params) << what;  // gpt-tiny trains every parameter
+    EXPECT_EQ(loads, sg->tier.loads);
+    EXPECT_EQ(stores, sg->tier.stores);
+    EXPECT_EQ(stores, params + states) << what;
+
+    // The plan: nothing tiered in memory; the tier holds it all.
+    const Plan p = plan_for(g, tiered_config());
+    const Plan q = plan_for(plain->g, ExecConfig{});
+    EXPECT_EQ(p.arena_bytes[static_cast<size_t>(Arena::OptState)], 0u) << what;
+    EXPECT_EQ(p.arena_bytes[static_cast<size_t>(Arena::Tier)],
+              q.arena_bytes[static_cast<size_t>(Arena::Params)] + q.arena_bytes[static_cast<size_t>(Arena::OptState)])
+        << what;
+    EXPECT_EQ(verify_plan(g, p), "");
+    EXPECT_GT(p.tier_read_bytes, 0u);
+    EXPECT_GT(p.tier_written_bytes, 0u);
+    EXPECT_EQ(q.tier_read_bytes, 0u);
+  }
+}
+
+TEST(TierPass, TieredStepsAreBitIdenticalAndMoveThePlannedBytes) {
+  constexpr int kSteps = 20;
+  for (const auto& [base, offload] : std::vector<std::pair<train::StepSpec, std::string>>{
+           {convnet(false), "all"}, {convnet(true), "params,state"}, {gpt_tiny(false), "state"},
+           {gpt_tiny(true), "all"}, {gpt_tiny(false), "params"}}) {
+    train::StepSpec tiered = base;
+    tiered.offload = offload;
+    const std::string what = base.model + (base.update_in_backward ? " update in backward" : "") + " offload " + offload;
+    const memfit::testing::Trained a = memfit::testing::train_steps(base, kSteps);
+    const memfit::testing::Trained b = memfit::testing::train_steps(tiered, kSteps, tiered_config());
+    ASSERT_EQ(a.losses.size(), b.losses.size());
+    for (size_t s = 0; s < a.losses.size(); ++s) {
+      ASSERT_TRUE(std::isfinite(b.losses[s])) << what << " step " << s;
+      EXPECT_EQ(std::memcmp(&a.losses[s], &b.losses[s], 4), 0)
+          << what << " step " << s << ": " << a.losses[s] << " vs " << b.losses[s];
+    }
+    ASSERT_EQ(a.bytes.size(), b.bytes.size()) << what;
+    for (const auto& [name, w] : a.bytes) EXPECT_EQ(w, b.bytes.at(name)) << what << ": '" << name << "' differs";
+    // The store moved exactly what the plan says, every step.
+    EXPECT_GT(b.plan.tier_read_bytes, 0u) << what;
+    EXPECT_EQ(b.tier_read, uint64_t(kSteps) * b.plan.tier_read_bytes) << what;
+    EXPECT_EQ(b.tier_written, uint64_t(kSteps) * b.plan.tier_written_bytes) << what;
+    EXPECT_EQ(a.plan.arena_bytes[static_cast<size_t>(Arena::Tier)], 0u);
+  }
+}
+
+namespace {
+
+// Logits of an evaluation graph sharing the training executor's memory (its
+// parameters, transient arena and tier store, as the command runs them),
+// after `steps` training steps.
+std::vector<float> eval_after_training(const train::StepSpec& spec, int steps, const ExecConfig& cfg) {
+  const auto sg = train::build_step_graph(spec);
+  train::StepSpec es = spec;
+  es.training = false;
+  es.with_loss = false;
+  es.with_metrics = true;
+  const auto eg = train::build_step_graph(es);
+  ExecConfig c = cfg;
+  c.defer_allocation = true;
+  Executor ex(sg->g, c), ev(eg->g, c);
+  ex.allocate();
+  ev.borrow(Arena::Params, ex.arena(Arena::Params));
+  ev.borrow(Arena::Transient, ex.arena(Arena::Transient));
+  ev.share_tier(ex.tier());
+  ev.allocate();
+  ex.init_params(5);
+  kernels::StepContext ctx;
+  ctx.lr = 0.02;
+  auto feed = [](Executor& e, const train::StepGraph& g, int salt) {
+    for (const train::StepInput& in : g.inputs) {
+      const size_t n = static_cast<size_t>(numel(g.g.value(in.value).shape));
+      if (in.spec.dtype == DType::i32) {
+        std::vector<int32_t> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(((i + 13 * salt) * 2654435761u) % 10);
+        e.feed(in.value, v.data(), n * 4);
+      } else {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(((i + 7 * salt) * 2654435761u) % 997) / 997.0f - 0.5f;
+        e.write_f32(in.value, v.data());
+      }
+    }
+  };
+  std::vector<float> out;
+  for (int step = 0; step < steps; ++step) {
+    feed(ex, *sg, step);
+    ctx.step = step;
+    ex.run(ctx);
+    feed(ev, *eg, 100 + step);
+    ev.run(kernels::StepContext{});
+    out.push_back(static_cast<float>(ev.fetch_scalar(eg->metrics.loss_sum)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(TierPass, EvaluationReadsTheTieredParametersAndChangesNothing) {
+  train::StepSpec s = convnet(true);
+  const std::vector<float> plain = eval_after_training(s, 6, ExecConfig{});
+  s.offload = "all";
+  const std::vector<float> tiered = eval_after_training(s, 6, tiered_config());
+  ASSERT_EQ(plain.size(), tiered.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], tiered[i]) << "evaluation after step " << i;
+}
