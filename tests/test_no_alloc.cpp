@@ -274,7 +274,9 @@ class StepRunner {
              DType weights = DType::f32, int64_t accumulation = 1, DType accumulated = DType::f32,
              const std::string& offload = "") {
     train::StepSpec spec;
-    spec.offload = offload;
+    // "SET@N": offload SET, its copies moved N ahead (default: the policy's).
+    spec.offload = offload.substr(0, offload.find('@'));
+    if (offload.find('@') != std::string::npos) spec.offload_ahead = std::stoi(offload.substr(offload.find('@') + 1));
     spec.master_weights = weights;
     spec.accumulation = accumulation;
     spec.accumulated_grads = accumulated;
@@ -465,9 +467,14 @@ TEST_F(NoAlloc, BertTinyBf16AccumulatedStep) {
 
 // Offloaded parameters and optimizer state: tier_load / tier_store move
 // them through the store's one aligned buffer, checking and updating each
-// sector's checksum in place; alone and with update in backward.
+// sector's checksum in place; alone and with update in backward; queued on
+// the store's I/O thread (its ring made with the store) and, for the
+// ConvNet, also copied where used.
 TEST_F(NoAlloc, ConvNetOffloadedStep) {
   check_model("convnet", 32, 2, DType::f32, DType::f32, false, "adam", "fp32", DType::f32, 1, DType::f32, "all");
+}
+TEST_F(NoAlloc, ConvNetOffloadedSynchronousStep) {
+  check_model("convnet", 32, 2, DType::f32, DType::f32, false, "adam", "fp32", DType::f32, 1, DType::f32, "all@0");
 }
 TEST_F(NoAlloc, GptTinyOffloadedUpdateInBackwardStep) {
   check_model("gpt-tiny", 4, 2, DType::f32, DType::f32, true, "adamw", "8bit", DType::f32, 1, DType::f32, "all");

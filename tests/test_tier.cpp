@@ -5,14 +5,20 @@
 // update per parameter and keeps each copy only around its readers; and a
 // tiered step computes bit for bit what the untiered one does over 20
 // steps (a ConvNet with SGD momentum, gpt-tiny with AdamW, with and without
-// update in backward), reading and writing exactly the bytes its plan says.
+// update in backward), reading and writing exactly the bytes its plan says,
+// with its copies made where used or queued ahead on the store's I/O thread
+// (which keeps their order, and stops on an error that every wait then
+// throws); the predicted I/O time follows the schedule.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -21,6 +27,7 @@
 #include "memfit/tier.hpp"
 #include "runtime/tier_store.hpp"
 #include "spec_steps.hpp"
+#include "train/fit.hpp"
 #include "train/step_graph.hpp"
 
 using namespace memfit;
@@ -220,12 +227,15 @@ TEST(TierPass, EveryTieredValueMovesOnlyThroughTierNodes) {
 
 TEST(TierPass, TieredStepsAreBitIdenticalAndMoveThePlannedBytes) {
   constexpr int kSteps = 20;
-  for (const auto& [base, offload] : std::vector<std::pair<train::StepSpec, std::string>>{
-           {convnet(false), "all"}, {convnet(true), "params,state"}, {gpt_tiny(false), "state"},
-           {gpt_tiny(true), "all"}, {gpt_tiny(false), "params"}}) {
+  for (const auto& [base, offload, ahead] : std::vector<std::tuple<train::StepSpec, std::string, int>>{
+           {convnet(false), "all", 0}, {convnet(false), "all", 1}, {convnet(true), "params,state", 2},
+           {gpt_tiny(false), "state", 1}, {gpt_tiny(true), "all", 0}, {gpt_tiny(true), "all", 1},
+           {gpt_tiny(false), "params", 3}}) {
     train::StepSpec tiered = base;
     tiered.offload = offload;
-    const std::string what = base.model + (base.update_in_backward ? " update in backward" : "") + " offload " + offload;
+    tiered.offload_ahead = ahead;
+    const std::string what = base.model + (base.update_in_backward ? " update in backward" : "") + " offload " +
+                             offload + " ahead " + std::to_string(ahead);
     const memfit::testing::Trained a = memfit::testing::train_steps(base, kSteps);
     const memfit::testing::Trained b = memfit::testing::train_steps(tiered, kSteps, tiered_config());
     ASSERT_EQ(a.losses.size(), b.losses.size());
@@ -302,4 +312,175 @@ TEST(TierPass, EvaluationReadsTheTieredParametersAndChangesNothing) {
   const std::vector<float> tiered = eval_after_training(s, 6, tiered_config());
   ASSERT_EQ(plain.size(), tiered.size());
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(plain[i], tiered[i]) << "evaluation after step " << i;
+}
+
+// Queued copies: done in the order queued (a read after a write of the same
+// block sees it), each wait returns once its buffer's copies are done, and
+// the synchronous calls see every queued write.
+TEST(TierStore, QueuedCopiesKeepTheirOrder) {
+  const size_t n = 3 * TierStore::kBuffer + 1234;
+  TierStore st(tmp_dir(), {{"a", n}, {"b", 5000}});
+  const std::vector<uint8_t> a1 = random_bytes(n, 1), a2 = random_bytes(n, 2), b1 = random_bytes(5000, 3);
+  std::vector<uint8_t> got1(n), got2(n), gotb(5000);
+  st.write_async("a", a1.data(), n);
+  st.read_async("a", got1.data(), n);   // after the first write
+  st.write_async("a", a2.data(), n);
+  st.read_async("a", got2.data(), n);   // after the second
+  st.write_async("b", b1.data(), 5000);
+  st.wait(got1.data());
+  EXPECT_EQ(got1, a1);
+  st.wait(got2.data());
+  EXPECT_EQ(got2, a2);
+  st.read("b", gotb.data(), gotb.size());  // synchronous: waits for the queue first
+  EXPECT_EQ(gotb, b1);
+  st.wait(a1.data());  // nothing queued on it any more: returns at once
+  EXPECT_EQ(st.bytes_written(), uint64_t(2 * n + 5000));
+  EXPECT_EQ(st.bytes_read(), uint64_t(2 * n + 5000));
+  // More copies than the queue holds at once: enqueue waits for room.
+  std::vector<std::vector<uint8_t>> outs(700, std::vector<uint8_t>(5000));
+  for (auto& o : outs) st.read_async("b", o.data(), o.size());
+  st.drain();
+  for (const auto& o : outs) ASSERT_EQ(o, b1);
+}
+
+// An error on the I/O thread (a sector the disk changed) is thrown by the
+// wait of its buffer and every wait after it; copies queued after it are
+// dropped; cancel() returns with nothing running.
+TEST(TierStore, QueuedErrorsStopTheQueue) {
+  TierStore st(tmp_dir(), {{"w", 200000}, {"v", 1000}});
+  const std::vector<uint8_t> w = random_bytes(200000, 7), v = random_bytes(1000, 8);
+  st.write("w", w.data(), w.size());
+  st.write("v", v.data(), v.size());
+  void* page = nullptr;
+  ASSERT_EQ(posix_memalign(&page, 4096, 4096), 0);
+  const off_t at = static_cast<off_t>(TierStore::kSector);
+  ASSERT_EQ(pread(st.fd(), page, 4096, at), 4096);
+  static_cast<uint8_t*>(page)[7] ^= 0x01;
+  ASSERT_EQ(pwrite(st.fd(), page, 4096, at), 4096);
+  std::free(page);
+  std::vector<uint8_t> got(w.size()), gotv(1000, 0xEE);
+  st.read_async("w", got.data(), got.size());
+  st.read_async("v", gotv.data(), gotv.size());
+  for (const void* buf : {static_cast<const void*>(got.data()), static_cast<const void*>(gotv.data())}) {
+    try {
+      st.wait(buf);
+      FAIL() << "a wait after a failed copy returned";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("differ from those written"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(st.drain(), std::runtime_error);
+  EXPECT_THROW(st.read_async("v", gotv.data(), gotv.size()), std::runtime_error);
+  st.cancel();
+}
+
+// The asynchronous tier pass: every load is queued, waited for before its
+// copy's first other reader and never read in between; every store is
+// waited for after it; the plan keeps each copy from its queuing to its
+// last wait, so its window of copies is at least the synchronous one.
+TEST(TierPass, QueuedCopiesAreWaitedForBeforeTheirUse) {
+  for (int accumulation : {1, 2}) {
+  for (bool uib : {false, true}) {
+  for (int ahead : {1, 2}) {
+    if (uib && accumulation > 1) continue;
+    train::StepSpec s = gpt_tiny(uib);
+    s.accumulation = accumulation;
+    s.offload = "all";
+    s.offload_ahead = 0;
+    const auto sync = train::build_step_graph(s);
+    s.offload_ahead = ahead;
+    const auto sg = train::build_step_graph(s);
+    const Graph& g = sg->g;
+    const std::string what = std::string(uib ? "update in backward" : "update after backward") + " ahead " +
+                             std::to_string(ahead) + " accumulation " + std::to_string(accumulation);
+    EXPECT_EQ(sg->tier.loads, sync->tier.loads) << what;
+    // With accumulation the closing update runs once per step, the rest once
+    // per micro-batch: a read queued before the update is waited for before
+    // it too (its copy may serve the update as well: it is loaded again each
+    // micro-batch, and the update changes it once, on the last).
+    size_t ub = g.num_nodes();  // (update in backward: updates inside backward, no closing update)
+    if (!uib) {
+      ASSERT_NO_THROW(ub = train::update_begin(g)) << what;
+    }
+    for (size_t k = 0; k < ub; ++k) {
+      const Node& n = g.node(static_cast<NodeId>(k));
+      if (n.op != "tier_load") continue;
+      size_t waited = g.num_nodes();
+      for (size_t j = k + 1; j < g.num_nodes() && waited == g.num_nodes(); ++j)
+        if (g.node(static_cast<NodeId>(j)).op == "tier_wait" && g.node(static_cast<NodeId>(j)).inputs[0] == n.outputs[0])
+          waited = j;
+      EXPECT_LT(waited, ub) << what << ": " << g.value(n.outputs[0]).name << " queued before the update, waited for in it";
+    }
+    std::map<ValueId, size_t> queued;  // copy -> where its load / store was queued
+    std::set<ValueId> ready;           // loaded copies waited for
+    int waits = 0;
+    bool early = false;  // some load queued before the node before its first reader
+    for (size_t k = 0; k < g.num_nodes(); ++k) {
+      const Node& n = g.node(static_cast<NodeId>(k));
+      if (n.op == "tier_load") {
+        EXPECT_EQ(n.attrs.i("async", 0), 1) << what;
+        queued[n.outputs[0]] = k;
+      } else if (n.op == "tier_store") {
+        EXPECT_EQ(n.attrs.i("async", 0), 1) << what;
+        EXPECT_TRUE(ready.count(n.inputs[0])) << what << ": " << g.value(n.inputs[0]).name << " stored before it was loaded";
+        queued[n.inputs[0]] = k;
+        ready.erase(n.inputs[0]);
+      } else if (n.op == "tier_wait") {
+        ++waits;
+        ASSERT_TRUE(queued.count(n.inputs[0])) << what << ": a wait with nothing queued";
+        if (g.node(static_cast<NodeId>(queued[n.inputs[0]])).op == "tier_load") {
+          ready.insert(n.inputs[0]);
+          early = early || queued[n.inputs[0]] + 2 < k;
+        }
+        queued.erase(n.inputs[0]);
+      } else {
+        for (ValueId in : n.inputs) {
+          const Value& v = g.value(in);
+          if (v.producer >= 0 && g.node(v.producer).op == "tier_load") {
+            EXPECT_TRUE(ready.count(in)) << what << ": " << v.name << " read by " << n.op << " before its wait";
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(queued.empty()) << what << ": copies queued and never waited for";
+    EXPECT_EQ(waits, sg->tier.loads + sg->tier.stores) << what;
+    EXPECT_TRUE(early) << what << ": no load was queued ahead of its use";
+    const Plan p = plan_for(g, tiered_config()), q = plan_for(sync->g, tiered_config());
+    EXPECT_EQ(verify_plan(g, p), "");
+    EXPECT_EQ(p.tier_read_bytes, q.tier_read_bytes) << what;
+    EXPECT_EQ(p.tier_written_bytes, q.tier_written_bytes) << what;
+    EXPECT_GE(p.arena_bytes[static_cast<size_t>(Arena::Transient)], p.peak_live_bytes) << what;
+    EXPECT_GE(p.peak_live_bytes, q.peak_live_bytes) << what;
+  }
+  }
+  }
+}
+
+// The predicted I/O time: copies made where used stop the step for all of
+// their time; queued ones overlap its compute, so with compute long beside
+// the I/O little is left (the first reads: nothing computes before them),
+// and with no compute all of it is.
+TEST(TierPass, PredictedIoFollowsTheSchedule) {
+  train::StepSpec s = gpt_tiny(true);
+  s.offload = "all";
+  s.offload_ahead = 0;
+  const auto sync = train::build_step_graph(s);
+  s.offload_ahead = 1;
+  const auto async = train::build_step_graph(s);
+  const Plan ps = plan_for(sync->g, tiered_config()), pa = plan_for(async->g, tiered_config());
+  const TierSpeed speed{1e8, 5e7};
+  const double io = static_cast<double>(ps.tier_read_bytes) / 1e8 + static_cast<double>(ps.tier_written_bytes) / 5e7;
+  for (double compute : {0.0, 0.01, 100 * io}) {
+    const train::TierTime ts = train::tier_io_time(sync->g, ps, compute, speed);
+    const train::TierTime ta = train::tier_io_time(async->g, pa, compute, speed);
+    EXPECT_NEAR(ts.io, io, 1e-9 * io);
+    EXPECT_NEAR(ta.io, io, 1e-9 * io);
+    EXPECT_NEAR(ts.exposed, io, 1e-9 * io) << compute;
+    EXPECT_LE(ta.exposed, io * (1 + 1e-9)) << compute;
+    if (compute == 0) {
+      EXPECT_NEAR(ta.exposed, io, 1e-9 * io);
+    }
+  }
+  EXPECT_LT(train::tier_io_time(async->g, pa, 100 * io, speed).exposed, 0.5 * io);
+  EXPECT_EQ(train::tier_io_time(async->g, pa, 1.0, TierSpeed{}).exposed, 0.0);  // unmeasured
 }

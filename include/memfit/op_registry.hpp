@@ -97,8 +97,9 @@ struct OpTraits {
   bool reduces_across_ranks = false;
   // Moves a tiered value between the offload tier and memory: Load reads
   // input 0 (tiered) into output 0; Store writes input 0 into input 1
-  // (tiered). Only such nodes may read a tiered value (verify_plan checks).
-  enum class TierIo : uint8_t { None, Load, Store };
+  // (tiered); Wait waits for the queued copies of input 0's buffer. Only
+  // Load and Store may read a tiered value (verify_plan checks).
+  enum class TierIo : uint8_t { None, Load, Store, Wait };
   TierIo tier_io = TierIo::None;
 };
 

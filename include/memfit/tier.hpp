@@ -14,6 +14,12 @@
 // window of copies alive at once, and the step computes exactly what it
 // computes untiered (the same kernels on the same bytes).
 //
+// With TierOptions::ahead, the copies are queued on the tier's I/O thread
+// instead (attribute async) and a tier_wait node on each copy's buffer
+// marks where the step needs the copy done: a read before its first reader,
+// a write before its buffer may be reused; the copies' planned lifetimes
+// run from the queuing to the wait, so the planner counts the larger window.
+//
 // An update node over several parameters that reads a tiered value is first
 // split into one per parameter (split_update, memfit/optim.hpp), so that a
 // parameter's copy and its state's are live only around its own update.
@@ -37,6 +43,13 @@ struct TierOptions {
   // Readers of a tiered value at most this many nodes apart share one copy
   // (fewer reads, a longer-lived copy).
   int64_t gap = 32;
+  // 0: each copy is read right before its first reader and written right
+  // after its last, the step waiting for the disk. n >= 1: the copies are
+  // moved on the tier's I/O thread while the step computes, each read
+  // queued n places of use ahead of its own and each write waited for n
+  // places later (tier_wait nodes): the window of copies alive at once
+  // grows with n, and the I/O overlaps the compute.
+  int ahead = 0;
   bool any() const { return params || frozen || state; }
 };
 

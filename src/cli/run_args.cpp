@@ -163,6 +163,10 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
         "keep these in a file on disk instead of memory, each read in where the step uses it and written back "
         "after its update (exact: the same arithmetic; checksummed; best with --update-in-backward, which updates "
         "each parameter as soon as its gradient is made)");
+  a.add("offload-ahead", &o.offload_ahead, "N",
+        "with --offload: move the copies on an I/O thread N places of use ahead of the step, overlapping the disk "
+        "with the compute for a larger window of copies in memory; 0 reads and writes each where it is used "
+        "(default: the fit's choice, 1 when the plan fits)");
   a.add("offload-dir", &o.offload_dir, "DIR",
         "the directory of --offload's file (default: the run directory, --out); a disk, not a RAM-backed tmpfs");
   a.add(

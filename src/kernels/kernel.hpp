@@ -25,10 +25,19 @@ struct Collectives {
 // holds tiered values between their uses (memfit/tier.hpp). tier_load and
 // tier_store copy a whole value between it and a planned buffer; `block`
 // is the value's name. Reads check what they read (a checksum per sector).
+//
+// The async forms queue the copy on the tier's I/O thread, in order, and
+// return at once: the buffer is the tier's until wait(buffer) (a queued
+// read fills it, a queued write reads it), which returns when every copy
+// queued on that buffer is done, or throws the error one of them met. A
+// read queued after a write of the same block sees what it wrote.
 struct TierIO {
   virtual ~TierIO() = default;
   virtual void read(const std::string& block, void* dst, size_t bytes) = 0;
   virtual void write(const std::string& block, const void* src, size_t bytes) = 0;
+  virtual void read_async(const std::string& block, void* dst, size_t bytes) = 0;
+  virtual void write_async(const std::string& block, const void* src, size_t bytes) = 0;
+  virtual void wait(const void* buffer) = 0;
 };
 
 struct StepContext {

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -343,10 +344,21 @@ void Executor::init_params(uint64_t seed) {
       throw std::runtime_error("init_params: '" + val.name + "' has " +
                                std::to_string(val.init.values ? val.init.values->size() : 0) +
                                " initial values for its " + std::to_string(n) + " elements");
-    float f[kCopyChunk];
-    double d[kCopyChunk];
-    for (size_t i0 = 0; i0 < n; i0 += kCopyChunk) {
-      const size_t m = std::min(kCopyChunk, n - i0);
+    // A tiered value is written in pieces of the store's whole buffer (a
+    // smaller piece would make the store read and rewrite its sector).
+    const bool tiered = plan_.values[v].arena == Arena::Tier;
+    const size_t chunk = tiered ? kTierIoBufferBytes / 8 : kCopyChunk;
+    float f_stack[kCopyChunk];
+    double d_stack[kCopyChunk];
+    kernels::bf16_t h_stack[kCopyChunk];
+    std::vector<float> f_heap(tiered ? chunk : 0);
+    std::vector<double> d_heap(tiered && wide ? chunk : 0);
+    std::vector<kernels::bf16_t> h_heap(tiered && half ? chunk : 0);
+    float* f = tiered ? f_heap.data() : f_stack;
+    double* d = tiered && wide ? d_heap.data() : d_stack;
+    kernels::bf16_t* h = tiered && half ? h_heap.data() : h_stack;
+    for (size_t i0 = 0; i0 < n; i0 += chunk) {
+      const size_t m = std::min(chunk, n - i0);
       for (size_t j = 0; j < m; ++j) {
         const size_t i = i0 + j;
         float x = 0.0f;
@@ -363,7 +375,6 @@ void Executor::init_params(uint64_t seed) {
       if (wide) {
         write_range(id, i0 * 8, d, m * 8);
       } else if (half) {
-        kernels::bf16_t h[kCopyChunk];
         kernels::f32_to_bf16(f, h, m);
         write_range(id, i0 * 2, h, m * 2);
       } else {
@@ -400,9 +411,23 @@ bool Executor::runs_library_gemm() const {
   return false;
 }
 
+namespace {
+// A step that stops on an error may leave copies queued on the tier's I/O
+// thread into or out of buffers that are about to be reused or freed: they
+// are dropped (and the one running waited for) before the error goes on.
+struct CancelTierOnError {
+  TierStore* tier;
+  int uncaught = std::uncaught_exceptions();
+  ~CancelTierOnError() {
+    if (tier && std::uncaught_exceptions() > uncaught) tier->cancel();
+  }
+};
+}  // namespace
+
 void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& step) {
   kernels::StepContext ctx = step;
   if (cfg_.tier) ctx.tier = cfg_.tier.get();
+  const CancelTierOnError cancel_on_error{cfg_.tier.get()};
   if (profiling_ && !cfg_.plan.guard_bytes) return run_timed(begin, end, ctx);
   if (!cfg_.plan.guard_bytes) {
     for (size_t k = begin; k < end; ++k)

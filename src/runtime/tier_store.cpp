@@ -75,9 +75,18 @@ TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks) {
   // fallocate's blocks read as zeros.
   std::memset(buf_, 0, kSector);
   sums_.assign(file_bytes_ / kSector, sector_checksum(buf_, kSector));
+  ring_.resize(kQueue);
+  io_ = std::thread([this] { io_loop(); });
 }
 
 TierStore::~TierStore() {
+  cancel();
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    stop_ = true;
+  }
+  q_cv_.notify_all();
+  if (io_.joinable()) io_.join();
   if (fd_ >= 0) ::close(fd_);
   std::free(buf_);
 }
@@ -126,10 +135,7 @@ void TierStore::pwrite_all(const std::byte* src, size_t n, size_t at) {
   }
 }
 
-void TierStore::read_range(const std::string& block, size_t offset, void* dst, size_t bytes) {
-  const Entry& e = entry(block, offset, bytes, "read");
-  std::lock_guard<std::mutex> lock(mu_);
-  auto* out = static_cast<std::byte*>(dst);
+void TierStore::do_read(const Entry& e, const std::string& block, size_t offset, std::byte* out, size_t bytes) {
   size_t pos = offset;  // within the block
   const size_t end = offset + bytes;
   while (pos < end) {
@@ -151,10 +157,7 @@ void TierStore::read_range(const std::string& block, size_t offset, void* dst, s
   read_ += bytes;
 }
 
-void TierStore::write_range(const std::string& block, size_t offset, const void* src, size_t bytes) {
-  const Entry& e = entry(block, offset, bytes, "write");
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto* in = static_cast<const std::byte*>(src);
+void TierStore::do_write(const Entry& e, const std::string& block, size_t offset, const std::byte* in, size_t bytes) {
   size_t pos = offset;
   const size_t end = offset + bytes;
   while (pos < end) {
@@ -180,6 +183,106 @@ void TierStore::write_range(const std::string& block, size_t offset, const void*
     pos += take;
   }
   written_ += bytes;
+}
+
+void TierStore::read_range(const std::string& block, size_t offset, void* dst, size_t bytes) {
+  const Entry& e = entry(block, offset, bytes, "read");
+  drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  do_read(e, block, offset, static_cast<std::byte*>(dst), bytes);
+}
+
+void TierStore::write_range(const std::string& block, size_t offset, const void* src, size_t bytes) {
+  const Entry& e = entry(block, offset, bytes, "write");
+  drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  do_write(e, block, offset, static_cast<const std::byte*>(src), bytes);
+}
+
+void TierStore::enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes) {
+  auto it = blocks_.find(block);
+  if (it == blocks_.end()) throw std::logic_error("offload tier: queuing a copy of unknown block '" + block + "'");
+  if (bytes != it->second.bytes)
+    throw std::logic_error("offload tier: queuing " + std::to_string(bytes) + " bytes of '" + block + "', which holds " +
+                           std::to_string(it->second.bytes));
+  std::unique_lock<std::mutex> lock(q_mu_);
+  if (queued_ - done_ >= kQueue) done_cv_.wait(lock, [&] { return queued_ - done_ < kQueue; });
+  if (error_) std::rethrow_exception(error_);
+  const uint64_t seq = ++queued_;
+  ring_[seq % kQueue] = {write, &it->second, &it->first, buffer, bytes, seq};
+  q_cv_.notify_one();
+}
+
+void TierStore::read_async(const std::string& block, void* dst, size_t bytes) {
+  enqueue(false, block, static_cast<std::byte*>(dst), bytes);
+}
+
+void TierStore::write_async(const std::string& block, const void* src, size_t bytes) {
+  // (The I/O thread only reads a write's buffer.)
+  enqueue(true, block, static_cast<std::byte*>(const_cast<void*>(src)), bytes);
+}
+
+void TierStore::io_loop() {
+  std::unique_lock<std::mutex> lock(q_mu_);
+  for (;;) {
+    q_cv_.wait(lock, [this] { return stop_ || queued_ > done_; });
+    if (queued_ == done_) return;  // stopping, nothing left
+    const Copy c = ring_[(done_ + 1) % kQueue];
+    lock.unlock();
+    std::exception_ptr err;
+    try {
+      std::lock_guard<std::mutex> file(mu_);
+      if (c.write) do_write(*c.e, *c.block, 0, c.buffer, c.bytes);
+      else do_read(*c.e, *c.block, 0, c.buffer, c.bytes);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lock.lock();
+    done_ = c.seq;
+    if (err && !error_) {
+      error_ = err;
+      done_ = queued_;  // the copies after it are dropped: done, as far as their waiters go
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void TierStore::wait_until(std::unique_lock<std::mutex>& lock, uint64_t seq) {
+  if (done_ < seq) {
+    const auto t0 = std::chrono::steady_clock::now();
+    done_cv_.wait(lock, [&] { return done_ >= seq; });
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+void TierStore::wait(const void* buffer) {
+  std::unique_lock<std::mutex> lock(q_mu_);
+  uint64_t seq = 0;  // the last copy queued on this buffer and not done
+  for (uint64_t q = queued_; q > done_; --q)
+    if (ring_[q % kQueue].buffer == buffer) {
+      seq = q;
+      break;
+    }
+  wait_until(lock, seq);
+}
+
+void TierStore::drain() {
+  std::unique_lock<std::mutex> lock(q_mu_);
+  wait_until(lock, queued_);
+}
+
+void TierStore::cancel() noexcept {
+  std::unique_lock<std::mutex> lock(q_mu_);
+  if (queued_ == done_) return;
+  // The first may be running: wait for it; drop the rest.
+  queued_ = done_ + 1;
+  done_cv_.wait(lock, [&] { return done_ >= queued_; });
+}
+
+double TierStore::wait_seconds() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(q_mu_));
+  return wait_seconds_;
 }
 
 void TierStore::read(const std::string& block, void* dst, size_t bytes) {

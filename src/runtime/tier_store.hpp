@@ -7,12 +7,23 @@
 // small fails then, not in the middle of a step. The file is unlinked as
 // soon as it is open: it lives as long as the store, and a run that is
 // killed leaves nothing behind (its checkpoints hold the tiered values).
+//
+// Async copies (read_async, write_async) run on one I/O thread of the
+// store, in the order they were queued, through its one buffer; the
+// synchronous calls first wait for the queue to empty, so they see every
+// queued write. An error on the I/O thread (a full disk, a failed checksum)
+// drops the copies queued after it and is thrown by every wait from then
+// on: the step stops there, as it would have had the copy been synchronous.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +59,15 @@ class TierStore final : public kernels::TierIO {
   // A whole block (the tier kernels).
   void read(const std::string& block, void* dst, size_t bytes) override;
   void write(const std::string& block, const void* src, size_t bytes) override;
+  void read_async(const std::string& block, void* dst, size_t bytes) override;
+  void write_async(const std::string& block, const void* src, size_t bytes) override;
+  void wait(const void* buffer) override;
+  // Waits for every queued copy; throws the error one of them met.
+  void drain();
+  // Drops the queued copies that have not started and waits for the one
+  // that has (a step that stopped: its buffers are about to go). The
+  // store's error, if any, stays.
+  void cancel() noexcept;
   // Bytes [offset, offset + bytes) of a block (host access outside a step:
   // initial values, checkpoints).
   void read_range(const std::string& block, size_t offset, void* dst, size_t bytes);
@@ -58,8 +78,11 @@ class TierStore final : public kernels::TierIO {
   size_t block_bytes(const std::string& block) const;
   size_t file_bytes() const { return file_bytes_; }
   // Bytes of blocks read and written so far (as asked, not the sectors).
-  uint64_t bytes_read() const { return read_; }
-  uint64_t bytes_written() const { return written_; }
+  uint64_t bytes_read() const { return read_.load(); }
+  uint64_t bytes_written() const { return written_.load(); }
+  // Seconds the callers of wait() and drain() spent waiting for the I/O
+  // thread (the I/O a step did not hide behind its compute).
+  double wait_seconds() const;
   bool direct_io() const { return direct_; }
   const std::string& path() const { return path_; }
   // The open file (tests change a byte of it on disk through this).
@@ -71,9 +94,28 @@ class TierStore final : public kernels::TierIO {
   struct Entry {
     size_t offset = 0, bytes = 0;
   };
+  struct Copy {
+    bool write = false;
+    const Entry* e = nullptr;
+    const std::string* block = nullptr;  // its key in blocks_
+    std::byte* buffer = nullptr;
+    size_t bytes = 0;
+    uint64_t seq = 0;
+  };
+  // Copies queued and not yet done at most (enqueue waits for room): the
+  // queue is a ring made with the store, so that queuing allocates nothing
+  // inside a step.
+  static constexpr size_t kQueue = 512;
   const Entry& entry(const std::string& block, size_t offset, size_t bytes, const char* what) const;
   void pread_all(std::byte* dst, size_t n, size_t at);
   void pwrite_all(const std::byte* src, size_t n, size_t at);
+  // The copies themselves (mu_ held).
+  void do_read(const Entry& e, const std::string& block, size_t offset, std::byte* dst, size_t bytes);
+  void do_write(const Entry& e, const std::string& block, size_t offset, const std::byte* src, size_t bytes);
+  void enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes);
+  void io_loop();
+  // Waits until copies up to `seq` are done (q_mu_ held by `lock`).
+  void wait_until(std::unique_lock<std::mutex>& lock, uint64_t seq);
 
   int fd_ = -1;
   bool direct_ = false;
@@ -82,8 +124,20 @@ class TierStore final : public kernels::TierIO {
   std::unordered_map<std::string, Entry> blocks_;
   std::vector<uint64_t> sums_;  // per sector of the file
   std::byte* buf_ = nullptr;    // kBuffer bytes, page-aligned
-  std::mutex mu_;
-  uint64_t read_ = 0, written_ = 0;
+  std::mutex mu_;  // the file and buf_
+  std::atomic<uint64_t> read_{0}, written_{0};
+
+  // The I/O thread's queue (under q_mu_).
+  std::mutex q_mu_;
+  std::condition_variable q_cv_, done_cv_;
+  // ring_[seq % kQueue] holds copy seq for done_ < seq <= queued_; copy
+  // done_ + 1 is the one the I/O thread works on (or will next).
+  std::vector<Copy> ring_;
+  uint64_t queued_ = 0, done_ = 0;  // copies queued, finished (in order)
+  std::exception_ptr error_;
+  bool stop_ = false;
+  double wait_seconds_ = 0;
+  std::thread io_;
 };
 
 // The checksum of one sector's bytes (n a multiple of 32).

@@ -16,7 +16,7 @@ std::string FitCandidate::describe() const {
                 predicted_seconds);
   std::string s = policy.describe() + buf;
   if (io_seconds > 0) {
-    std::snprintf(buf, sizeof buf, " (%.2f s of it offload I/O)", io_seconds);
+    std::snprintf(buf, sizeof buf, " (%.2f s of it offload I/O not overlapped)", io_seconds);
     s += buf;
   }
   return s;
@@ -78,7 +78,7 @@ int64_t rows_per_sample(const StepSpec& spec) {
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
                      const ExecConfig& cfg, double flops_per_second, const std::vector<FitPrecision>& precisions_in,
                      const std::vector<FitState>& states_in, const std::vector<std::string>& offloads_in,
-                     const TierSpeed& tier) {
+                     const TierSpeed& tier, const std::vector<int>& aheads_in) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
   const std::vector<FitPrecision> precisions =
@@ -90,6 +90,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   if (!offloads_in.empty() && !tier.measured()) throw std::logic_error("search_fit: offloads without the tier's speed");
   std::set<std::pair<std::string, size_t>> tiered_seen;
   for (const std::string& offload : offloads)
+  for (const int ahead : offload.empty() || aheads_in.empty() ? std::vector<int>{base.offload_ahead} : aheads_in)
   for (int64_t k = 1; k <= batch; k *= 2) {
     if (batch % k) continue;
     for (const FitState& st : states)
@@ -121,6 +122,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       p.master_weights = st.weights;
       p.accumulated_grads = k > 1 ? st.grads : DType::f32;
       p.offload = offload;
+      p.offload_ahead = ahead;
       StepSpec s = base;
       s.policy() = p;
       std::unique_ptr<StepGraph> sg;
@@ -146,9 +148,12 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
                                                 sg->g.num_nodes()) +
           st.seconds_per_param * trainable +
           (p.accumulated_grads == DType::bf16 ? kBf16AccumulateSeconds * trainable * static_cast<double>(k) : 0.0);
-      const double io = offload.empty() ? 0.0
-                                        : static_cast<double>(plan.tier_read_bytes) / tier.read_bytes_per_second +
-                                              static_cast<double>(plan.tier_written_bytes) / tier.write_bytes_per_second;
+      const double micro_compute = fp.time_factor * predict_step_seconds(flops_per_second, flops,
+                                                                         p.batch * rows_per_sample(base), 1,
+                                                                         sg->g.num_nodes());
+      const double io = offload.empty() || !tier.measured()
+                            ? 0.0
+                            : static_cast<double>(k) * tier_io_time(sg->g, plan, micro_compute, tier).exposed;
       for (const FitData& d : data) {
         FitCandidate cand;
         cand.io_seconds = io;
@@ -164,6 +169,43 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
   }
   std::stable_sort(r.fitting.begin(), r.fitting.end(),
                    [](const FitCandidate& a, const FitCandidate& b) { return a.predicted_seconds < b.predicted_seconds; });
+  return r;
+}
+
+TierTime tier_io_time(const Graph& g, const Plan& plan, double compute_seconds, const TierSpeed& tier) {
+  TierTime r;
+  if (!tier.measured()) return r;
+  // Each node's compute: the per-node cost, the rest by flops.
+  double total = 0;
+  std::vector<double> f(g.num_nodes(), 0.0);
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    if (const auto& fl = op_def(n.op).flops) total += f[k] = fl(g, n);
+  }
+  const double per_node = std::min(20e-6, compute_seconds / std::max<double>(1.0, static_cast<double>(g.num_nodes())));
+  const double by_flops = std::max(0.0, compute_seconds - per_node * static_cast<double>(g.num_nodes()));
+  double step = 0, io = 0, compute = 0;  // the two clocks
+  std::vector<double> done(g.num_values(), 0.0);
+  for (size_t k = 0; k < g.num_nodes(); ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    const OpTraits::TierIo kind = op_def(n.op).traits.tier_io;
+    if (kind == OpTraits::TierIo::Load || kind == OpTraits::TierIo::Store) {
+      const ValueId buf = kind == OpTraits::TierIo::Load ? n.outputs.at(0) : n.inputs.at(0);
+      const double t = static_cast<double>(plan.values.at(static_cast<size_t>(buf)).bytes) /
+                       (kind == OpTraits::TierIo::Load ? tier.read_bytes_per_second : tier.write_bytes_per_second);
+      r.io += t;
+      io = std::max(io, step) + t;
+      if (n.attrs.i("async", 0)) done[static_cast<size_t>(buf)] = io;
+      else step = io;
+    } else if (kind == OpTraits::TierIo::Wait) {
+      step = std::max(step, done[static_cast<size_t>(n.inputs.at(0))]);
+    } else {
+      const double t = per_node + (total > 0 ? by_flops * f[k] / total : 0.0);
+      step += t;
+      compute += t;
+    }
+  }
+  r.exposed = std::max(0.0, step - compute);
   return r;
 }
 

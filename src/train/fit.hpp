@@ -120,16 +120,33 @@ std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_f
 // states: the optimizer-state storages to try; empty = base's own.
 // flops_per_second: the machine profile's rate (predict_step_seconds).
 // offloads: StepPolicy::offload sets to try (the tier, a file on disk);
-// empty = base's own. Each candidate's time then adds the bytes its plan
-// reads and writes per step at `tier` speed: the tier kernels move them
-// synchronously, between the step's compute, so nothing overlaps.
+// empty = base's own. Each candidate's time then adds the I/O its plan's
+// copies do not hide behind its compute at `tier` speed (tier_io_time);
+// an unmeasured tier adds nothing.
+// aheads: StepPolicy::offload_ahead values to try with an offload, in order
+// of preference (first wins a tie); empty = base's own.
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,
                      const ExecConfig& cfg, double flops_per_second, const std::vector<FitPrecision>& precisions = {},
                      const std::vector<FitState>& states = {}, const std::vector<std::string>& offloads = {},
-                     const TierSpeed& tier = {});
+                     const TierSpeed& tier = {}, const std::vector<int>& aheads = {});
+
+// The offload tier's time in one run of a tiered step graph (one
+// micro-batch): `io` seconds of copies at the tier's speed, of which
+// `exposed` the step waits for. Simulated along the schedule with two
+// clocks: the step's (each node its share of `compute_seconds` by its
+// flops, plus the per-node cost) and the I/O thread's (queued copies in
+// order); a synchronous copy stops the step for its whole time, a queued
+// one only where a tier_wait finds it unfinished.
+struct TierTime {
+  double io = 0, exposed = 0;
+};
+TierTime tier_io_time(const Graph& g, const Plan& plan, double compute_seconds, const TierSpeed& tier);
 // The offload sets the fit tries when nothing fits in memory, in order of
 // the bytes they move: optimizer state, then frozen weights too, then
 // everything (trainable parameters).
 const std::vector<std::string>& fit_offloads();
+// The StepPolicy::offload_ahead values the fit tries: the copies moved one
+// place of use ahead (overlapped), then where they are used.
+inline std::vector<int> fit_aheads() { return {1, 0}; }
 
 }  // namespace memfit::train

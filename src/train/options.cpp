@@ -71,6 +71,7 @@ void validate(const TrainOptions& o) {
     } catch (const std::invalid_argument& e) {
       fail(e.what());
     }
+    if (o.offload_ahead < -1 || o.offload_ahead > 64) fail("--offload-ahead is the number of places of use the copies move ahead: 0 to 64");
     if (o.ranks > 1) fail("--offload runs in one process (the ranks exchange parameters in memory): drop it on several ranks");
     if (o.backend == Backend::Cuda)
       fail("--offload has no CUDA copies yet (the tier kernels copy through host memory): drop it with --device cuda");
@@ -168,6 +169,7 @@ StepPolicy policy_of(const TrainOptions& o) {
   p.accumulated_grads = o.accumulated_grads;
   p.data_in = o.data_in == "auto" ? "" : o.data_in;
   p.offload = o.offload == "none" ? "" : o.offload;
+  p.offload_ahead = o.offload_ahead < 0 ? 1 : static_cast<int>(o.offload_ahead);
   return p;
 }
 
@@ -183,6 +185,7 @@ TrainOptions with_policy(TrainOptions o, const StepPolicy& p) {
   o.accumulated_grads = p.accumulated_grads;
   if (!p.data_in.empty()) o.data_in = p.data_in;
   o.offload = p.offload;
+  if (!p.offload.empty()) o.offload_ahead = p.offload_ahead;
   return o;
 }
 

@@ -56,6 +56,9 @@ struct TrainOptions {
   // offload_dir ("" = the run directory, --out).
   std::string offload;
   std::string offload_dir;
+  // --offload-ahead (StepPolicy::offload_ahead); -1: the fit's choice (1
+  // where there is no fit).
+  int64_t offload_ahead = -1;
   DType precision = DType::f32;  // activations: f32, bf16 or f16 (StepSpec::precision)
   bool precision_set = false;    // given by --precision: the fit keeps it
   double loss_scale = 65536.0;   // fp16: initial dynamic loss scale (a power of two)

@@ -221,15 +221,18 @@ std::string optstate_note(const MemoryReport& r) {
 std::string tier_speed_note(const MemoryReport& r) {
   if (r.tier_io_seconds <= 0) return "";
   char buf[200];
-  const double compute = r.predicted_step_seconds - r.tier_io_seconds;
+  const double compute = r.predicted_step_seconds - r.tier_exposed_seconds;
   std::snprintf(buf, sizeof buf, ", ~%.2f s at %.0f / %.0f MB/s measured there", r.tier_io_seconds,
                 r.tier_read_bps / 1e6, r.tier_write_bps / 1e6);
   std::string s = buf;
-  if (compute > 0) {
+  if (compute > 0 && r.tier_ahead > 0)
+    std::snprintf(buf, sizeof buf, " (compute ~%.2f s; moved %d ahead on an I/O thread, ~%.2f s not hidden)", compute,
+                  r.tier_ahead, r.tier_exposed_seconds);
+  else if (compute > 0)
     std::snprintf(buf, sizeof buf, " (compute ~%.2f s; not overlapped)", compute);
-    s += buf;
-  }
-  return s;
+  else
+    buf[0] = 0;
+  return s + buf;
 }
 }  // namespace
 
@@ -251,8 +254,8 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
     std::snprintf(buf, sizeof buf, "  step time: ~%.2f s predicted (%.1f GFLOP at %.1f GFLOP/s, %s for this machine",
                   r.predicted_step_seconds, r.step_flops / 1e9, r.flops_per_second / 1e9, r.speed_source.c_str());
     o << buf;
-    if (r.tier_io_seconds > 0) {
-      std::snprintf(buf, sizeof buf, ", + %.2f s offload I/O", r.tier_io_seconds);
+    if (r.tier_exposed_seconds > 0) {
+      std::snprintf(buf, sizeof buf, ", + %.2f s offload I/O not overlapped", r.tier_exposed_seconds);
       o << buf;
     }
     o << ")\n";
@@ -403,6 +406,8 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
     o["offload"]["read_bytes_per_second"] = r.tier_read_bps;
     o["offload"]["write_bytes_per_second"] = r.tier_write_bps;
     o["offload"]["predicted_io_seconds"] = r.tier_io_seconds;
+    o["offload"]["predicted_exposed_io_seconds"] = r.tier_exposed_seconds;
+    o["offload"]["ahead"] = r.tier_ahead;
   }
   if (r.update_in_backward || r.grads_sharded) {
     o["gradients_unfused_bytes"] = r.grads_unfused;

@@ -84,6 +84,11 @@ struct MemoryReport {
   // The tier's speed measured in its directory (bytes/s; 0 = not measured)
   // and a step's reads and writes at it (in predicted_step_seconds too).
   double tier_read_bps = 0, tier_write_bps = 0, tier_io_seconds = 0;
+  // Of tier_io_seconds, what the step waits for (the rest overlaps its
+  // compute on the tier's I/O thread), and how far ahead the copies move
+  // (StepPolicy::offload_ahead).
+  double tier_exposed_seconds = 0;
+  int tier_ahead = 0;
   std::string offload_dir;
   size_t data = 0, eval = 0;
   size_t comm = 0;

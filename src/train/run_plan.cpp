@@ -321,8 +321,8 @@ class Planner {
   }
 
   // An offloaded plan: the tier's speed measured in its directory, and the
-  // step's predicted I/O time at it (added to the step time: the tier
-  // kernels do not overlap compute). Nothing when it cannot be measured.
+  // step's I/O time at it: what the step waits for (tier_io_time) is added
+  // to the predicted step time. Nothing when it cannot be measured.
   void describe_tier_speed(MemoryReport& rep) const {
     if (!rep.tier || o_.offload.empty() || o_.offload == "none") return;
     const std::string dir = offload_dir(o_);
@@ -333,9 +333,12 @@ class Planner {
       const TierSpeed s = measure_tier_speed(dir);
       rep.tier_read_bps = s.read_bytes_per_second;
       rep.tier_write_bps = s.write_bytes_per_second;
-      rep.tier_io_seconds = static_cast<double>(rep.tier_read) / s.read_bytes_per_second +
-                            static_cast<double>(rep.tier_written) / s.write_bytes_per_second;
-      if (rep.predicted_step_seconds > 0) rep.predicted_step_seconds += rep.tier_io_seconds;
+      const double k = static_cast<double>(o_.accumulate);
+      const TierTime t = tier_io_time(p_.train_g->g, p_.train_ex->plan(), rep.predicted_step_seconds / k, s);
+      rep.tier_io_seconds = k * t.io;
+      rep.tier_exposed_seconds = k * t.exposed;
+      rep.tier_ahead = spec_.offload_ahead;
+      if (rep.predicted_step_seconds > 0) rep.predicted_step_seconds += rep.tier_exposed_seconds;
     } catch (const std::exception&) {
       // (the store's own error, when the run makes it, names the cause)
     }
@@ -416,7 +419,7 @@ class Planner {
     std::snprintf(buf, sizeof buf, "nothing fits in memory; offloading to %s (measured there: read %.0f MB/s, write %.0f MB/s)",
                   dir.c_str(), speed.read_bytes_per_second / 1e6, speed.write_bytes_per_second / 1e6);
     FitResult r = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions, states,
-                             fit_offloads(), speed);
+                             fit_offloads(), speed, o_.offload_ahead < 0 ? fit_aheads() : std::vector<int>{});
     note = r.fitting.empty() ? " Offloading optimizer state and weights to disk (--offload) does not make it fit "
                                "either (smallest with it: " + r.smallest.describe() + ")."
                              : std::string(buf);
@@ -449,7 +452,12 @@ class Planner {
       if (o_.accumulated_grads_set) st.grads = o_.accumulated_grads;
     }
     const std::vector<FitState> states = o_.allow_approx ? approx : std::vector<FitState>{};
-    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions, states);
+    // With --offload given and --offload-ahead not: the overlapped copies
+    // first, and the step waiting for each where the larger window does
+    // not fit.
+    const std::vector<int> aheads = o_.offload_ahead < 0 ? fit_aheads() : std::vector<int>{};
+    FitResult fr = search_fit(base, o_.batch, fit_data_, target, fcfg, profile_.flops_per_second, precisions, states,
+                              {}, {}, aheads);
     // Nothing fits in memory: the same search with optimizer state, frozen
     // and then all weights in the offload tier (exact: the same numbers,
     // moved through a file), its I/O timed at the speed measured in the

@@ -164,7 +164,9 @@ std::unique_ptr<StepGraph> build_step_graph(const StepSpec& s) {
   if (!s.offload.empty()) {
     if (s.ranks > 1) throw GraphError("--offload: data-parallel ranks exchange parameters in memory; offloading them "
                                       "to disk is for one process");
-    sg->tier = tier_values(sg->g, offload_options(s.offload));
+    TierOptions to = offload_options(s.offload);
+    to.ahead = s.offload_ahead;
+    sg->tier = tier_values(sg->g, to);
   }
   return sg;
 }

@@ -14,7 +14,9 @@ std::string StepPolicy::describe() const {
   if (!optimizer_state.empty() && optimizer_state != "fp32") s += ", " + optimizer_state + " optimizer state";
   if (master_weights == DType::bf16) s += ", bf16 master weights";
   if (accumulation > 1 && accumulated_grads == DType::bf16) s += ", bf16 accumulated gradients";
-  if (!offload.empty()) s += ", " + offload + " offloaded to disk";
+  if (!offload.empty())
+    s += ", " + offload + " offloaded to disk" +
+         (offload_ahead > 0 ? " (moved " + std::to_string(offload_ahead) + " ahead, overlapped)" : " (moved when used)");
   if (data_in == "disk") s += ", dataset streamed from disk";
   else if (data_in == "memory") s += ", dataset in memory";
   return s;
@@ -26,7 +28,7 @@ std::string StepPolicy::key() const {
          optimizer_state + ", master weights " + precision_name(master_weights) + ", accumulated gradients " +
          precision_name(accumulated_grads) + ", gradients " +
          (shard_gradients ? "sharded" : "whole") + (update_in_backward ? ", update in backward" : "") +
-         (offload.empty() ? "" : ", offload " + offload);
+         (offload.empty() ? "" : ", offload " + offload + " ahead " + std::to_string(offload_ahead));
 }
 
 }  // namespace memfit::train

@@ -59,6 +59,11 @@ struct StepPolicy {
   // set of "params" (trainable parameters), "frozen" (the others) and
   // "state" (optimizer state); "" none.
   std::string offload;
+  // With an offload: how far ahead the tier's I/O thread moves the copies
+  // (TierOptions::ahead): 0 reads and writes each where the step uses it,
+  // the step waiting; n >= 1 queues them n places of use ahead, so the I/O
+  // overlaps the compute, for a larger window of copies in memory.
+  int offload_ahead = 1;
 
   bool operator==(const StepPolicy&) const = default;
 

@@ -1,6 +1,9 @@
-// The offload tier's two ops (memfit/tier.hpp places them): tier_load reads
-// a tiered value from the tier into a planned buffer of memory, tier_store
-// writes such a buffer back. Their block is the tiered value's name.
+// The offload tier's ops (memfit/tier.hpp places them): tier_load reads a
+// tiered value from the tier into a planned buffer of memory, tier_store
+// writes such a buffer back; their block is the tiered value's name. With
+// attribute async = 1 they queue the copy on the tier's I/O thread, and a
+// tier_wait on the buffer (its one input) waits for it: a load's before the
+// buffer's first reader, a store's before the buffer may be reused.
 #include "ops/common/op_common.hpp"
 
 namespace memfit {
@@ -29,6 +32,17 @@ void register_tier_ops() {
     return std::vector<ValueMeta>{};
   };
   register_op(store);
+
+  OpDef wait;
+  wait.name = "tier_wait";
+  wait.traits.no_gradient = true;
+  wait.traits.reference_serves_cpu = true;
+  wait.traits.tier_io = OpTraits::TierIo::Wait;
+  wait.infer = [](const Graph& g, const Node& n) {
+    if (n.inputs.size() != 1) shape_fail(g, n, "tier_wait waits for one buffer's queued copies");
+    return std::vector<ValueMeta>{};
+  };
+  register_op(wait);
 }
 
 }  // namespace memfit
