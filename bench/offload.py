@@ -21,7 +21,10 @@ a cgroup (this machine has the memory). From each: the predicted peak, the
 peak RSS (/usr/bin/time), the cgroup's failcnt and OOM kills, the losses,
 the warm step time (memfit's warm throughput: steps after the first), the
 offload file's size and the bytes the plan reads and writes per step, and
-the slowdown of the tiered run against the all-RAM one.
+the slowdown of the tiered run against the all-RAM one. GPT-2 medium runs
+offloaded twice: with the fit's default, copies moved on the I/O thread one
+place of use ahead (overlapping the compute), and with --offload-ahead 0
+(each copy made where used, the step waiting for the disk).
 
 PyTorch (bench/.venv from `make bench-venv`) trains bench/torch_text.py's
 GPT of GPT-2 medium's shape (24 x 16 x 1024, tied head, fp32, AdamW), one
@@ -75,10 +78,11 @@ def disk_bandwidth(directory, mib=1024):
     return out
 
 
-def memfit_row(a, model, steps, offload, limit, cg):
+def memfit_row(a, model, steps, offload, limit, cg, ahead=None):
     out_dir = tempfile.mkdtemp(prefix=f"offload-{model}-", dir=a.dir)
     cmd = [a.memfit, "train", "--model", model, "--data", a.data, "--steps", str(steps), "--threads", str(a.threads),
-           "--out", out_dir] + FLAGS + (["--offload", "all"] if offload else [])
+           "--out", out_dir] + FLAGS + (["--offload", "all"] if offload else []) + \
+        (["--offload-ahead", str(ahead)] if ahead is not None else [])
     where = f"{limit // GIB} GiB cgroup" if cg else "no cgroup (all in RAM)"
     print(f"memfit {model} {'offload all' if offload else 'in RAM'}, {steps} steps, {where} ...", file=sys.stderr,
           flush=True)
@@ -91,7 +95,8 @@ def memfit_row(a, model, steps, offload, limit, cg):
             g.close()
     p = gm.parse_memfit(r["stderr"])
     j = gm.last_json(r["stdout"])
-    row = {"kind": "memfit", "model": model, "offload": offload, "steps": steps, "limit_bytes": limit if cg else None,
+    row = {"kind": "memfit", "model": model, "offload": offload, "ahead": ahead, "steps": steps,
+           "limit_bytes": limit if cg else None,
            "rc": r["rc"], "exit_status": r["exit_status"], "wall_seconds": r["seconds"],
            "time_max_rss_bytes": r["time_max_rss_bytes"], "cmd": " ".join(cmd), "losses": p["losses"],
            "predicted_bytes": gm.size_bytes(p.get("predicted_text", "")), "budget_text": p.get("budget_text"),
@@ -160,6 +165,12 @@ def md(meta, rows):
         if r["kind"] == "memfit":
             where = (f"offload all, {r['limit_bytes'] // GIB} GiB cgroup" if r["limit_bytes"] else
                      ("offload all" if r["offload"] else "all in RAM"))
+            if r.get("ahead") == 0:
+                where += ", copies made where used (--offload-ahead 0)"
+            elif r["offload"]:
+                t0 = r.get("tier") or {}
+                if t0.get("ahead"):
+                    where += f", copies moved {t0['ahead']} ahead"
             within = ""
             if r["limit_bytes"]:
                 ok = r["rc"] == 0 and not r.get("cgroup_oom_kills")
@@ -234,6 +245,7 @@ def main():
         print(f"disk: {meta['disk']}", file=sys.stderr, flush=True)
         if a.only != "torch":
             rows.append(memfit_row(a, "gpt2-medium", a.steps, True, GIB, cg))
+            rows.append(memfit_row(a, "gpt2-medium", a.ram_steps, True, GIB, cg, ahead=0))
             rows.append(memfit_row(a, "gpt2-medium", a.ram_steps, False, GIB, None))
             rows.append(memfit_row(a, "gpt2-large", a.large_steps, True, 2 * GIB, cg))
             rows.append(memfit_row(a, "gpt2-large", a.ram_steps, False, 2 * GIB, None))
