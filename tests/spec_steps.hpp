@@ -30,6 +30,29 @@ struct Trained {
   uint64_t tier_read = 0, tier_written = 0;
 };
 
+// The two small steps these tests train: gpt-tiny (batch 2 x 16 tokens of a
+// 30-token vocabulary) and the ConvNet (batch 8), with or without update in
+// backward.
+inline train::StepSpec gpt_tiny_spec(const std::string& optimizer, bool uib) {
+  train::StepSpec s;
+  s.model = "gpt-tiny";
+  s.batch = 2;
+  constexpr int64_t T = 16, V = 30;
+  s.data = {{"tokens", DType::i32, {T}, 0.0, V}, {"targets", DType::i32, {T}, -1.0, V}};
+  s.classes = V;
+  s.optimizer.kind = optimizer;
+  s.update_in_backward = uib;
+  return s;
+}
+
+inline train::StepSpec convnet_spec(bool uib) {
+  train::StepSpec s;
+  s.model = "convnet";
+  s.batch = 8;
+  s.update_in_backward = uib;
+  return s;
+}
+
 inline Trained train_steps(const train::StepSpec& spec, int steps, const ExecConfig& cfg = {}) {
   const auto sg = train::build_step_graph(spec);
   const Graph& g = sg->g;

@@ -47,28 +47,29 @@ std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
 }
 
 train::StepSpec gpt_tiny(bool uib) {
-  train::StepSpec s;
-  s.model = "gpt-tiny";
-  s.batch = 2;
-  constexpr int64_t T = 16, V = 30;
-  s.data = {{"tokens", DType::i32, {T}, 0.0, V}, {"targets", DType::i32, {T}, -1.0, V}};
-  s.classes = V;
-  s.optimizer.kind = "adamw";
+  train::StepSpec s = memfit::testing::gpt_tiny_spec("adamw", uib);
   s.optimizer.weight_decay = 0.1;
   s.optimizer.decay_bias_and_norm = false;
-  s.update_in_backward = uib;
   return s;
 }
 
 train::StepSpec convnet(bool uib) {
-  train::StepSpec s;
-  s.model = "convnet";
-  s.batch = 8;
+  train::StepSpec s = memfit::testing::convnet_spec(uib);
   s.optimizer.kind = "sgd";
   s.optimizer.momentum = 0.9;
   s.optimizer.weight_decay = 5e-4;
-  s.update_in_backward = uib;
   return s;
+}
+
+// Flips bits of one byte of the store's file on disk (through an aligned
+// page: the store may have opened its file for direct I/O).
+void flip_on_disk(const TierStore& st, off_t page_at, size_t byte, uint8_t mask) {
+  void* page = nullptr;
+  ASSERT_EQ(posix_memalign(&page, 4096, 4096), 0);
+  ASSERT_EQ(pread(st.fd(), page, 4096, page_at), 4096);
+  static_cast<uint8_t*>(page)[byte] ^= mask;
+  ASSERT_EQ(pwrite(st.fd(), page, 4096, page_at), 4096);
+  std::free(page);
 }
 
 ExecConfig tiered_config() {
@@ -127,15 +128,8 @@ TEST(TierStore, RefusesBytesTheDiskChanged) {
   TierStore st(tmp_dir(), {{"w", 200000}});
   const std::vector<uint8_t> w = random_bytes(200000, 7);
   st.write("w", w.data(), w.size());
-  // Flip one byte of the second sector on disk (through an aligned buffer:
-  // the store may have opened its file for direct I/O).
-  void* page = nullptr;
-  ASSERT_EQ(posix_memalign(&page, 4096, 4096), 0);
-  const off_t at = static_cast<off_t>(TierStore::kSector);
-  ASSERT_EQ(pread(st.fd(), page, 4096, at), 4096);
-  static_cast<uint8_t*>(page)[100] ^= 0x10;
-  ASSERT_EQ(pwrite(st.fd(), page, 4096, at), 4096);
-  std::free(page);
+  // Flip one byte of the second sector on disk.
+  flip_on_disk(st, static_cast<off_t>(TierStore::kSector), 100, 0x10);
   std::vector<uint8_t> got(w.size());
   try {
     st.read("w", got.data(), got.size());
@@ -351,13 +345,7 @@ TEST(TierStore, QueuedErrorsStopTheQueue) {
   const std::vector<uint8_t> w = random_bytes(200000, 7), v = random_bytes(1000, 8);
   st.write("w", w.data(), w.size());
   st.write("v", v.data(), v.size());
-  void* page = nullptr;
-  ASSERT_EQ(posix_memalign(&page, 4096, 4096), 0);
-  const off_t at = static_cast<off_t>(TierStore::kSector);
-  ASSERT_EQ(pread(st.fd(), page, 4096, at), 4096);
-  static_cast<uint8_t*>(page)[7] ^= 0x01;
-  ASSERT_EQ(pwrite(st.fd(), page, 4096, at), 4096);
-  std::free(page);
+  flip_on_disk(st, static_cast<off_t>(TierStore::kSector), 7, 0x01);
   std::vector<uint8_t> got(w.size()), gotv(1000, 0xEE);
   st.read_async("w", got.data(), got.size());
   st.read_async("v", gotv.data(), gotv.size());

@@ -30,25 +30,8 @@ using memfit::testing::train_steps;
 
 namespace {
 
-train::StepSpec gpt_tiny(const std::string& optimizer, bool uib) {
-  train::StepSpec s;
-  s.model = "gpt-tiny";
-  s.batch = 2;
-  constexpr int64_t T = 16, V = 30;
-  s.data = {{"tokens", DType::i32, {T}, 0.0, V}, {"targets", DType::i32, {T}, -1.0, V}};
-  s.classes = V;
-  s.optimizer.kind = optimizer;
-  s.update_in_backward = uib;
-  return s;
-}
-
-train::StepSpec convnet(bool uib) {
-  train::StepSpec s;
-  s.model = "convnet";
-  s.batch = 8;
-  s.update_in_backward = uib;
-  return s;
-}
+train::StepSpec gpt_tiny(const std::string& optimizer, bool uib) { return memfit::testing::gpt_tiny_spec(optimizer, uib); }
+train::StepSpec convnet(bool uib) { return memfit::testing::convnet_spec(uib); }
 
 // SGD with momentum and L2 decay, or AdamW decaying only the 2-d weights
 // (the decay groups: biases and norms exempt).

@@ -21,14 +21,14 @@ kernels::TierParams tier_params(const LoweredGraph& lg, ValueId tiered, bool asy
 void register_tier_ref_kernels() {
   register_kernel("tier_load", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Node& n = lg.node(id);
-    return std::make_unique<kernels::ref::TierLoad>(tier_params(lg, n.inputs.at(0), n.attrs.i("async", 0) != 0));
+    return std::make_unique<kernels::ref::TierCopy>(kernels::ref::TierCopy::Kind::Load, tier_params(lg, n.inputs.at(0), n.attrs.i("async", 0) != 0));
   });
   register_kernel("tier_store", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Node& n = lg.node(id);
-    return std::make_unique<kernels::ref::TierStore>(tier_params(lg, n.inputs.at(1), n.attrs.i("async", 0) != 0));
+    return std::make_unique<kernels::ref::TierCopy>(kernels::ref::TierCopy::Kind::Store, tier_params(lg, n.inputs.at(1), n.attrs.i("async", 0) != 0));
   });
   register_kernel("tier_wait", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
-    return std::make_unique<kernels::ref::TierWait>(tier_params(lg, lg.node(id).inputs.at(0), true));
+    return std::make_unique<kernels::ref::TierCopy>(kernels::ref::TierCopy::Kind::Wait, tier_params(lg, lg.node(id).inputs.at(0), true));
   });
 }
 

@@ -8,41 +8,37 @@
 
 namespace memfit {
 
+namespace {
+
+// The three ops share their traits: no gradient, the reference kernel serves
+// the CPU, and what they do with the tier.
+void register_tier_op(const char* name, OpTraits::TierIo io, decltype(OpDef::infer) infer) {
+  OpDef d;
+  d.name = name;
+  d.traits.no_gradient = true;
+  d.traits.reference_serves_cpu = true;
+  d.traits.tier_io = io;
+  d.infer = std::move(infer);
+  register_op(d);
+}
+
+}  // namespace
+
 void register_tier_ops() {
-  OpDef load;
-  load.name = "tier_load";
-  load.traits.no_gradient = true;
-  load.traits.reference_serves_cpu = true;
-  load.traits.tier_io = OpTraits::TierIo::Load;
-  load.infer = [](const Graph& g, const Node& n) {
+  register_tier_op("tier_load", OpTraits::TierIo::Load, [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 1) shape_fail(g, n, "tier_load reads one tiered value");
     return std::vector<ValueMeta>{{in_shape(g, n, 0), in_dtype(g, n, 0)}};
-  };
-  register_op(load);
-
-  OpDef store;
-  store.name = "tier_store";
-  store.traits.no_gradient = true;
-  store.traits.reference_serves_cpu = true;
-  store.traits.tier_io = OpTraits::TierIo::Store;
-  store.infer = [](const Graph& g, const Node& n) {
+  });
+  register_tier_op("tier_store", OpTraits::TierIo::Store, [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 2) shape_fail(g, n, "tier_store writes a buffer (input 0) into a tiered value (input 1)");
     if (in_shape(g, n, 0) != in_shape(g, n, 1) || in_dtype(g, n, 0) != in_dtype(g, n, 1))
       shape_fail(g, n, "tier_store's buffer and tiered value differ in shape or type");
     return std::vector<ValueMeta>{};
-  };
-  register_op(store);
-
-  OpDef wait;
-  wait.name = "tier_wait";
-  wait.traits.no_gradient = true;
-  wait.traits.reference_serves_cpu = true;
-  wait.traits.tier_io = OpTraits::TierIo::Wait;
-  wait.infer = [](const Graph& g, const Node& n) {
+  });
+  register_tier_op("tier_wait", OpTraits::TierIo::Wait, [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 1) shape_fail(g, n, "tier_wait waits for one buffer's queued copies");
     return std::vector<ValueMeta>{};
-  };
-  register_op(wait);
+  });
 }
 
 }  // namespace memfit
