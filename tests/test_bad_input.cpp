@@ -150,16 +150,20 @@ RunResult memfit_on_tmpfs(const std::string& mnt, const std::string& size, const
 // A ConvNet run of 16 steps with a checkpoint every 8 (and `extra` flags),
 // its run directory a tmpfs of `size` that holds the step-8 checkpoint but
 // not the step-16 one's temp file beside it: the run stops with an error
-// naming `parts`, leaves no offload file, and the step-8 checkpoint is
-// intact and resumes.
+// naming `parts`, and the step-8 checkpoint is intact and resumes. An
+// offloaded run leaves its offload file and step record (the state after
+// its last step, train/checkpoint.hpp), nothing else.
 void expect_full_disk_keeps_step_8(const std::string& name, const std::string& size, const std::string& extra,
-                                   const std::vector<std::string>& parts) {
+                                   const std::vector<std::string>& parts, bool offloaded = false) {
   const std::string mnt = temp_dir(name), keep = temp_dir(name + "-keep");
   RunResult r = memfit_on_tmpfs(
       mnt, size, "train --subset 256 --test-subset 64 --batch 32 --steps 16 --checkpoint-every 8" + extra + " --out " + mnt,
       "cp " + mnt + "/checkpoint.safetensors " + keep + "/; ls " + mnt);
   expect_error(r, parts);
-  EXPECT_EQ(r.out.find("memfit-offload-"), std::string::npos) << "the offload file outlived the run:\n" << r.out;
+  EXPECT_EQ(r.out.find("memfit-offload-") != std::string::npos, offloaded) << r.out;
+  EXPECT_EQ(r.out.find("offload-step.safetensors") != std::string::npos, offloaded) << r.out;
+  // (`ls` prints one name a line; the error names the temp file it wrote.)
+  EXPECT_EQ(r.out.find(".tmp\n"), std::string::npos) << "a temp file outlived the run:\n" << r.out;
   auto f = memfit::io::SafetensorsFile::load(keep + "/checkpoint.safetensors");
   EXPECT_EQ(f.metadata().at("step"), "8");
   RunResult res = run_memfit("train --subset 256 --test-subset 64 --batch 32 --steps 9" + extra + " --resume " + keep +
@@ -176,11 +180,12 @@ TEST(BadInput, FullDiskKeepsPreviousCheckpoint) {
 }
 
 TEST(BadInput, FullDiskWithOffloadKeepsPreviousCheckpoint) {
-  // The offload file (25 MiB, reserved when the run starts) shares an 80 MiB
-  // tmpfs with the run directory.
+  // The offload file (25 MiB of values, kept with two copies: 50 MiB,
+  // reserved when the run starts) shares a 100 MiB tmpfs with the run
+  // directory.
   if (run_cmd("unshare -m true").code != 0) GTEST_SKIP() << "no mount namespaces here";
-  expect_full_disk_keeps_step_8("fulldisk-offload", "80m", " --offload all",
-                                {"No space left on device", "was not changed"});
+  expect_full_disk_keeps_step_8("fulldisk-offload", "100m", " --offload all",
+                                {"No space left on device", "was not changed"}, true);
 
   // An offload directory too small for the file: refused before the first
   // step, saying how much it needed and what to do.

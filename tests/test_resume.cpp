@@ -149,27 +149,51 @@ TEST(Resume, UpdateInBackwardIsBitIdenticalAndResumes) {
 
 // Parameters and optimizer state offloaded to a file in the run directory
 // (--offload all): the same arithmetic, read in and written back around
-// each layer, so the run ends bit-identical to one in memory; its
-// checkpoints hold the offloaded values (read from the file in pieces), and
-// killed with SIGKILL and resumed, it ends bit-identical too.
-TEST(Resume, OffloadedRunIsBitIdenticalAndResumes) {
+// each layer, so the run ends bit-identical to one in memory. The offload
+// file is kept and every step commits whole (a step record beside it), so a
+// run killed with SIGKILL, wherever it was in its step, resumes from the
+// last step it reported or a later one (not from its last checkpoint), and
+// ends bit-identical too; a finished run leaves no offload file behind.
+TEST(Resume, OffloadedRunIsBitIdenticalAndResumesFromItsLastStep) {
   const std::string a = temp_dir("resume-off-a"), b = temp_dir("resume-off-b"), c = temp_dir("resume-off-c");
   RunResult plain = run_memfit("train" + kArgs + " --out " + a);
   ASSERT_EQ(plain.code, 0) << plain.out;
+  auto offload_files = [](const std::string& dir) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      n += e.path().filename().string().rfind("memfit-offload", 0) == 0;
+    return n;
+  };
   for (const std::string off : {" --offload all --update-in-backward", " --offload params,state"}) {
     SCOPED_TRACE(off);
     RunResult full = run_memfit("train" + kArgs + off + " --out " + b);
     ASSERT_EQ(full.code, 0) << full.out;
     EXPECT_NE(full.out.find("offload tier (disk)"), std::string::npos) << full.out;
+    EXPECT_NE(full.out.find("offload file kept"), std::string::npos) << full.out;
     expect_same_run(a, b);
+    EXPECT_EQ(offload_files(b), 0);
+    EXPECT_FALSE(std::filesystem::exists(b + "/offload-step.safetensors"));
   }
-  const std::string out = kill_and_resume(kArgs + " --offload all --update-in-backward", c, 30, 40);
-  ASSERT_FALSE(HasFailure());
-  EXPECT_NE(out.find("at step 20"), std::string::npos) << out;
+  const std::string args = kArgs + " --offload all --update-in-backward";
+  std::string seen;
+  const int killed = run_and_kill("train" + args + " --out " + c, 30, seen);
+  ASSERT_GE(killed, 30) << seen;
+  ASSERT_LT(killed, 40) << seen;
+  EXPECT_EQ(offload_files(c), 1);
+  EXPECT_TRUE(std::filesystem::exists(c + "/offload-step.safetensors"));
+  // Resumed as it did not run (without --offload): refused, nothing lost.
+  RunResult other = run_memfit("train" + kArgs + " --offload none --out " + c + " --resume " + c);
+  EXPECT_NE(other.code, 0) << other.out;
+  EXPECT_NE(other.out.find("offload-step.safetensors"), std::string::npos) << other.out;
+  RunResult res = run_memfit("train" + args + " --out " + c + " --resume " + c);
+  ASSERT_EQ(res.code, 0) << res.out;
+  int at = -1;
+  const size_t pos = res.out.find("step record at step ");
+  ASSERT_NE(pos, std::string::npos) << res.out;
+  at = std::atoi(res.out.c_str() + pos + std::strlen("step record at step "));
+  EXPECT_GE(at, killed) << "resumed from before the last step the killed run reported";
   expect_same_run(a, c);
-  // A killed run leaves no offload file behind (it is unlinked once open).
-  for (const auto& e : std::filesystem::directory_iterator(c))
-    EXPECT_EQ(e.path().filename().string().rfind("memfit-offload", 0), std::string::npos) << e.path();
+  EXPECT_EQ(offload_files(c), 0);
 }
 
 // Compact optimizer state resumes exactly too: 8-bit codes and their

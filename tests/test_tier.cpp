@@ -9,6 +9,7 @@
 // with its copies made where used or queued ahead on the store's I/O thread
 // (which keeps their order, and stops on an error that every wait then
 // throws); the predicted I/O time follows the schedule.
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -141,6 +142,75 @@ TEST(TierStore, RefusesBytesTheDiskChanged) {
   std::vector<uint8_t> first(1000);
   st.read_range("w", 0, first.data(), first.size());
   EXPECT_EQ(0, std::memcmp(first.data(), w.data(), first.size()));
+}
+
+// A kept store: a step writes the copy of a block that is not committed,
+// so the file reopened with the state recorded before the step reads the
+// values before it, whatever the step wrote; the state synced after the
+// step reads the step's. The copies are checked against the record, and a
+// block no step writes (frozen) has one copy only.
+TEST(TierStore, KeptFileCommitsWholeSteps) {
+  const size_t S = TierStore::kSector;
+  const size_t na = 3 * S + 11, nf = 5000;
+  const std::vector<TierStore::Block> blocks{{"a", na, true}, {"f", nf, false}};
+  auto st = std::make_unique<TierStore>(tmp_dir(), blocks, TierStore::Keep{true, {}});
+  ASSERT_TRUE(st->kept());
+  EXPECT_EQ(st->file_bytes(), 2 * 4 * S + S);
+  const std::string path = st->path();
+  struct stat sb {};
+  ASSERT_EQ(::stat(path.c_str(), &sb), 0) << "a kept file stays on disk";
+  const std::vector<uint8_t> a0 = random_bytes(na, 1), f0 = random_bytes(nf, 2), a1 = random_bytes(na, 3),
+                             a2 = random_bytes(na, 4);
+  st->write_range("a", 0, a0.data(), na);  // initial values, outside a step
+  st->write_range("f", 0, f0.data(), nf);
+  const TierStore::Committed c0 = st->sync();
+  st->commit();
+  auto reopened = [&](const TierStore::Committed& c) {
+    TierStore r(tmp_dir(), blocks, TierStore::Keep{true, path});
+    r.adopt(c);
+    std::vector<uint8_t> va(na), vf(nf);
+    r.read("a", va.data(), na);
+    r.read("f", vf.data(), nf);
+    EXPECT_EQ(vf, f0);
+    return va;
+  };
+  st->write_async("a", a1.data(), na);  // step 1
+  std::vector<uint8_t> got(na);
+  st->read("a", got.data(), na);
+  EXPECT_EQ(got, a1) << "a step reads what it wrote";
+  EXPECT_EQ(reopened(c0), a0) << "step 1 killed before its record";
+  const TierStore::Committed c1 = st->sync();  // step 1 recorded...
+  st->commit();
+  st->write("a", a2.data(), na);  // ...and step 2 killed before its record
+  st->read("a", got.data(), na);
+  EXPECT_EQ(got, a2);
+  EXPECT_THROW(st->write("f", f0.data(), nf), std::logic_error) << "a step wrote a block with one copy";
+  EXPECT_EQ(reopened(c1), a1);
+  // Two records back: step 2 wrote over that copy, and adopt says so.
+  EXPECT_THROW(reopened(c0), std::runtime_error);
+  st.reset();  // the store closed, its file stays
+  ASSERT_EQ(::stat(path.c_str(), &sb), 0);
+  EXPECT_EQ(reopened(c1), a1);
+  // A committed sector changed on disk: adopt says so.
+  {
+    TierStore r(tmp_dir(), blocks, TierStore::Keep{true, path});
+    EXPECT_THROW(r.write("a", a0.data(), na), std::logic_error) << "written before its record was adopted";
+    flip_on_disk(r, static_cast<off_t>(c1.slots[0] * 4 * S + S), 7, 0x01);
+    try {
+      r.adopt(c1);
+      FAIL() << "a changed committed sector was adopted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("differs from what its step record says"), std::string::npos) << e.what();
+    }
+  }
+  // Another layout (a block of another size) is refused by the file's size.
+  try {
+    TierStore r(tmp_dir(), {{"a", na + S, true}, {"f", nf, false}}, TierStore::Keep{true, path});
+    FAIL() << "reopened a file of another layout";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not this run's offload file"), std::string::npos) << e.what();
+  }
+  ::unlink(path.c_str());
 }
 
 TEST(TierStore, ClearErrors) {

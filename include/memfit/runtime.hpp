@@ -55,6 +55,10 @@ struct ExecConfig {
   // one in tier_dir when its graph has tiered values.
   std::shared_ptr<TierStore> tier;
   std::string tier_dir;
+  // The store made is kept (TierStore::Keep: the file stays, each step
+  // commits whole); tier_reopen: a kept file to open again (resume).
+  bool tier_keep = false;
+  std::string tier_reopen;
 };
 
 class Executor {
@@ -73,6 +77,9 @@ class Executor {
   // Before allocate(): keep tiered values in another executor's store (an
   // evaluation reads the training one's parameters there). Null: no change.
   void share_tier(std::shared_ptr<TierStore> tier);
+  // Before allocate(): the store this executor makes is kept (ExecConfig::
+  // tier_keep), reopening `reopen` where given.
+  void keep_tier(std::string reopen = {});
 
   const Graph& graph() const { return g_; }
   const Plan& plan() const { return plan_; }
@@ -102,7 +109,9 @@ class Executor {
 
   // Fills parameters and buffers from their InitSpec with the counter-based
   // generator (seed, parameter name); zeroes gradients and optimizer state.
-  void init_params(uint64_t seed);
+  // tiered false: leaves tiered values as the store holds them (a reopened
+  // offload file).
+  void init_params(uint64_t seed, bool tiered = true);
   // Copy a float value in or out as f32 regardless of storage precision.
   void write_f32(ValueId v, const float* src);
   void read_f32(ValueId v, float* dst);

@@ -135,6 +135,12 @@ void Executor::share_tier(std::shared_ptr<TierStore> tier) {
   if (tier) cfg_.tier = std::move(tier);
 }
 
+void Executor::keep_tier(std::string reopen) {
+  if (allocated_) throw std::logic_error("keep_tier() after allocate()");
+  cfg_.tier_keep = true;
+  cfg_.tier_reopen = std::move(reopen);
+}
+
 void Executor::allocate() {
   if (allocated_) return;
   allocated_ = true;
@@ -195,12 +201,18 @@ Executor::~Executor() {
 
 void Executor::make_tier() {
   std::vector<TierStore::Block> blocks;
+  std::vector<bool> written(g_.num_values(), false);  // by a tier_store node
+  for (size_t n = 0; n < g_.num_nodes(); ++n) {
+    const Node& node = g_.node(static_cast<NodeId>(n));
+    if (op_def(node.op).traits.tier_io == OpTraits::TierIo::Store)
+      written[static_cast<size_t>(plan_.values.at(static_cast<size_t>(node.inputs.at(1))).root)] = true;
+  }
   for (size_t v = 0; v < g_.num_values(); ++v)
     if (plan_.values[v].arena == Arena::Tier && plan_.values[v].root == static_cast<ValueId>(v))
-      blocks.push_back({g_.value(static_cast<ValueId>(v)).name, plan_.values[v].bytes});
+      blocks.push_back({g_.value(static_cast<ValueId>(v)).name, plan_.values[v].bytes, written[v]});
   if (blocks.empty()) return;
   if (!cfg_.tier) {
-    cfg_.tier = std::make_shared<TierStore>(cfg_.tier_dir, blocks);
+    cfg_.tier = std::make_shared<TierStore>(cfg_.tier_dir, blocks, TierStore::Keep{cfg_.tier_keep, cfg_.tier_reopen});
     return;
   }
   for (const auto& b : blocks)
@@ -322,9 +334,10 @@ void Executor::read_f32(ValueId v, float* dst) {
   }
 }
 
-void Executor::init_params(uint64_t seed) {
+void Executor::init_params(uint64_t seed, bool tiered_too) {
   for (size_t v = 0; v < g_.num_values(); ++v) {
     const Value& val = g_.value(static_cast<ValueId>(v));
+    if (!tiered_too && plan_.values[v].arena == Arena::Tier) continue;
     if (val.cls == VClass::ParamGrad || val.cls == VClass::OptState) {
       if (plan_.values[v].arena == Arena::Tier) cfg_.tier->fill(val.name, 0);
       else dev_->fill(data(static_cast<ValueId>(v)), 0, plan_.values[v].bytes);

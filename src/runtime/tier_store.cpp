@@ -1,6 +1,7 @@
 #include "runtime/tier_store.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <linux/magic.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -43,26 +44,72 @@ uint64_t sector_checksum(const std::byte* p, size_t n) {
   return mix(mix(mix(mix(n, a), b), c), d);
 }
 
-TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks) {
+TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks, const Keep& keep) {
   static std::atomic<int> counter{0};
-  if (dir.empty()) throw std::runtime_error("tiered values need a directory for their offload file (--offload-dir)");
-  path_ = dir + "/memfit-offload-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".bin";
-  for (const Block& b : blocks) {
-    if (blocks_.count(b.name)) throw std::logic_error("offload tier: block '" + b.name + "' given twice");
-    blocks_[b.name] = {file_bytes_, b.bytes};
-    file_bytes_ += round_up(std::max<size_t>(b.bytes, 1), kSector);
-  }
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
-  direct_ = fd_ >= 0;
-  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd_ < 0)
-    throw std::runtime_error("cannot make the offload file in '" + dir + "': " + errno_text(errno) +
-                             " (--offload-dir names a writable directory on a disk)");
-  ::unlink(path_.c_str());
-  if (file_bytes_) {
-    const int e = ::posix_fallocate(fd_, 0, static_cast<off_t>(file_bytes_));
+  const bool reopen = !keep.reopen.empty();
+  if (dir.empty() && !reopen)
+    throw std::runtime_error("tiered values need a directory for their offload file (--offload-dir)");
+  // Each block in whole sectors of its own; a kept store's rewritten
+  // blocks twice, their two copies side by side.
+  auto lay_out = [&](bool two) {
+    blocks_.clear();
+    order_.clear();
+    file_bytes_ = 0;
+    for (const Block& b : blocks) {
+      if (blocks_.count(b.name)) throw std::logic_error("offload tier: block '" + b.name + "' given twice");
+      Entry e;
+      e.bytes = b.bytes;
+      const size_t span = round_up(std::max<size_t>(b.bytes, 1), kSector);
+      e.offset[0] = e.offset[1] = file_bytes_;
+      file_bytes_ += span;
+      if (two && b.rewritten) {
+        e.offset[1] = file_bytes_;
+        file_bytes_ += span;
+      }
+      blocks_[b.name] = e;
+      order_.push_back(b.name);
+    }
+  };
+  kept_ = keep.keep || reopen;
+  lay_out(kept_);
+  auto open_direct = [&](int flags) {
+    fd_ = ::open(path_.c_str(), flags | O_DIRECT, 0600);
+    direct_ = fd_ >= 0;
+    if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), flags, 0600);
+  };
+  if (reopen) {
+    awaiting_adopt_ = true;
+    path_ = keep.reopen;
+    open_direct(O_RDWR | O_CLOEXEC);
+    if (fd_ < 0)
+      throw std::runtime_error("cannot open the offload file " + path_ + " to resume from: " + errno_text(errno));
+    struct stat sb {};
+    if (::fstat(fd_, &sb) != 0 || static_cast<size_t>(sb.st_size) != file_bytes_) {
+      const size_t size = static_cast<size_t>(sb.st_size);
+      ::close(fd_);
+      throw std::runtime_error("the offload file " + path_ + " holds " + std::to_string(size) + " bytes, this run's " +
+                               std::to_string(file_bytes_) + ": it is not this run's offload file");
+    }
+  } else {
+    const auto ns = std::chrono::steady_clock::now().time_since_epoch().count();
+    path_ = dir + "/memfit-offload-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
+            (kept_ ? "-" + std::to_string(ns) : std::string()) + ".bin";
+    open_direct(O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC);
+    if (fd_ < 0)
+      throw std::runtime_error("cannot make the offload file in '" + dir + "': " + errno_text(errno) +
+                               " (--offload-dir names a writable directory on a disk)");
+    if (!kept_) ::unlink(path_.c_str());
+    int e = file_bytes_ ? ::posix_fallocate(fd_, 0, static_cast<off_t>(file_bytes_)) : 0;
+    if (e == ENOSPC && kept_) {  // room for one copy only: unkept
+      kept_ = false;
+      ::unlink(path_.c_str());
+      if (::ftruncate(fd_, 0) != 0) e = errno;
+      lay_out(false);
+      e = file_bytes_ ? ::posix_fallocate(fd_, 0, static_cast<off_t>(file_bytes_)) : 0;
+    }
     if (e != 0) {
       ::close(fd_);
+      if (kept_) ::unlink(path_.c_str());
       throw std::runtime_error("cannot reserve " + std::to_string(file_bytes_ >> 20) + " MiB for the offload file in '" +
                                dir + "': " + errno_text(e) +
                                (e == ENOSPC ? " (the disk has less free space; --offload-dir on another disk)" : ""));
@@ -72,12 +119,14 @@ TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks) {
     ::close(fd_);
     throw std::bad_alloc();
   }
-  // fallocate's blocks read as zeros.
+  // fallocate's blocks read as zeros (a reopened file's sums come from adopt()).
   std::memset(buf_, 0, kSector);
   sums_.assign(file_bytes_ / kSector, sector_checksum(buf_, kSector));
   ring_.resize(kQueue);
   io_ = std::thread([this] { io_loop(); });
 }
+
+TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks) : TierStore(dir, blocks, Keep{}) {}
 
 TierStore::~TierStore() {
   cancel();
@@ -97,7 +146,7 @@ size_t TierStore::block_bytes(const std::string& block) const {
   return it->second.bytes;
 }
 
-const TierStore::Entry& TierStore::entry(const std::string& block, size_t offset, size_t bytes, const char* what) const {
+TierStore::Entry& TierStore::entry(const std::string& block, size_t offset, size_t bytes, const char* what) {
   auto it = blocks_.find(block);
   if (it == blocks_.end()) throw std::logic_error(std::string("offload tier: ") + what + " of unknown block '" + block + "'");
   if (offset > it->second.bytes || bytes > it->second.bytes - offset)
@@ -141,9 +190,10 @@ void TierStore::do_read(const Entry& e, const std::string& block, size_t offset,
   while (pos < end) {
     const size_t s0 = pos / kSector * kSector;  // first sector of this chunk, within the block
     const size_t len = std::min(kBuffer, round_up(end, kSector) - s0);
-    pread_all(buf_, len, e.offset + s0);
+    const size_t at = e.offset[e.current];
+    pread_all(buf_, len, at + s0);
     for (size_t s = 0; s < len; s += kSector) {
-      const size_t sector = (e.offset + s0 + s) / kSector;
+      const size_t sector = (at + s0 + s) / kSector;
       if (sector_checksum(buf_ + s, kSector) != sums_[sector])
         throw std::runtime_error("the offload file " + path_ + " returned bytes that differ from those written to it (" +
                                  block + ", bytes " + std::to_string(s0 + s) + "+" + std::to_string(kSector) +
@@ -157,7 +207,17 @@ void TierStore::do_read(const Entry& e, const std::string& block, size_t offset,
   read_ += bytes;
 }
 
-void TierStore::do_write(const Entry& e, const std::string& block, size_t offset, const std::byte* in, size_t bytes) {
+void TierStore::do_write(Entry& e, const std::string& block, size_t offset, const std::byte* in, size_t bytes,
+                         bool step) {
+  if (awaiting_adopt_)
+    throw std::logic_error("offload tier: '" + block + "' written in a reopened offload file before its step record "
+                           "was adopted");
+  if (step && kept_) {
+    if (e.offset[0] == e.offset[1])
+      throw std::logic_error("offload tier: a step writes '" + block + "', which has one copy in the kept file");
+    e.current = static_cast<uint8_t>(1 - e.committed);
+  }
+  const size_t at = e.offset[e.current];
   size_t pos = offset;
   const size_t end = offset + bytes;
   while (pos < end) {
@@ -168,17 +228,17 @@ void TierStore::do_write(const Entry& e, const std::string& block, size_t offset
     // (and check) them first. Bytes past the block's end stay zero.
     const bool whole = pos == s0 && (pos + take == s0 + len || pos + take == e.bytes);
     if (!whole) {
-      pread_all(buf_, len, e.offset + s0);
+      pread_all(buf_, len, at + s0);
       for (size_t s = 0; s < len; s += kSector)
-        if (sector_checksum(buf_ + s, kSector) != sums_[(e.offset + s0 + s) / kSector])
+        if (sector_checksum(buf_ + s, kSector) != sums_[(at + s0 + s) / kSector])
           throw std::runtime_error("the offload file " + path_ + " returned bytes that differ from those written to it (" +
                                    block + "): the disk or its filesystem is failing");
     } else if (take < len) {
       std::memset(buf_ + take, 0, len - take);
     }
     std::memcpy(buf_ + (pos - s0), in, take);
-    for (size_t s = 0; s < len; s += kSector) sums_[(e.offset + s0 + s) / kSector] = sector_checksum(buf_ + s, kSector);
-    pwrite_all(buf_, len, e.offset + s0);
+    for (size_t s = 0; s < len; s += kSector) sums_[(at + s0 + s) / kSector] = sector_checksum(buf_ + s, kSector);
+    pwrite_all(buf_, len, at + s0);
     in += take;
     pos += take;
   }
@@ -186,17 +246,17 @@ void TierStore::do_write(const Entry& e, const std::string& block, size_t offset
 }
 
 void TierStore::read_range(const std::string& block, size_t offset, void* dst, size_t bytes) {
-  const Entry& e = entry(block, offset, bytes, "read");
+  Entry& e = entry(block, offset, bytes, "read");
   drain();
   std::lock_guard<std::mutex> lock(mu_);
   do_read(e, block, offset, static_cast<std::byte*>(dst), bytes);
 }
 
 void TierStore::write_range(const std::string& block, size_t offset, const void* src, size_t bytes) {
-  const Entry& e = entry(block, offset, bytes, "write");
+  Entry& e = entry(block, offset, bytes, "write");
   drain();
   std::lock_guard<std::mutex> lock(mu_);
-  do_write(e, block, offset, static_cast<const std::byte*>(src), bytes);
+  do_write(e, block, offset, static_cast<const std::byte*>(src), bytes, false);
 }
 
 void TierStore::enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes) {
@@ -232,7 +292,7 @@ void TierStore::io_loop() {
     std::exception_ptr err;
     try {
       std::lock_guard<std::mutex> file(mu_);
-      if (c.write) do_write(*c.e, *c.block, 0, c.buffer, c.bytes);
+      if (c.write) do_write(*c.e, *c.block, 0, c.buffer, c.bytes, true);
       else do_read(*c.e, *c.block, 0, c.buffer, c.bytes);
     } catch (...) {
       err = std::current_exception();
@@ -296,7 +356,66 @@ void TierStore::write(const std::string& block, const void* src, size_t bytes) {
   if (bytes != block_bytes(block))
     throw std::logic_error("offload tier: writing " + std::to_string(bytes) + " bytes of '" + block + "', which holds " +
                            std::to_string(block_bytes(block)));
-  write_range(block, 0, src, bytes);
+  Entry& e = entry(block, 0, bytes, "write");
+  drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  do_write(e, block, 0, static_cast<const std::byte*>(src), bytes, true);
+}
+
+TierStore::Committed TierStore::sync() {
+  drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (::fdatasync(fd_) != 0)
+    throw std::runtime_error("flushing the offload file " + path_ + " to the disk failed: " + errno_text(errno));
+  Committed c;
+  c.slots.reserve(order_.size());
+  for (const std::string& b : order_) c.slots.push_back(blocks_.at(b).current);
+  c.sums = sums_;
+  return c;
+}
+
+void TierStore::commit() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, e] : blocks_) e.committed = e.current;
+}
+
+void TierStore::adopt(const Committed& c) {
+  if (c.slots.size() != order_.size() || c.sums.size() != sums_.size())
+    throw std::runtime_error("the offload file " + path_ + " and its step record disagree on its layout");
+  drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < order_.size(); ++i) {
+    Entry& e = blocks_.at(order_[i]);
+    if (c.slots[i] > 1 || (c.slots[i] == 1 && e.offset[0] == e.offset[1]))
+      throw std::runtime_error("the offload file " + path_ + "'s step record names a copy of '" + order_[i] +
+                               "' that the file does not have");
+    e.committed = e.current = c.slots[i];
+  }
+  sums_ = c.sums;
+  for (const std::string& name : order_) {
+    const Entry& e = blocks_.at(name);
+    const size_t at = e.offset[e.current], span = round_up(std::max<size_t>(e.bytes, 1), kSector);
+    for (size_t s0 = 0; s0 < span; s0 += kBuffer) {
+      const size_t len = std::min(kBuffer, span - s0);
+      pread_all(buf_, len, at + s0);
+      for (size_t s = 0; s < len; s += kSector)
+        if (sector_checksum(buf_ + s, kSector) != sums_[(at + s0 + s) / kSector])
+          throw std::runtime_error("the offload file " + path_ + " differs from what its step record says ('" + name +
+                                   "', bytes " + std::to_string(s0 + s) + "+" + std::to_string(kSector) +
+                                   "): it was changed after that step");
+    }
+  }
+  awaiting_adopt_ = false;
+}
+
+std::string TierStore::layout() const {
+  std::string text = std::to_string(file_bytes_);
+  for (const std::string& name : order_) {
+    const Entry& e = blocks_.at(name);
+    text += ";" + name + ":" + std::to_string(e.bytes) + "@" + std::to_string(e.offset[0]) + "," +
+            std::to_string(e.offset[1]);
+  }
+  return text;
 }
 
 void TierStore::fill(const std::string& block, uint8_t byte) {

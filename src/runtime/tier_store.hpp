@@ -8,6 +8,16 @@
 // soon as it is open: it lives as long as the store, and a run that is
 // killed leaves nothing behind (its checkpoints hold the tiered values).
 //
+// A kept store (Keep::keep) is the run's state on disk instead: its file
+// stays (memfit-offload-<id>.bin in the directory) and every block a step
+// rewrites has two copies in it. A step reads a block's current copy and
+// writes the other one, never the committed copy; sync() makes the step's
+// writes durable and says which copy of each block is current, and once
+// that has been recorded (train/checkpoint.hpp's step record) commit()
+// makes it the committed one. A kill in the middle of a step leaves the
+// committed copies as they were: the file reopened (Keep::reopen) with the
+// recorded state (adopt()) is the state after the last whole step.
+//
 // Async copies (read_async, write_async) run on one I/O thread of the
 // store, in the order they were queued, through its one buffer; the
 // synchronous calls first wait for the queue to empty, so they see every
@@ -43,6 +53,17 @@ class TierStore final : public kernels::TierIO {
   struct Block {
     std::string name;
     size_t bytes = 0;
+    bool rewritten = true;  // a step writes it (a kept store gives it two copies)
+  };
+  struct Keep {
+    bool keep = false;   // keep the file, two copies of each rewritten block
+    std::string reopen;  // a kept store's file to open again (resume): not made anew
+  };
+  // A kept store's committed state: which copy of each block is current (in
+  // the order of the blocks given) and every sector's checksum.
+  struct Committed {
+    std::vector<uint8_t> slots;
+    std::vector<uint64_t> sums;
   };
   // Bytes per checksummed sector, and of the buffer I/O passes through.
   static constexpr size_t kSector = size_t(64) << 10;
@@ -50,7 +71,10 @@ class TierStore final : public kernels::TierIO {
 
   // Makes the file in `dir` for these blocks, filled with zeros. Throws
   // std::runtime_error naming the directory and the cause (missing, not
-  // writable, not enough space).
+  // writable, not enough space). A kept store on a disk that cannot hold
+  // the second copies falls back to one copy, unkept (kept() says).
+  // Reopening checks the file's size; adopt() then checks its bytes.
+  TierStore(const std::string& dir, const std::vector<Block>& blocks, const Keep& keep);
   TierStore(const std::string& dir, const std::vector<Block>& blocks);
   ~TierStore() override;
   TierStore(const TierStore&) = delete;
@@ -74,6 +98,19 @@ class TierStore final : public kernels::TierIO {
   void write_range(const std::string& block, size_t offset, const void* src, size_t bytes);
   void fill(const std::string& block, uint8_t byte);
 
+  // Kept stores. sync(): waits for the queued copies and flushes the file;
+  // returns the state to record. commit(): that state becomes the committed
+  // one (the next writes go to the other copies). adopt(): a reopened
+  // store takes the recorded state and checks every committed sector
+  // against it (std::runtime_error naming the file otherwise).
+  bool kept() const { return kept_; }
+  Committed sync();
+  void commit();
+  void adopt(const Committed& c);
+  // The blocks' names, sizes and places in the file, as text a record keeps
+  // to check that a reopened file is laid out as this store's.
+  std::string layout() const;
+
   bool has(const std::string& block) const { return blocks_.count(block) != 0; }
   size_t block_bytes(const std::string& block) const;
   size_t file_bytes() const { return file_bytes_; }
@@ -92,11 +129,13 @@ class TierStore final : public kernels::TierIO {
 
  private:
   struct Entry {
-    size_t offset = 0, bytes = 0;
+    size_t offset[2] = {0, 0};  // the block's copies (the same where it has one)
+    size_t bytes = 0;
+    uint8_t committed = 0, current = 0;  // which copy (mu_)
   };
   struct Copy {
     bool write = false;
-    const Entry* e = nullptr;
+    Entry* e = nullptr;
     const std::string* block = nullptr;  // its key in blocks_
     std::byte* buffer = nullptr;
     size_t bytes = 0;
@@ -106,20 +145,24 @@ class TierStore final : public kernels::TierIO {
   // queue is a ring made with the store, so that queuing allocates nothing
   // inside a step.
   static constexpr size_t kQueue = 512;
-  const Entry& entry(const std::string& block, size_t offset, size_t bytes, const char* what) const;
+  Entry& entry(const std::string& block, size_t offset, size_t bytes, const char* what);
   void pread_all(std::byte* dst, size_t n, size_t at);
   void pwrite_all(const std::byte* src, size_t n, size_t at);
   // The copies themselves (mu_ held).
   void do_read(const Entry& e, const std::string& block, size_t offset, std::byte* dst, size_t bytes);
-  void do_write(const Entry& e, const std::string& block, size_t offset, const std::byte* src, size_t bytes);
+  // A step's write (whole blocks) goes to the copy that is not committed;
+  // a write outside a step, to the current copy.
+  void do_write(Entry& e, const std::string& block, size_t offset, const std::byte* src, size_t bytes, bool step);
   void enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes);
   void io_loop();
   // Waits until copies up to `seq` are done (q_mu_ held by `lock`).
   void wait_until(std::unique_lock<std::mutex>& lock, uint64_t seq);
 
   int fd_ = -1;
-  bool direct_ = false;
+  bool direct_ = false, kept_ = false;
+  bool awaiting_adopt_ = false;  // reopened: no write before adopt()
   std::string path_;
+  std::vector<std::string> order_;  // the blocks as given
   size_t file_bytes_ = 0;
   std::unordered_map<std::string, Entry> blocks_;
   std::vector<uint64_t> sums_;  // per sector of the file

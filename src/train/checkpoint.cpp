@@ -15,6 +15,7 @@
 #include "kernels/bf16.hpp"
 #include "memfit/rng.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tier_store.hpp"
 #include "train/step_graph.hpp"
 
 namespace memfit::train {
@@ -204,11 +205,43 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
 
 namespace {
 
-// The values a file holds: all state (a checkpoint) or the optimizer
-// state alone (a rank's shard).
-bool in_file(const Value& v, bool state_only) { return state_only ? v.cls == VClass::OptState : is_state(v); }
+// The values a file holds: all state (a checkpoint), the optimizer state
+// alone (a rank's shard), or the state kept in memory (a step record: the
+// rest is in the offload file).
+enum class FileKind { Checkpoint, Shard, StepRecord };
+bool in_file(const Executor& ex, ValueId id, FileKind kind) {
+  const Value& v = ex.graph().value(id);
+  switch (kind) {
+    case FileKind::Checkpoint: return is_state(v);
+    case FileKind::Shard: return v.cls == VClass::OptState;
+    case FileKind::StepRecord: return is_state(v) && ex.plan().values.at(static_cast<size_t>(id)).arena != Arena::Tier;
+  }
+  return false;
+}
 
-TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
+// A step record's tensors besides the values: which copy of each offloaded
+// value is the step's (U8, in the store's block order) and the offload
+// file's sector checksums (U64).
+constexpr const char* kRecordSlots = "memfit.offload.slots";
+constexpr const char* kRecordSums = "memfit.offload.sector_sums";
+
+// The offload file as a record names it: its name alone where it lies in
+// the record's directory (the run directory can move), else its path.
+std::string recorded_name(const std::string& dir, const std::string& file) {
+  const size_t slash = file.rfind('/');
+  if (slash != std::string::npos && file.compare(0, slash, dir) == 0 && slash == dir.size()) return file.substr(slash + 1);
+  return file;
+}
+std::string resolve_recorded(const std::string& dir, const std::string& name) {
+  return name.find('/') == std::string::npos ? dir + "/" + name : name;
+}
+
+std::string layout_key(const TierStore& t) {
+  const std::string l = t.layout();
+  return hex(rng::fnv1a(rng::kFnvOffset, l.data(), l.size()));
+}
+
+TrainState load_file(const std::string& path, Executor& ex, FileKind kind) {
   require_f32_storage(ex);
   struct stat sb;
   if (::stat(path.c_str(), &sb) != 0)
@@ -243,7 +276,7 @@ TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
   std::vector<std::pair<ValueId, const io::TensorInfo*>> todo;
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
-    if (!in_file(v, state_only)) continue;
+    if (!in_file(ex, static_cast<ValueId>(i), kind)) continue;
     const io::TensorInfo* t = f.find(v.name);
     if (!t) throw std::runtime_error(path + " has no tensor '" + v.name + "' (checkpoint of a different model or optimizer)");
     if (t->dtype != file_dtype(v.dtype) || t->shape != v.shape)
@@ -253,9 +286,39 @@ TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
     stream(f, *t, [&](const unsigned char* p, size_t, size_t n) { sum = rng::fnv1a(sum, p, n); });
     todo.push_back({static_cast<ValueId>(i), t});
   }
+  TierStore::Committed committed;
+  if (kind == FileKind::StepRecord) {
+    TierStore* tier = ex.tier().get();
+    if (!tier || !tier->kept()) throw std::logic_error("a step record loads into a kept offload store only");
+    const io::TensorInfo* slots = f.find(kRecordSlots);
+    const io::TensorInfo* sums = f.find(kRecordSums);
+    if (!slots || !sums || slots->dtype != io::DType::U8 || sums->dtype != io::DType::U64 || slots->shape.size() != 1 ||
+        sums->shape.size() != 1)
+      throw std::runtime_error(path + " is not an offload step record (no " + kRecordSlots + " and " + kRecordSums + ")");
+    committed.slots.resize(slots->nbytes());
+    committed.sums.resize(sums->nbytes() / sizeof(uint64_t));
+    stream(f, *slots, [&](const unsigned char* p, size_t off, size_t n) {
+      sum = rng::fnv1a(sum, p, n);
+      std::memcpy(committed.slots.data() + off, p, n);
+    });
+    stream(f, *sums, [&](const unsigned char* p, size_t off, size_t n) {
+      sum = rng::fnv1a(sum, p, n);
+      std::memcpy(reinterpret_cast<unsigned char*>(committed.sums.data()) + off, p, n);
+    });
+  }
   if (format == kFormat) sum = fold_metadata(sum, meta);
   if (hex(sum) != checksum)
     throw std::runtime_error(path + " is corrupted: its checksum does not match its contents");
+  if (kind == FileKind::StepRecord) {
+    TierStore& tier = *ex.tier();
+    const std::string dir = path.substr(0, path.rfind('/'));
+    if (st.extra["offload_layout"] != layout_key(tier) || resolve_recorded(dir, st.extra["offload_file"]) != tier.path())
+      throw std::runtime_error(path + " records the offload file " + st.extra["offload_file"] +
+                               " laid out for another plan than this run's");
+    tier.adopt(committed);
+    st.extra.erase("offload_layout");
+    st.extra.erase("offload_file");
+  }
   for (auto& [v, t] : todo)
     stream(f, *t, [&](const unsigned char* p, size_t off, size_t n) { ex.write_range(v, off, p, n); });
   return st;
@@ -264,7 +327,76 @@ TrainState load_file(const std::string& path, Executor& ex, bool state_only) {
 }  // namespace
 
 TrainState load_checkpoint(const std::string& dir, Executor& ex) {
-  return load_file(dir + "/checkpoint.safetensors", ex, false);
+  return load_file(dir + "/checkpoint.safetensors", ex, FileKind::Checkpoint);
+}
+
+void save_step_record(const std::string& dir, Executor& ex, const TrainState& st) {
+  require_f32_storage(ex);
+  TierStore* tier = ex.tier().get();
+  if (!tier || !tier->kept()) throw std::logic_error("a step record needs a kept offload store");
+  const TierStore::Committed c = tier->sync();  // the step's writes are on the disk
+  const Graph& g = ex.graph();
+  std::vector<ValueId> mem;
+  for (size_t i = 0; i < g.num_values(); ++i)
+    if (in_file(ex, static_cast<ValueId>(i), FileKind::StepRecord)) mem.push_back(static_cast<ValueId>(i));
+  StateBytes bytes(ex, mem);
+  uint64_t sum = rng::kFnvOffset;
+  std::vector<io::TensorView> all;
+  for (ValueId v : mem) all.push_back(bytes.tensor_view(v, file_dtype(g.value(v).dtype), sum));
+  all.push_back({kRecordSlots, io::DType::U8, {static_cast<int64_t>(c.slots.size())}, c.slots.data(), {}});
+  sum = rng::fnv1a(sum, c.slots.data(), c.slots.size());
+  all.push_back({kRecordSums, io::DType::U64, {static_cast<int64_t>(c.sums.size())}, c.sums.data(), {}});
+  sum = rng::fnv1a(sum, c.sums.data(), c.sums.size() * sizeof(uint64_t));
+  TrainState r = st;
+  r.extra["offload_file"] = recorded_name(dir, tier->path());
+  r.extra["offload_layout"] = layout_key(*tier);
+  io::write_safetensors(dir + "/" + kStepRecordName, all, state_metadata(r, sum));
+  tier->commit();  // recorded: the next step writes the other copies
+}
+
+namespace {
+// A safetensors file's metadata; none where it is missing or unreadable.
+std::map<std::string, std::string> file_metadata(const std::string& path) {
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0) return {};
+  try {
+    return io::SafetensorsFile::load(path).metadata();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+}  // namespace
+
+std::string step_record_file(const std::string& dir, bool any_step) {
+  auto rec = file_metadata(dir + "/" + kStepRecordName);
+  if (rec.empty() || !rec.count("offload_file")) return {};
+  const std::string file = resolve_recorded(dir, rec["offload_file"]);
+  if (any_step) return file;
+  auto ck = file_metadata(dir + "/checkpoint.safetensors");
+  if (ck.empty()) return file;
+  // Whichever holds the later step; the checkpoint where they are the same
+  // (it needs no offload file). Unreadable numbers: the loader says so.
+  try {
+    if (std::stoll(rec["step"]) <= std::stoll(ck["step"])) return {};
+  } catch (const std::exception&) {
+    return {};
+  }
+  return file;
+}
+
+std::map<std::string, std::string> resume_metadata(const std::string& dir) {
+  if (!step_record_file(dir).empty()) return file_metadata(dir + "/" + kStepRecordName);
+  return checkpoint_metadata(dir);
+}
+
+TrainState load_step_record(const std::string& dir, Executor& ex) {
+  return load_file(dir + "/" + kStepRecordName, ex, FileKind::StepRecord);
+}
+
+void remove_step_record(const std::string& dir, const std::string& keep_file) {
+  const std::string file = step_record_file(dir, true);
+  ::unlink((dir + "/" + kStepRecordName).c_str());
+  if (!file.empty() && file != keep_file) ::unlink(file.c_str());
 }
 
 std::string shard_checkpoint_path(const std::string& dir, int rank, int64_t step) {
@@ -290,7 +422,7 @@ void save_state_shard(const std::string& path, Executor& ex, const TrainState& s
   io::write_safetensors(path, all, meta);
 }
 
-TrainState load_state_shard(const std::string& path, Executor& ex) { return load_file(path, ex, true); }
+TrainState load_state_shard(const std::string& path, Executor& ex) { return load_file(path, ex, FileKind::Shard); }
 
 void remove_other_shards(const std::string& dir, int rank, int64_t keep_step) {
   namespace fs = std::filesystem;
@@ -306,14 +438,7 @@ void remove_other_shards(const std::string& dir, int rank, int64_t keep_step) {
 }
 
 std::map<std::string, std::string> checkpoint_metadata(const std::string& dir) {
-  const std::string path = dir + "/checkpoint.safetensors";
-  struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0) return {};
-  try {
-    return io::SafetensorsFile::load(path).metadata();
-  } catch (const std::exception&) {
-    return {};
-  }
+  return file_metadata(dir + "/checkpoint.safetensors");
 }
 
 // The file's tensor `name`, or else the one tensor named "<prefix>." + name:

@@ -47,6 +47,31 @@ std::map<std::string, std::string> checkpoint_metadata(const std::string& dir);
 // Returns the number of tensors loaded.
 size_t load_weights(const std::string& path, Executor& ex, const std::vector<std::string>& keep = {});
 
+// Step records. A run whose offload file is kept (TierStore::kept) commits
+// every step: dir/offload-step.safetensors records the step as a
+// checkpoint's metadata does, the state held in memory, and which copy of
+// each offloaded value in the offload file is the step's, with the file's
+// sector checksums; the offload file holds the offloaded values. The
+// record is written atomically after the step's writes reach the disk, so
+// a kill in the middle of a step resumes from the step before it.
+inline constexpr const char* kStepRecordName = "offload-step.safetensors";
+// Syncs the store, writes the record, commits the store.
+void save_step_record(const std::string& dir, Executor& ex, const TrainState& st);
+// The offload file named by dir's step record where the record holds a
+// later step than dir's checkpoint (or there is none): --resume reopens it
+// (ExecConfig::tier_reopen) and loads the record. "" otherwise. any_step:
+// the file the record names, whatever its step.
+std::string step_record_file(const std::string& dir, bool any_step = false);
+// The metadata of the state --resume takes from dir: its step record's
+// where that is the later, its checkpoint's otherwise.
+std::map<std::string, std::string> resume_metadata(const std::string& dir);
+// Loads a step record into ex (whose kept store reopened its file), checked
+// as load_checkpoint checks, and the offload file against the record.
+TrainState load_step_record(const std::string& dir, Executor& ex);
+// Removes dir's step record and the offload file it names (unless that
+// is keep_file, the run's own).
+void remove_step_record(const std::string& dir, const std::string& keep_file = {});
+
 // Sharded optimizer state (data parallelism): rank r > 0 keeps its shard of
 // the state in its own file per step, beside checkpoint.safetensors (rank
 // 0's weights, buffers and shard). The ranks write their shards, then rank 0

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "train/checkpoint.hpp"
 #include "train/fit.hpp"
 #include "train/machine_profile.hpp"
 #include "dist/comm.hpp"
@@ -487,6 +488,37 @@ class Planner {
 
 std::variant<RunPlan, Replan> plan_run(const TrainOptions& o, std::ostream& log) { return Planner(o, log).run(); }
 
+namespace {
+
+// An offloaded training run keeps its offload file, committed every step
+// (TierStore::Keep, train/checkpoint.hpp's step records), where one process
+// trains and the state it holds in memory is small beside it (a step
+// record writes that state every step). --resume from a directory whose
+// step record is newer than its checkpoint reopens the record's file.
+void keep_offload_file(RunPlan& p, std::ostream& log) {
+  constexpr size_t kRecordedMemory = size_t(64) << 20;
+  const TrainOptions& o = p.options;
+  Executor& ex = *p.train_ex;
+  const std::string reopen = o.resume.empty() ? std::string() : step_record_file(o.resume);
+  const Plan& plan = ex.plan();
+  const size_t in_memory = plan.arena_bytes[static_cast<size_t>(Arena::Params)] +
+                           plan.arena_bytes[static_cast<size_t>(Arena::OptState)];
+  const bool offloaded = plan.arena_bytes[static_cast<size_t>(Arena::Tier)] > 0;
+  if (!reopen.empty() && (!offloaded || o.ranks > 1))
+    throw std::runtime_error("the latest state in " + o.resume + " is its " + kStepRecordName +
+                             " (offloaded values in " + reopen + "): resume it as it ran (the same --offload, one "
+                             "process), or remove that file to resume from its checkpoint");
+  if (!offloaded || o.ranks > 1) return;
+  if (in_memory > kRecordedMemory && reopen.empty()) {
+    log << "memfit: " << format_bytes(in_memory) << " of state stays in memory: a killed run resumes from its last "
+        << "checkpoint (--checkpoint-every), not from the step it was in\n";
+    return;
+  }
+  ex.keep_tier(reopen);
+}
+
+}  // namespace
+
 std::optional<Replan> allocate_plan(RunPlan& p, std::ostream& log) {
   const TrainOptions& o = p.options;
   Executor& ex = *p.train_ex;
@@ -497,7 +529,15 @@ std::optional<Replan> allocate_plan(RunPlan& p, std::ostream& log) {
       std::error_code ec;
       std::filesystem::create_directories(offload_dir(o), ec);  // (a failure is the store's error to name)
     }
+    keep_offload_file(p, log);
     ex.allocate();
+    if (ex.tier() && ex.tier()->kept())
+      log << "memfit: offload file kept in " << offload_dir(o)
+          << " (values a step rewrites have two copies: every step commits whole, and a run killed in a step resumes "
+             "from the step before it)\n";
+    else if (ex.tier() && ex.config().tier_keep)
+      log << "memfit: the offload disk holds one copy of the offloaded values only: a killed run resumes from its "
+             "last checkpoint\n";
     eval_ex.borrow(Arena::Params, ex.arena(Arena::Params));
     eval_ex.share_tier(ex.tier());
     if (p.eval_shares) eval_ex.borrow(Arena::Transient, ex.arena(Arena::Transient));

@@ -15,6 +15,7 @@
 
 #include "runtime/device.hpp"
 #include "train/json.hpp"
+#include "runtime/tier_store.hpp"
 #include "train/memory.hpp"
 
 namespace memfit::train {
@@ -136,6 +137,11 @@ TrainLoop::TrainLoop(RunPlan& p, std::ostream& log)
   res_.sequences = sequences;
   ctx_.seed = o_.seed;
   scaler_.restore(st_.extra);
+  record_steps_ = lead() && !dp_.active() && ex_.tier() && ex_.tier()->kept();
+  if (record_steps_) {
+    const std::string before = step_record_file(o_.out, true);
+    if (before != ex_.tier()->path()) stale_offload_ = before;
+  }
   if (scaler_.enabled()) grads_ = std::make_unique<GradientCheck>(ex_, update_node_);
 }
 
@@ -144,7 +150,9 @@ void TrainLoop::resume() {
   // another one holds other tensors (or the same names in other types).
   // State is resumed as it was stored, never converted; a checkpoint from
   // before --optimizer-state holds fp32 state.
-  std::map<std::string, std::string> meta = checkpoint_metadata(o_.resume);
+  // A kept offload file reopened: the step record is the later state.
+  const bool from_record = !ex_.config().tier_reopen.empty();
+  std::map<std::string, std::string> meta = resume_metadata(o_.resume);
   if (!meta.empty()) {
     const std::string state = meta.count("optimizer_state") ? meta["optimizer_state"] : "fp32";
     if (meta.count("optimizer") && meta["optimizer"] != o_.optimizer.kind)
@@ -172,7 +180,7 @@ void TrainLoop::resume() {
       throw std::runtime_error("cannot resume from " + o_.resume + ": its weights are stored as " + weights +
                                ", this run's as " + st_.extra["master_weights"] + "; pass --master-weights " + weights);
   }
-  TrainState r = load_checkpoint(o_.resume, ex_);
+  TrainState r = from_record ? load_step_record(o_.resume, ex_) : load_checkpoint(o_.resume, ex_);
   // The global batch (each rank's times the ranks) decides the steps: a
   // whole checkpoint resumes on any number of ranks that divides it.
   auto count = [](const std::string& v) { return v.empty() ? int64_t(1) : std::strtoll(v.c_str(), nullptr, 10); };
@@ -206,7 +214,8 @@ void TrainLoop::resume() {
   data::Position p{r.epoch, r.sample};
   if (p.sample >= loader_.epoch_size()) p = {p.epoch + 1, 0};
   loader_.seek(p);
-  log_ << "resumed from " << o_.resume << " at step " << st_.step << " (epoch " << p.epoch + 1 << ")\n";
+  log_ << "resumed from " << o_.resume << (from_record ? "'s step record" : "") << " at step " << st_.step
+       << " (epoch " << p.epoch + 1 << ")\n";
 }
 
 // Rank 0 resumes as one process does (every check, its file); the ranks
@@ -313,6 +322,7 @@ void TrainLoop::end_group(Clock::time_point t0) {
   loss_sum_ += last_loss_;
   ++loss_n_;
   ++st_.step;
+  if (record_steps_) record_step();
   train_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   if (first_seconds_ < 0) {
     first_seconds_ = train_seconds_;
@@ -409,6 +419,24 @@ void TrainLoop::checkpoint() {
   if (dp_.sharded() && !lead()) remove_other_shards(o_.out, dp_.rank(), st_.step);
 }
 
+void TrainLoop::record_step() {
+  const data::Position p = loader_.position();
+  st_.epoch = p.epoch;
+  st_.sample = p.sample;
+  scaler_.save(st_.extra);
+  save_step_record(o_.out, ex_, st_);
+  if (!stale_offload_.empty()) {
+    ::unlink(stale_offload_.c_str());
+    stale_offload_.clear();
+  }
+}
+
+void TrainLoop::drop_offload_file() {
+  if (!lead() || dp_.active()) return;
+  remove_step_record(o_.out);  // (a record an earlier attempt left, too)
+  if (record_steps_) ::unlink(ex_.tier()->path().c_str());  // (if no record named it)
+}
+
 double TrainLoop::images_per_second() const {
   return train_seconds_ > 0 ? static_cast<double>(images_) / train_seconds_ : 0.0;
 }
@@ -416,6 +444,7 @@ double TrainLoop::images_per_second() const {
 void TrainLoop::finish(Clock::time_point t_start) {
   if (res_.interrupted) {  // a signal: save the last finished step, nothing else
     checkpoint();
+    drop_offload_file();  // the checkpoint holds the same step
     prog_->finish();
   } else if (o_.profile > 0) {  // --profile: the table instead of the final evaluation and checkpoint
     prog_->finish();
@@ -425,6 +454,7 @@ void TrainLoop::finish(Clock::time_point t_start) {
     // --eval-every 0: no evaluation at all.
     if (o_.eval_every != 0 && (!res_.evaluated || loss_n_ > 0)) eval_and_record(loader_.position().epoch + 1);
     checkpoint();
+    drop_offload_file();
     prog_->finish();
   }
 

@@ -120,6 +120,15 @@ class TrainLoop {
   EvalResult evaluate();
   void eval_and_record(uint64_t epoch);
   void checkpoint();
+  // A kept offload file (TierStore::kept): the step record after each step
+  // (train/checkpoint.hpp); stale_offload_: an earlier run's kept file in
+  // --out, removed once this run has recorded its first step.
+  void record_step();
+  // After the last checkpoint: the step record and the kept file go (the
+  // checkpoint holds the same step).
+  void drop_offload_file();
+  bool record_steps_ = false;
+  std::string stale_offload_;
   void finish(Clock::time_point t_start);
   double images_per_second() const;
 };

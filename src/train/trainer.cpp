@@ -45,7 +45,9 @@ void check_run_dir(const std::string& dir) {
 // both exist).
 void initialise_weights(RunPlan& p, std::ostream& log) {
   const TrainOptions& o = p.options;
-  p.train_ex->init_params(o.seed);
+  // A reopened offload file (--resume from a step record) holds the
+  // offloaded values as they were: they are not drawn again.
+  p.train_ex->init_params(o.seed, p.train_ex->config().tier_reopen.empty());
   if (!o.init_from.empty() && o.resume.empty()) {
     size_t n = load_weights(o.init_from, *p.train_ex, o.reinit);
     log << "initialised " << n << " tensors from " << o.init_from << "\n";
@@ -106,7 +108,7 @@ std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& 
 // one given that differs names the flag and the value to pass.
 void adopt_resume_options(TrainOptions& o, std::ostream& log) {
   if (o.resume.empty()) return;
-  const std::map<std::string, std::string> meta = checkpoint_metadata(o.resume);
+  const std::map<std::string, std::string> meta = resume_metadata(o.resume);
   struct Field {
     const char* flag;
     const char* key;
