@@ -196,6 +196,8 @@ TEST(DataParallel, TwoRanksTakeTheStepsOfOneProcessOnTheirJointBatch) {
   ASSERT_EQ(lb.size(), 20u);
   for (const auto& [step, loss] : la) EXPECT_NEAR(lb.at(step), loss, 1e-5 * std::fabs(loss)) << "step " << step;
   EXPECT_LE(max_weight_difference(one + "/model.safetensors", two + "/model.safetensors"), 1e-5);
+  // Both ranks run on this machine (MPI says so): the detected budget is split.
+  EXPECT_NE(b.err.find("shared by 2 ranks on this machine"), std::string::npos) << b.err;
   const Json j = last_json(b.out);
   EXPECT_EQ(j.at("ranks").get<int>(), 2);
   EXPECT_EQ(j.at("rank_peak_rss_bytes").size(), 2u);

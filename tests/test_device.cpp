@@ -171,9 +171,9 @@ TEST(LoweredGraph, BlockedLayoutsOffViaConfig) {
   expect_same_plan(plan_for(sg->g, off), b.plan(), "resnet18 plain");
 }
 
-// plan_for equals the executor's plan byte for byte, on a cold cache and a
-// warm one (a second graph sharing every layer), in f32 and bf16, with and
-// without recomputation, on every device.
+// plan_for equals the executor's plan byte for byte, with no kernel-size
+// cache, a cold one and a warm one (a second graph sharing every layer), in
+// f32 and bf16, with and without recomputation, on every device.
 TEST(PlanFor, EqualsTheExecutorsPlan) {
   for (const char* model : {"convnet", "resnet18"})
     for (DType prec : {DType::f32, DType::bf16})
@@ -183,10 +183,15 @@ TEST(PlanFor, EqualsTheExecutorsPlan) {
         ExecConfig cfg;
         cfg.defer_allocation = true;
         Executor ex(sg->g, cfg);
+        expect_same_plan(plan_for(sg->g, cfg), ex.plan(), what + " (no cache)");
+        cfg.kernel_sizes = std::make_shared<KernelSizes>();
         expect_same_plan(plan_for(sg->g, cfg), ex.plan(), what);
+        const size_t signatures = cfg.kernel_sizes->size();
+        EXPECT_GT(signatures, 0u);
         expect_same_plan(plan_for(sg->g, cfg), ex.plan(), what + " (cached)");
         auto again = step(model, prec, rc);
         expect_same_plan(plan_for(again->g, cfg), ex.plan(), what + " (another graph, cached)");
+        EXPECT_EQ(cfg.kernel_sizes->size(), signatures) << what << ": a graph of the same layers added kernels";
         ExecConfig guard = cfg;
         guard.plan.guard_bytes = 64;
         expect_same_plan(plan_for(sg->g, guard), Executor(sg->g, guard).plan(), what + " guard bytes");

@@ -4,8 +4,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "memfit/graph.hpp"
@@ -15,6 +18,27 @@ namespace memfit {
 
 class Device;     // runtime/device.hpp
 class TierStore;  // runtime/tier_store.hpp
+
+// The scratch and library heap of each kernel signature planned so far
+// (runtime/lowered.hpp: op, attributes, operand shapes, types and layouts,
+// device): building a kernel (oneDNN primitive descriptors) is what
+// planning costs, and the candidates of one fit share most of their
+// layers. Whoever plans many graphs (a run's planner) owns one and names
+// it in ExecConfig::kernel_sizes; nothing in the process keeps one.
+class KernelSizes {
+ public:
+  struct Bytes {
+    size_t scratch = 0, heap = 0;
+  };
+  // The bytes of `signature`, from make() the first time (called outside
+  // the lock: planners on other threads may make other kernels meanwhile).
+  Bytes get(const std::string& signature, const std::function<Bytes()>& make);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Bytes> bytes_;
+};
 
 namespace kernels {
 class Kernel;
@@ -59,6 +83,9 @@ struct ExecConfig {
   // commits whole); tier_reopen: a kept file to open again (resume).
   bool tier_keep = false;
   std::string tier_reopen;
+  // plan_for's kernel sizes, shared by the plans of one planner; null: each
+  // plan makes its kernels.
+  std::shared_ptr<KernelSizes> kernel_sizes;
 };
 
 class Executor {
@@ -171,9 +198,9 @@ class Executor {
 
 // The plan Executor(g, cfg) makes, byte for byte, without making the
 // executor: each node's scratch and library heap come from a kernel made
-// once per process per node signature (runtime/lowered.hpp: op, attributes,
-// operand shapes, types and layouts, device) and dropped, so plans sharing
-// layers (a fit's candidates) build each kernel's primitives once.
+// and dropped, once per node signature where cfg.kernel_sizes holds them,
+// so plans sharing layers (a fit's candidates) build each kernel's
+// primitives once.
 Plan plan_for(const Graph& g, const ExecConfig& cfg);
 
 // Byte size of every value as `backend` stores it.

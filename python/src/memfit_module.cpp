@@ -60,7 +60,9 @@ cli::RunArgs parse(const std::string& command, const std::vector<std::string>& a
 // count is put back afterwards, so torch keeps its own.
 class CommandThreads {
  public:
-  CommandThreads() : saved_(omp_get_max_threads()) { omp_set_num_threads(default_threads()); }
+  explicit CommandThreads(int64_t requested) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(requested > 0 ? static_cast<int>(requested) : default_threads());
+  }
   ~CommandThreads() { omp_set_num_threads(saved_); }
   CommandThreads(const CommandThreads&) = delete;
   CommandThreads& operator=(const CommandThreads&) = delete;
@@ -441,7 +443,7 @@ PYBIND11_MODULE(_memfit, m) {
         train::TrainResult r;
         {
           py::gil_scoped_release nogil;
-          CommandThreads threads;
+          CommandThreads threads(o.threads);
           r = train::run_training(o, log);
         }
         py::dict d;
@@ -464,6 +466,7 @@ PYBIND11_MODULE(_memfit, m) {
         g_comm_started = true;
         o.ranks = comm.size();
         o.rank = comm.rank();
+        o.ranks_here = comm.local_size();
         try {
           train::validate(o);  // what several ranks refuse
         } catch (const std::invalid_argument& e) {
@@ -478,7 +481,7 @@ PYBIND11_MODULE(_memfit, m) {
         train::TrainResult r;
         {
           py::gil_scoped_release nogil;
-          CommandThreads threads;
+          CommandThreads threads(o.threads);
           try {
             r = train::run_training(o, log);
           } catch (const std::exception& e) {

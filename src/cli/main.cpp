@@ -3,6 +3,8 @@
 // trained language model), `memfit tokenize` (a text's token ids, for
 // users and for checking a tokenizer) and `memfit report` (a run
 // directory's report.html, written again).
+#include <omp.h>
+
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -76,6 +78,12 @@ int usage_error(const cli::Args& a, const std::string& msg) { return usage_error
 
 using train::short_num;
 
+// --threads N: the process's OpenMP threads (the engine's parallel regions
+// and oneDNN's take omp_get_max_threads()); 0 leaves OpenMP's default.
+void use_threads(int64_t n) {
+  if (n > 0) omp_set_num_threads(static_cast<int>(n));
+}
+
 int cmd_train(const std::vector<std::string>& argv) {
   cli::RunArgs ra = cli::parse_train_args(argv);
   if (ra.error) return usage_error(ra.usage, *ra.error);
@@ -91,6 +99,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   const dist::Comm& comm = dist::Comm::world();
   o.ranks = comm.size();
   o.rank = comm.rank();
+  o.ranks_here = comm.local_size();
+  use_threads(o.threads);
   // A test seam, not an option: the tests of the recovery from running out
   // of memory ask for it through the environment.
   if (const char* e = std::getenv("MEMFIT_TEST_OOM_AT_STEP")) o.inject_oom_at_step = std::strtoll(e, nullptr, 10);
@@ -177,6 +187,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
     return 0;
   }
   train::TrainOptions& o = ra.options;
+  use_threads(o.threads);
   train::TrainResult r = train::run_training(o, o.json ? std::cerr : std::cout);
   if (o.json) {
     std::cout << train::report_json(r.report, r.budget) << "\n";
@@ -212,6 +223,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 0;
   }
   if (o.run.empty()) return usage_error(a, "--run DIR is required");
+  use_threads(o.threads);
   if (seed < 0) return usage_error(a, "--seed must be non-negative");
   o.seed = static_cast<uint64_t>(seed);
   if (!json) std::cout << o.prompt << std::flush;

@@ -73,6 +73,10 @@ Comm::Comm() {
   mpi_ = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;  // the ranks that share this one's memory
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "split by machine");
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
 #else
   // mpirun started a build without MPI: every process would train alone and
   // write the same files. Refuse instead.

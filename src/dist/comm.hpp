@@ -34,6 +34,8 @@ class Comm {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The ranks on this machine (sharing its memory), this one included.
+  int local_size() const { return local_size_; }
   bool distributed() const { return size_ > 1; }
   // "rank 1 of 2 on host" for messages.
   std::string describe() const;
@@ -71,7 +73,7 @@ class Comm {
 
  private:
   Comm();
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
   bool mpi_ = false;
   bool in_flight_ = false;
   std::string host_;

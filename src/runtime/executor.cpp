@@ -70,33 +70,36 @@ Plan plan_with(const Graph& g, const ExecConfig& cfg, const std::vector<size_t>&
 
 }  // namespace
 
+KernelSizes::Bytes KernelSizes::get(const std::string& signature, const std::function<Bytes()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = bytes_.find(signature);
+    if (it != bytes_.end()) return it->second;
+  }
+  const Bytes b = make();
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_.emplace(signature, b).first->second;
+}
+
+size_t KernelSizes::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_.size();
+}
+
 Plan plan_for(const Graph& g, const ExecConfig& cfg) {
-  // Scratch and library heap of every node signature lowered so far in this
-  // process: building a kernel (oneDNN primitive descriptors) is what
-  // planning costs, and the candidates of one fit share most of their layers.
-  struct Bytes {
-    size_t scratch, heap;
-  };
-  static std::mutex mu;
-  static std::unordered_map<std::string, Bytes> cache;
   const Device& dev = device_for(cfg.backend);
   const LoweredGraph lg(g, dev, lower_options(cfg));
   std::vector<size_t> scratch(g.num_nodes(), 0);
   size_t heap = 0;
   for (size_t k = 0; k < g.num_nodes(); ++k) {
     const NodeId id = static_cast<NodeId>(k);
-    const std::string key = node_signature(lg, id);
-    Bytes b{};
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = cache.find(key);
-      if (it != cache.end()) b = it->second;
-      else {
-        const std::unique_ptr<kernels::Kernel> kern = dev.make_kernel(lg, id);
-        if (kern) b = {kern->scratch_bytes(), kern->heap_bytes()};
-        cache.emplace(key, b);
-      }
-    }
+    auto make = [&] {
+      KernelSizes::Bytes b;
+      if (const std::unique_ptr<kernels::Kernel> kern = dev.make_kernel(lg, id))
+        b = {kern->scratch_bytes(), kern->heap_bytes()};
+      return b;
+    };
+    const KernelSizes::Bytes b = cfg.kernel_sizes ? cfg.kernel_sizes->get(node_signature(lg, id), make) : make();
     scratch[k] = b.scratch;
     heap = std::max(heap, b.heap);
   }

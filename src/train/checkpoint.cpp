@@ -194,7 +194,7 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
     const std::string suffix = ".running_mean";
     if (w.name.size() > suffix.size() && w.name.compare(w.name.size() - suffix.size(), suffix.size(), suffix) == 0)
       weights.push_back({w.name.substr(0, w.name.size() - suffix.size()) + ".num_batches_tracked", io::DType::I64, {},
-                         &batches_tracked[bi++]});
+                         &batches_tracked[bi++], {}});
   }
   const std::map<std::string, std::string> meta = state_metadata(st, sum);
   // The resume file first: a failure in between leaves a newer resume file

@@ -1,6 +1,5 @@
 #include "train/generate.hpp"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,7 +55,6 @@ GenerateResult generate(const GenerateOptions& o, std::ostream& log,
   if (o.tokens < 1) throw std::invalid_argument("--tokens must be positive");
   if (!(o.temperature > 0)) throw std::invalid_argument("--temperature must be positive");
   if (o.top_k < 0) throw std::invalid_argument("--top-k must not be negative");
-  if (o.threads > 0) omp_set_num_threads(static_cast<int>(o.threads));
   const auto meta = checkpoint_metadata(o.run);
   const fs::path weights = fs::path(o.run) / "model.safetensors", tok_file = fs::path(o.run) / "tokenizer.json";
   if (meta.empty() || !fs::exists(weights))

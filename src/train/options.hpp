@@ -143,6 +143,9 @@ struct TrainOptions {
   // 1/ranks of the parameters (ZeRO stage 1), sending them to the others.
   int ranks = 1;
   int rank = 0;
+  // The ranks on this machine (the command asks its launcher): a detected
+  // budget (not --memory, which is per rank) is split between them.
+  int ranks_here = 1;
   bool shard_optimizer = true;
   // With shard_optimizer: each rank keeps only the gradients of its shard
   // past their reduce during backward (ZeRO stage 2; not with accumulate).

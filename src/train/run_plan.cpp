@@ -72,7 +72,6 @@ class Planner {
   Planner(const TrainOptions& o, std::ostream& log) : o_(o), log_(log) { p_.options = o; }
 
   std::variant<RunPlan, Replan> run() {
-    if (o_.threads > 0) omp_set_num_threads(static_cast<int>(o_.threads));
     // Before the baseline is measured: a first measurement's kernels are
     // handed back with an earlier attempt's (measure()).
     profile_ = machine_profile(device_for(o_.backend), omp_get_max_threads(), o_.cache_dir);
@@ -221,8 +220,7 @@ class Planner {
   // --memory, which is per rank) is split between them.
   void share_budget() {
     if (o_.memory || o_.ranks < 2) return;
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const long n = local ? std::strtol(local, nullptr, 10) : 1;
+    const int n = std::min(o_.ranks_here, o_.ranks);
     if (n < 2) return;
     p_.budget.bytes /= static_cast<size_t>(n);
     p_.budget.source += ", shared by " + std::to_string(n) + " ranks on this machine";
@@ -437,6 +435,7 @@ class Planner {
     StepSpec base = spec_;
     base.batch = o_.batch;
     ExecConfig fcfg = cfg_;
+    fcfg.kernel_sizes = std::make_shared<KernelSizes>();  // the candidates share their kernels' sizes
     if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
     std::vector<FitPrecision> precisions =
         o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
