@@ -59,7 +59,7 @@ TEST(PlanMachine, WithoutBf16ComputeThePlanNamesTheFallback) {
   EXPECT_TRUE(has(out, "bf16 convolutions and linear layers: f32 between conversions (no bf16 compute on this CPU)"))
       << out;
   // Forcing native bf16 cannot make compute that oneDNN does not have.
-  const std::string js = plan(env + " MEMFIT_BF16_CONV=native", "--precision bf16 --json");
+  const std::string js = plan(env, "--precision bf16 --bf16-convs native --json");
   EXPECT_EQ(json_string_field(js, "cpu/onednn_isa"), "avx2") << js;
   EXPECT_EQ(json_at(js, "cpu/bf16_compute"), false) << js;
   EXPECT_EQ(json_string_field(js, "cpu/products"), "f32 between conversions (no bf16 compute on this CPU)") << js;

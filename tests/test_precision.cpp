@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -14,6 +16,7 @@
 #include "kernels/bf16.hpp"
 #include "kernels/cpu/engine.hpp"
 #include "kernels/kernel.hpp"
+#include "ops/conv/cpu.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/runtime.hpp"
 #include "train/step_graph.hpp"
@@ -21,6 +24,18 @@
 using namespace memfit;
 
 namespace {
+
+// CTest runs the bf16 step tests with MEMFIT_BF16_CONV=native and =f32
+// (tests/CMakeLists.txt): the choice memfit train --bf16-convs makes, here
+// made before any test plans, so each path runs on any machine.
+const char* const kForcedBf16Convs = [] {
+  const char* e = std::getenv("MEMFIT_BF16_CONV");
+  if (e && !kernels::cpu::choose_bf16_convs(e)) {
+    std::fprintf(stderr, "MEMFIT_BF16_CONV takes auto, native or f32, not '%s'\n", e);
+    std::exit(2);
+  }
+  return e;
+}();
 
 // ------------------------------------------------------------------ cast
 
@@ -322,7 +337,7 @@ TEST(Precision, LossScaleIsDividedOut) {
 // The CPU bf16 step runs batch norm and the element-wise ops as bf16 kernels
 // (not as f32 kernels between conversions), and the convolutions on oneDNN,
 // in bf16 or in f32 between conversions, whichever this CPU runs faster
-// (MEMFIT_BF16_CONV forces one; CTest runs the step tests with each).
+// (--bf16-convs forces one; CTest runs the step tests with each).
 // Where a capability is missing the step takes the fallback, and this test
 // asserts it: without oneDNN bf16 compute (AVX2) every convolution is an f32
 // kernel between conversions; a build without memfit's bf16 loops (no
@@ -337,7 +352,7 @@ TEST(Precision, Bf16StepUsesBf16Kernels) {
   cfg.defer_allocation = true;
   Executor ex(sg->g, cfg);
   int memory_bound = 0, convs = 0;
-  const char* force = std::getenv("MEMFIT_BF16_CONV");
+  const char* force = kForcedBf16Convs;
   for (const Node& n : sg->g.nodes()) {
     const std::string name = ex.kernel_name(static_cast<size_t>(&n - sg->g.nodes().data()));
     const bool converted = name.rfind("bf16(", 0) == 0;

@@ -30,6 +30,7 @@
 #include "data/text_classes.hpp"
 #include "dist/comm.hpp"
 #include "models/model_file.hpp"
+#include "ops/conv/cpu.hpp"
 #include "train/memory.hpp"
 #include "train/report.hpp"
 #include "train/run_report.hpp"
@@ -444,6 +445,7 @@ PYBIND11_MODULE(_memfit, m) {
         {
           py::gil_scoped_release nogil;
           CommandThreads threads(o.threads);
+          kernels::cpu::choose_bf16_convs(o.bf16_convs);
           r = train::run_training(o, log);
         }
         py::dict d;
@@ -482,6 +484,7 @@ PYBIND11_MODULE(_memfit, m) {
         {
           py::gil_scoped_release nogil;
           CommandThreads threads(o.threads);
+          kernels::cpu::choose_bf16_convs(o.bf16_convs);
           try {
             r = train::run_training(o, log);
           } catch (const std::exception& e) {

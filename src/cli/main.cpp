@@ -26,6 +26,7 @@
 #include "dist/comm.hpp"
 #include "models/model.hpp"
 #include "models/model_file.hpp"
+#include "ops/conv/cpu.hpp"
 #include "train/generate.hpp"
 #include "train/json.hpp"
 #include "train/memory.hpp"
@@ -84,6 +85,12 @@ void use_threads(int64_t n) {
   if (n > 0) omp_set_num_threads(static_cast<int>(n));
 }
 
+// What a run's options set for the whole process, before it plans.
+void use_machine_options(const train::TrainOptions& o) {
+  use_threads(o.threads);
+  kernels::cpu::choose_bf16_convs(o.bf16_convs);  // (checked by the parser)
+}
+
 int cmd_train(const std::vector<std::string>& argv) {
   cli::RunArgs ra = cli::parse_train_args(argv);
   if (ra.error) return usage_error(ra.usage, *ra.error);
@@ -100,7 +107,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.ranks = comm.size();
   o.rank = comm.rank();
   o.ranks_here = comm.local_size();
-  use_threads(o.threads);
+  use_machine_options(o);
   // A test seam, not an option: the tests of the recovery from running out
   // of memory ask for it through the environment.
   if (const char* e = std::getenv("MEMFIT_TEST_OOM_AT_STEP")) o.inject_oom_at_step = std::strtoll(e, nullptr, 10);
@@ -187,7 +194,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
     return 0;
   }
   train::TrainOptions& o = ra.options;
-  use_threads(o.threads);
+  use_machine_options(o);
   train::TrainResult r = train::run_training(o, o.json ? std::cerr : std::cout);
   if (o.json) {
     std::cout << train::report_json(r.report, r.budget) << "\n";

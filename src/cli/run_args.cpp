@@ -101,6 +101,15 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
       },
       "BYTES", "with --device cuda: the GPU memory budget (default: the GPU's free memory at start, less a margin)");
   a.add("threads", &o.threads, "N", "threads (default: all cores)");
+  a.add(
+      "bf16-convs",
+      [&o](const std::string& v) {
+        if (v != "auto" && v != "native" && v != "f32") return "--bf16-convs takes auto, native or f32, not '" + v + "'";
+        o.bf16_convs = v;
+        return std::string();
+      },
+      "HOW", "bf16 convolutions and linear layers as oneDNN's bf16 primitives (native) or f32 ones between "
+             "conversions (f32); default auto: whichever this CPU runs faster, measured at start");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
   a.add(
       "guard-bytes", [&o](const std::string& v) {

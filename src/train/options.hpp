@@ -83,6 +83,11 @@ struct TrainOptions {
   std::string data_in = "auto";
   std::string cache_dir;       // the IDX (disk) and token caches' directory ("" = data::default_cache_dir())
   int64_t threads = 0;         // 0: all cores
+  // bf16 convolutions and linear layers: "auto" (measured: whichever this
+  // CPU runs faster), "native" (oneDNN's bf16 primitives) or "f32" (f32
+  // primitives between conversions); ops/conv/cpu.hpp. The command applies
+  // it (and threads) to the process before planning.
+  std::string bf16_convs = "auto";
   std::optional<size_t> memory;
   // --device-memory: the budget of a device with memory of its own (a GPU);
   // unset: its free memory at start less a margin (train/memory.hpp).

@@ -29,6 +29,7 @@
 #include "kernels/cpu/engine.hpp"
 #include "ops/conv/cpu.hpp"
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -302,27 +303,31 @@ struct Bf16Path {
   bool native = false;
   Bf16Choice why = Bf16Choice::NoCompute;
 };
-const Bf16Path& bf16_path() {
-  static const Bf16Path path = [] {
-    Bf16Path p;
-    if (!onednn_bf16_compute()) return p;  // nothing to choose: there are no bf16 primitives
-    if (const char* e = std::getenv("MEMFIT_BF16_CONV")) {
-      const std::string v(e);
-      if (v == "native" || v == "f32") return Bf16Path{v == "native", Bf16Choice::Forced};
-    }
-    return Bf16Path{measure_bf16_native(), Bf16Choice::Measured};
-  }();
-  return path;
+// choose_bf16_convs: 0 measured, 1 native, 2 f32.
+std::atomic<int> g_bf16_choice{0};
+
+Bf16Path bf16_path() {
+  if (!onednn_bf16_compute()) return {};  // nothing to choose: there are no bf16 primitives
+  const int chosen = g_bf16_choice.load();
+  if (chosen != 0) return Bf16Path{chosen == 1, Bf16Choice::Forced};
+  static const bool measured = measure_bf16_native();  // a fact of this machine, measured once
+  return Bf16Path{measured, Bf16Choice::Measured};
 }
 }  // namespace
 
 bool bf16_convs_native() { return bf16_path().native; }
 
+bool choose_bf16_convs(const std::string& how) {
+  if (how != "auto" && how != "native" && how != "f32") return false;
+  g_bf16_choice = how == "auto" ? 0 : how == "native" ? 1 : 2;
+  return true;
+}
+
 const char* bf16_product_path() {
-  const Bf16Path& p = bf16_path();
+  const Bf16Path p = bf16_path();
   switch (p.why) {
     case Bf16Choice::NoCompute: return "f32 between conversions (no bf16 compute on this CPU)";
-    case Bf16Choice::Forced: return p.native ? "native bf16 (MEMFIT_BF16_CONV)" : "f32 between conversions (MEMFIT_BF16_CONV)";
+    case Bf16Choice::Forced: return p.native ? "native bf16 (--bf16-convs)" : "f32 between conversions (--bf16-convs)";
     case Bf16Choice::Measured: break;
   }
   return p.native ? "native bf16 (measured faster here)" : "f32 between conversions (measured faster here)";

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "kernels/cpu/layout.hpp"
 #include "kernels/kernel.hpp"
@@ -37,11 +38,14 @@ std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = L
 // primitives measured 1.6-1.9x slower than f32. So it is measured, once per
 // process on one thread: one ResNet-style 3x3 convolution (fwd and bwd-weights)
 // in both types, ~30 ms; bf16 must be faster by 20%. Linear layers follow
-// the same choice. MEMFIT_BF16_CONV=native|f32 overrides (tests use it to
-// cover both paths on any machine).
+// the same choice. choose_bf16_convs overrides it (memfit train
+// --bf16-convs; tests cover both paths on any machine with it).
 // Where oneDNN has no bf16 compute (onednn_bf16_compute) the answer is false
-// whatever MEMFIT_BF16_CONV says.
+// whatever was chosen.
 bool bf16_convs_native();
+// "auto" (measured, the default), "native" or "f32"; false (and no change)
+// for another word. The command sets it from its options before planning.
+bool choose_bf16_convs(const std::string& how);
 // That choice in words, with its reason: "native bf16 (measured faster
 // here)", "f32 between conversions (no bf16 compute on this CPU)", ...
 const char* bf16_product_path();
