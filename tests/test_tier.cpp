@@ -123,6 +123,19 @@ TEST(TierStore, GivesBackBlocksAndRangesAcrossSectors) {
   std::vector<uint8_t> b2(blocks[1].bytes);
   st.read("b", b2.data(), b2.size());
   EXPECT_EQ(b2, want["b"]);
+  // Zeros into a written block are written; into a block of a fresh file,
+  // never written, they cost nothing (it reads as zeros).
+  uint64_t before = st.bytes_written();
+  st.fill("c", 0);
+  EXPECT_EQ(st.bytes_written(), before + c.size());
+  st.read("c", c.data(), c.size());
+  for (uint8_t x : c) ASSERT_EQ(x, 0);
+  TierStore fresh(tmp_dir(), {{"z", 3 * S + 5}});
+  fresh.fill("z", 0);
+  EXPECT_EQ(fresh.bytes_written(), 0u);
+  std::vector<uint8_t> z(3 * S + 5, 0xEE);
+  fresh.read("z", z.data(), z.size());
+  for (uint8_t x : z) ASSERT_EQ(x, 0);
 }
 
 TEST(TierStore, RefusesBytesTheDiskChanged) {

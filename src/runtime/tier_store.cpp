@@ -120,6 +120,8 @@ TierStore::TierStore(const std::string& dir, const std::vector<Block>& blocks, c
     throw std::bad_alloc();
   }
   // fallocate's blocks read as zeros (a reopened file's sums come from adopt()).
+  if (!reopen)
+    for (auto& [name, e] : blocks_) e.zeros = true;
   std::memset(buf_, 0, kSector);
   sums_.assign(file_bytes_ / kSector, sector_checksum(buf_, kSector));
   ring_.resize(kQueue);
@@ -217,6 +219,7 @@ void TierStore::do_write(Entry& e, const std::string& block, size_t offset, cons
       throw std::logic_error("offload tier: a step writes '" + block + "', which has one copy in the kept file");
     e.current = static_cast<uint8_t>(1 - e.committed);
   }
+  e.zeros = false;
   const size_t at = e.offset[e.current];
   size_t pos = offset;
   const size_t end = offset + bytes;
@@ -420,6 +423,10 @@ std::string TierStore::layout() const {
 
 void TierStore::fill(const std::string& block, uint8_t byte) {
   const size_t n = block_bytes(block);
+  if (byte == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (blocks_.at(block).zeros) return;
+  }
   std::vector<std::byte> chunk(std::min(n, kBuffer), std::byte{byte});
   for (size_t at = 0; at < n; at += chunk.size()) write_range(block, at, chunk.data(), std::min(chunk.size(), n - at));
 }

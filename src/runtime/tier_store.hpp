@@ -96,6 +96,8 @@ class TierStore final : public kernels::TierIO {
   // initial values, checkpoints).
   void read_range(const std::string& block, size_t offset, void* dst, size_t bytes);
   void write_range(const std::string& block, size_t offset, const void* src, size_t bytes);
+  // (Zeros into a block never written since the file was made cost no I/O:
+  // a fresh file reads as zeros.)
   void fill(const std::string& block, uint8_t byte);
 
   // Kept stores. sync(): waits for the queued copies and flushes the file;
@@ -132,6 +134,7 @@ class TierStore final : public kernels::TierIO {
     size_t offset[2] = {0, 0};  // the block's copies (the same where it has one)
     size_t bytes = 0;
     uint8_t committed = 0, current = 0;  // which copy (mu_)
+    bool zeros = false;  // never written in a file made fresh: reads as zeros (mu_)
   };
   struct Copy {
     bool write = false;
