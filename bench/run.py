@@ -17,7 +17,11 @@ with the same model, batch, optimizer, random data and thread count:
    bf16; SGD momentum 0.9, weight decay 5e-4; in images/s;
  - gpt-char (6 layers, 6 heads, 384 wide, dropout 0.2; PyTorch's is
    bench/torch_text.py's GPT) at batch 16 on 256 random tokens of 65 values,
-   AdamW lr 1e-3, weight decay 0.1 on 2-d weights only; in tokens/s;
+   AdamW lr 1e-3, weight decay 0.1 on 2-d weights only; in tokens/s; and
+   again without dropout (--dropout 0 on both sides: PyTorch's attention
+   then takes its fused flash kernel);
+ - gpt2 (GPT-2 small, 124M, no dropout) at batch 4 on 256 random tokens of
+   50257 values, the same AdamW;
  - lstm-classifier (embedding 64, LSTM 32, 4 classes) at batch 64 on 128
    random tokens of 5000 values, Adam lr 1e-3; in sequences/s;
 the text models in fp32 only (memfit's bf16 activations for token models
@@ -68,17 +72,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TORCH_PY = os.path.join(HERE, ".venv", "bin", "python")  # current PyTorch from PyPI (make bench-venv)
 
-# (model, batch, timed steps, warm-up steps): ResNet-18 at batch 256 and
-# gpt-char take seconds per step on two cores, so they get fewer. The
-# optimizers' first step makes their state, so every case warms up.
+# (model, batch, timed steps, warm-up steps[, variant]): ResNet-18 at batch
+# 256 and the GPTs take seconds per step on two cores, so they get fewer.
+# The optimizers' first step makes their state, so every case warms up. A
+# variant names flags both sides take (VARIANTS).
 CASES = [
     ("convnet", 64, 10, 2),
     ("convnet", 256, 5, 1),
     ("resnet18", 64, 4, 1),
     ("resnet18", 256, 2, 1),
     ("gpt-char", 16, 5, 2),
+    ("gpt-char", 16, 5, 2, "no dropout"),
+    ("gpt2", 4, 3, 1),
     ("lstm-classifier", 64, 10, 2),
 ]
+# Without dropout PyTorch's CPU scaled_dot_product_attention takes its fused
+# flash kernel; with it, its unfused math path: the GPT rows give both.
+VARIANTS = {"": [], "no dropout": ["--dropout", "0"]}
 QUICK = [("convnet", 64, 10, 2), ("resnet18", 64, 3, 1), ("lstm-classifier", 64, 10, 2)]
 
 # The text models: the data both sides get (the same flags) and the unit of
@@ -86,6 +96,7 @@ QUICK = [("convnet", 64, 10, 2), ("resnet18", 64, 3, 1), ("lstm-classifier", 64,
 # which is samples/s). They run in fp32 only (the docstring says why).
 TEXT = {
     "gpt-char": (["--seq", "256", "--vocab", "65"], "tokens_per_s", "tokens/s"),
+    "gpt2": (["--seq", "256"], "tokens_per_s", "tokens/s"),
     "lstm-classifier": (["--seq", "128", "--vocab", "5000", "--classes", "4"], "images_per_s", "seq/s"),
 }
 
@@ -190,10 +201,13 @@ def setup_txt(models):
     if any(m not in TEXT for m in models):
         parts.append("CNNs: SGD momentum 0.9, weight decay 5e-4, random 1x28x28 data")
     if "gpt-char" in models:
-        parts.append("gpt-char: AdamW lr 1e-3, betas 0.9/0.999, weight decay 0.1 on 2-d weights only, dropout 0.2, "
-                     "random tokens (T 256, 65 values), in tokens/s (PyTorch: bench/torch_text.py's GPT-2 "
-                     "architecture, causal F.scaled_dot_product_attention, which with dropout runs PyTorch's unfused "
-                     "math path on the CPU)")
+        parts.append("gpt-char: AdamW lr 1e-3, betas 0.9/0.999, weight decay 0.1 on 2-d weights only, dropout 0.2 "
+                     "(or none: `--dropout 0` on both sides), random tokens (T 256, 65 values), in tokens/s (PyTorch: "
+                     "bench/torch_text.py's GPT-2 architecture, causal F.scaled_dot_product_attention, which with "
+                     "dropout runs PyTorch's unfused math path on the CPU, without it its fused flash kernel)")
+    if "gpt2" in models:
+        parts.append("gpt2: GPT-2 small (124M, no dropout, so PyTorch's flash attention), the same AdamW, random "
+                     "tokens (T 256, 50257 values), in tokens/s")
     if "lstm-classifier" in models:
         parts.append("lstm-classifier: Adam lr 1e-3, random tokens (T 128, 5000 values), 4 classes, in sequences/s "
                      "(PyTorch: nn.Embedding, nn.LSTM, nn.Linear)")
@@ -208,7 +222,7 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="ConvNet, ResNet-18 and the LSTM classifier at batch 64 only, fewer steps")
     ap.add_argument("--models", default=None,
-                    help="only these models' cases (comma-separated: convnet,resnet18,gpt-char,lstm-classifier)")
+                    help="only these models' cases (comma-separated: convnet,resnet18,gpt-char,gpt2,lstm-classifier)")
     ap.add_argument("--precisions", default="fp32,bf16")
     kind = machine.cpu_kind()
     ap.add_argument("--out", default=os.path.join(HERE, f"results_{kind}.md"),
@@ -260,12 +274,13 @@ def main():
     precisions = a.precisions.split(",")
     rows, raw, flops_of = [], [], {}
     torch_info = {}
-    for model, batch, steps, warmup in cases:
+    for model, batch, steps, warmup, *more in cases:
+        variant = more[0] if more else ""
         for prec in precisions:
             if model in TEXT and prec != "fp32":
                 continue
             common = ["--model", model, "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
-                      "--threads", t, "--precision", prec] + (TEXT[model][0] if model in TEXT else [])
+                      "--threads", t, "--precision", prec] + (TEXT[model][0] if model in TEXT else []) + VARIANTS[variant]
             mf_cmd = [memfit] + common
             pt_cmd = [a.torch_python, os.path.join(HERE, "torch_step.py")] + common
             cmds = [mf_cmd, pt_cmd] + ([[baseline] + common] if baseline else [])
@@ -278,20 +293,20 @@ def main():
                 got = {i: res[k] for k, i in enumerate(order)}
                 mf.append(got[0])
                 pt.append(got[1])
-                raw.append(got[0] | {"framework": "memfit", "rep": r})
-                raw.append(got[1] | {"framework": "pytorch", "rep": r})
+                raw.append(got[0] | {"framework": "memfit", "rep": r, "variant": variant})
+                raw.append(got[1] | {"framework": "pytorch", "rep": r, "variant": variant})
                 if baseline:
                     base.append(got[2])
                     raw.append(got[2] | {"framework": "memfit-baseline", "rep": r})
             torch_info = {"torch": pt[0]["torch"], "onednn": pt[0]["onednn"], "blas": pt[0].get("blas", "unknown")}
             if mf[0].get("supported"):
-                flops_of[(model, batch)] = mf[0]["step_flops"]
+                flops_of[(model, batch, variant)] = mf[0]["step_flops"]
 
             def med(rs, key):
                 return statistics.median(x[key] for x in rs) if rs and rs[0].get("supported") else None
 
             # *_ips: the case's rate in its unit (img/s, tokens/s or seq/s).
-            row = {"model": model, "batch": batch, "precision": prec, "unit": unit,
+            row = {"model": model, "batch": batch, "variant": variant, "precision": prec, "unit": unit,
                    "mf_ips": med(mf, key), "pt_ips": med(pt, key),
                    "mf_step": med(mf, "median_step_s"), "pt_step": med(pt, "median_step_s"),
                    "mf_rss": med(mf, "peak_rss_bytes"), "pt_rss": med(pt, "peak_rss_bytes"),
@@ -299,7 +314,7 @@ def main():
             rows.append(row)
             mf_txt = f"{row['mf_ips']:8.1f} {unit}" if row["mf_ips"] else "not supported"
             base_txt = f", baseline {row['base_ips']:8.1f} {unit}" if row["base_ips"] else ""
-            print(f"{model:15s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} {unit}{base_txt}",
+            print(f"{model + (' ' + variant if variant else ''):15s} {batch:4d} {prec}: memfit {mf_txt}, PyTorch {row['pt_ips']:8.1f} {unit}{base_txt}",
                   flush=True)
             if base and not base[0].get("supported"):
                 why = (base[0].get("error") or "").strip().splitlines()
@@ -328,7 +343,7 @@ def main():
     ]
     # The fraction of peak needs the FLOPs, which come from memfit's fp32 run.
     for r in rows:
-        flops = flops_of.get((r["model"], r["batch"]))
+        flops = flops_of.get((r["model"], r["batch"], r["variant"]))
         pk = peak["peak_bf16_flops"] if r["precision"] == "bf16" else peak["peak_fp32_flops"]
         if not isinstance(pk, (int, float)):  # no bf16 compute here: the products run in f32
             pk = peak["peak_fp32_flops"]
@@ -339,7 +354,7 @@ def main():
             r[f"{side}_frac"] = flops / r[f"{side}_step"] / p_ if (flops and r[f"{side}_step"]) else None
     pct = lambda f: f"{100 * f:.0f}%" if f else ""  # noqa: E731
     for r in rows:
-        case = f"{r['model']} b{r['batch']} {r['precision']}"
+        case = f"{r['model']} b{r['batch']} {r['precision']}" + (f", {r['variant']}" if r["variant"] else "")
         if r["mf_ips"] is None:
             lines.append(f"| {case} | {r['unit']} | not yet supported | {rate_txt(r['pt_ips'], r['unit'])} | | | "
                          f"{r['pt_step'] * 1e3:.0f} ms | | {fmt_bytes(r['pt_rss'])} | | | {pct(r['pt_frac'])} |")
@@ -355,7 +370,7 @@ def main():
                   "| case | unit | memfit | baseline | this / baseline |", "|---|---|---:|---:|---:|"]
         for r in rows:
             if r["mf_ips"] and r["base_ips"]:
-                lines.append(f"| {r['model']} b{r['batch']} {r['precision']} | {r['unit']} | {rate_txt(r['mf_ips'], r['unit'])} | "
+                lines.append(f"| {r['model']} b{r['batch']} {r['precision']}{', ' + r['variant'] if r['variant'] else ''} | {r['unit']} | {rate_txt(r['mf_ips'], r['unit'])} | "
                              f"{rate_txt(r['base_ips'], r['unit'])} | {r['mf_ips'] / r['base_ips']:.3f} |")
     table = "\n".join(lines) + "\n"
     with open(a.out, "w") as f:

@@ -153,7 +153,7 @@ int usage(const char* msg) {
   std::fprintf(stderr, "step_bench: %s\nusage: step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] "
                "[--batch N] [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16] [--seq T] [--vocab V] "
                "[--classes C] [--profile] [--plain] [--serve] [--recompute none|cheap|segments] "
-               "[--update-in-backward] [--bf16-convs auto|native|f32]\n", msg);
+               "[--update-in-backward] [--bf16-convs auto|native|f32] [--dropout P (a zoo GPT's)]\n", msg);
   return 2;
 }
 
@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
       }
       backend = std::string(v) == "cuda" ? Backend::Cuda : Backend::Cpu;
     }
+    else if (a == "--dropout") spec.model_options.dropout = {v};
     else if (a == "--seq") seq = std::atoll(v);
     else if (a == "--vocab") vocab = std::atoll(v);
     else if (a == "--classes") classes = std::atoll(v);
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
 
   models::Model model;
   try {
-    model = models::resolve(spec.model);
+    model = models::resolve(spec.model, spec.model_options);
   } catch (const GraphError& e) {
     return usage(e.what());
   }

@@ -63,7 +63,11 @@ def blas_info():
     return m.group(1) if m else "unknown"
 
 
-TEXT = {"gpt-char": (256, 65), "lstm-classifier": (128, 5000)}  # default T, vocabulary
+TEXT = {"gpt-char": (256, 65), "gpt2": (256, 50257), "lstm-classifier": (128, 5000)}  # default T, vocabulary
+# The GPTs as memfit's zoo has them (models/gpt.cpp): layers, heads, width,
+# block size, dropout (--dropout replaces it, as memfit's --dropout P does).
+GPTS = {"gpt-char": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2),
+        "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, dropout=0.0)}
 
 
 def make_case(a, device="cpu"):
@@ -81,8 +85,11 @@ def make_case(a, device="cpu"):
         raise SystemExit(f"unknown model {a.model}")
     T, V = a.seq or TEXT[a.model][0], a.vocab or TEXT[a.model][1]
     x = torch.randint(0, V, (a.batch, T)).to(device)
-    if a.model == "gpt-char":
-        m = GPT(vocab=V).to(device)
+    if a.model in GPTS:
+        cfg = dict(GPTS[a.model])
+        if a.dropout is not None:
+            cfg["dropout"] = a.dropout
+        m = GPT(vocab=V, **cfg).to(device)
         y = torch.randint(0, V, (a.batch, T)).to(device)
         return m, x, y, torch.optim.AdamW(adamw_groups(m, 0.1), lr=1e-3, betas=(0.9, 0.999))
     m = LSTMClassifier(V, a.classes or 4).to(device)
@@ -102,6 +109,7 @@ def case_arguments(model="convnet", batch=64, steps=10, warmup=2, threads=2):
     ap.add_argument("--seq", type=int, default=0, help="text models: tokens per sequence (default: the model's)")
     ap.add_argument("--vocab", type=int, default=0, help="text models: the token values (default: the model's)")
     ap.add_argument("--classes", type=int, default=0, help="classifiers: label values (default 10, the LSTM's 4)")
+    ap.add_argument("--dropout", type=float, default=None, help="GPTs: the dropout probability (default: the model's)")
     return ap
 
 

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 // weights and tables, as the uniform of the same variance (memfit's
 // initialisers are uniform); zero biases, unit layer-norm gains.
 constexpr double kInitStd = 0.02;
-InitSpec normal_like(double std) { return {InitSpec::Uniform, std::sqrt(3.0) * std}; }
+InitSpec normal_like(double std) { return {InitSpec::Uniform, std::sqrt(3.0) * std, nullptr}; }
 
 ValueId param(Builder& b, const std::string& name, Shape s, InitSpec init) {
   const ValueId v = b.g.param(b.full(name), std::move(s));
@@ -32,7 +32,7 @@ ValueId dense(Builder& b, ValueId x, int64_t out, const std::string& name) {
   auto sc = b.scope(name);
   const int64_t in = b.g.value(x).shape.back();
   const ValueId w = param(b, "weight", {out, in}, normal_like(kInitStd));
-  const ValueId bias = no_weight_decay(b, param(b, "bias", {out}, {InitSpec::Zeros, 0}));
+  const ValueId bias = no_weight_decay(b, param(b, "bias", {out}, {InitSpec::Zeros, 0, nullptr}));
   std::string layer = b.full("");
   layer.pop_back();
   return b.g.add1("linear", {x, w, bias}, {}, layer);

@@ -7,7 +7,7 @@ namespace {
 
 // GPT-2's initialisation, N(0, std^2), as the uniform of the same variance
 // (memfit's initialisers are uniform): U(-sqrt(3) std, sqrt(3) std).
-InitSpec normal_like(double std) { return {InitSpec::Uniform, std::sqrt(3.0) * std}; }
+InitSpec normal_like(double std) { return {InitSpec::Uniform, std::sqrt(3.0) * std, nullptr}; }
 
 ValueId param(Builder& b, const std::string& name, Shape s, InitSpec init) {
   const ValueId v = b.g.param(b.full(name), std::move(s));
@@ -20,7 +20,7 @@ ValueId conv1d(Builder& b, ValueId x, int64_t out, const std::string& name, doub
   auto sc = b.scope(name);
   const int64_t in = b.g.value(x).shape.back();
   ValueId y = matmul(b, x, param(b, "weight", {in, out}, normal_like(std)));
-  if (bias) y = add_broadcast(b, y, no_weight_decay(b, param(b, "bias", {out}, {InitSpec::Zeros, 0})));
+  if (bias) y = add_broadcast(b, y, no_weight_decay(b, param(b, "bias", {out}, {InitSpec::Zeros, 0, nullptr})));
   return y;
 }
 
@@ -116,19 +116,29 @@ Model gpt(const std::string& name, const GptConfig& c) {
   return m;
 }
 
-std::optional<Model> find_gpt(const std::string& name) {
-  if (name == "gpt-tiny") return gpt(name, {.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 64});
+namespace {
+
+std::optional<GptConfig> gpt_preset(const std::string& name) {
+  if (name == "gpt-tiny") return GptConfig{.n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 64};
   if (name == "gpt-char" || name == "gpt")
-    return gpt(name, {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .dropout = 0.2});
+    return GptConfig{.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .dropout = 0.2};
   // GPT-2 and its larger sizes, as Hugging Face's gpt2, gpt2-medium and
   // gpt2-large configs (their weights load with --init-from).
-  if (name == "gpt2")
-    return gpt(name, {.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257});
+  if (name == "gpt2") return GptConfig{.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257};
   if (name == "gpt2-medium")
-    return gpt(name, {.n_layer = 24, .n_head = 16, .n_embd = 1024, .block_size = 1024, .vocab_size = 50257});
+    return GptConfig{.n_layer = 24, .n_head = 16, .n_embd = 1024, .block_size = 1024, .vocab_size = 50257};
   if (name == "gpt2-large")
-    return gpt(name, {.n_layer = 36, .n_head = 20, .n_embd = 1280, .block_size = 1024, .vocab_size = 50257});
+    return GptConfig{.n_layer = 36, .n_head = 20, .n_embd = 1280, .block_size = 1024, .vocab_size = 50257};
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Model> find_gpt(const std::string& name, std::optional<double> dropout) {
+  std::optional<GptConfig> c = gpt_preset(name);
+  if (!c) return std::nullopt;
+  if (dropout) c->dropout = *dropout;
+  return gpt(name, *c);
 }
 
 std::vector<std::string> gpt_names() { return {"gpt-tiny", "gpt-char", "gpt2", "gpt2-medium", "gpt2-large"}; }

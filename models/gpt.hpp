@@ -32,8 +32,9 @@ Model gpt(const std::string& name, const GptConfig& c);
 // gpt-char (6 x 6 x 384, T <= 256, dropout 0.2: the standard small
 // char-level run, ~10.7M parameters with a 65-character vocabulary) and
 // gpt2 (12 x 12 x 768, T <= 1024, vocabulary 50257: 124M). nullopt for
-// another name.
-std::optional<Model> find_gpt(const std::string& name);
+// another name. `dropout`, where given, replaces the preset's probability
+// (embeddings, attention, residual branches; 0: none), as --dropout P.
+std::optional<Model> find_gpt(const std::string& name, std::optional<double> dropout = std::nullopt);
 std::vector<std::string> gpt_names();
 
 }  // namespace memfit::models

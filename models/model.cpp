@@ -43,10 +43,23 @@ std::vector<std::string> zoo_names() {
 
 Model resolve(const std::string& name_or_path, const ResolveOptions& options) {
   // An exported PyTorch model; a missing one is reported as a missing file.
-  if (is_onnx_path(name_or_path)) return load_onnx_model(name_or_path, options.dropout);
+  std::optional<double> bare;  // --dropout P: a zoo GPT's probability
+  for (const auto& d : options.dropout)
+    if (auto p = bare_dropout(d)) {
+      if (bare || options.dropout.size() > 1)
+        throw GraphError("--dropout P (a bare probability) sets a zoo GPT's dropout and is given once, alone");
+      bare = p;
+    }
+  if (is_onnx_path(name_or_path)) {
+    if (bare)
+      throw GraphError("--dropout " + options.dropout[0] + ": an ONNX file takes dropout put back as LAYER=P (e.g. "
+                       "classifier.1=0.2); a bare probability sets a zoo GPT's dropout");
+    return load_onnx_model(name_or_path, options.dropout);
+  }
+  if (bare && find_gpt(name_or_path)) return *find_gpt(name_or_path, bare);
   if (!options.dropout.empty())
-    throw GraphError("--dropout puts back dropout an inference export left out of an ONNX file; '" + name_or_path +
-                     "' is not one (the zoo's models and model files have their dropout as they are written)");
+    throw GraphError("--dropout LAYER=P puts back dropout an inference export left out of an ONNX file, and --dropout P "
+                     "sets a zoo GPT's; '" + name_or_path + "' is neither (its dropout stays as it is written)");
   if (auto m = find_gpt(name_or_path)) return *m;
   if (auto m = find_bert(name_or_path)) return *m;
   if (const Model* m = find_sequence_model(name_or_path)) return *m;

@@ -60,6 +60,13 @@ struct Model {
   // Builds the model on its inputs and returns the logits. `classes`: the
   // dataset's number of classes (a language model's vocabulary).
   std::function<ValueId(Builder&, const Inputs&, int64_t classes)> build;
+  // An imported file's initial weights, held from the read until the run's
+  // parameters are initialised from them (models/onnx_model.hpp). Empty for
+  // a model that holds none. import_bytes: the bytes held (0 once let go);
+  // release_import: lets them go (with the copies a graph's InitSpec holds,
+  // which the caller drops first), after which `build` refuses.
+  std::function<size_t()> import_bytes;
+  std::function<void()> release_import;
 };
 
 // An image classifier from a builder of the image form (the CNN zoo, model

@@ -21,7 +21,7 @@ namespace memfit::models::onnx_import {
 struct Const {
   Shape dims;
   bool is_float = false;
-  // mutable: release_onnx_weights frees a read file's weights
+  // mutable: the model's release_import frees a read file's weights
   mutable std::shared_ptr<const std::vector<float>> f;
   std::vector<int64_t> i;
   int64_t size() const { return is_float ? static_cast<int64_t>(f->size()) : static_cast<int64_t>(i.size()); }
@@ -145,8 +145,8 @@ struct OnnxFile {
   std::set<std::string> buffers;
   std::set<size_t> fused;
   std::vector<std::string> notes;  // Model::notes
-  // Set by release_onnx_weights, which frees the weights (under the read
-  // cache's lock); convert refuses a released file.
+  // Set by the model's release_import, which frees the weights; convert
+  // refuses a released file.
   mutable bool released = false;
 };
 

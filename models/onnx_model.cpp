@@ -497,66 +497,11 @@ std::shared_ptr<const OnnxFile> read_file(const std::string& path, const std::ve
   return f;
 }
 
-// One parse per file: a run resolves its model many times (the command's
-// checks, the data's, every step graph: training, evaluation, each one the
-// budget search tries), and all of them share one copy of the initial
-// weights, which the run's measured baseline then counts once. The last
-// file read is kept (a process trains one model); a changed file (size or
-// time) is read again.
-struct ReadCache {
-  std::mutex mu;
-  std::string last_key;
-  std::shared_ptr<const OnnxFile> last;
-};
-ReadCache& read_cache() {
-  static ReadCache c;
-  return c;
-}
-
-// Whether float initializer c is a weight release_onnx_weights frees (a
-// number or a constant too small to matter stays).
+// Whether float initializer c is a weight release_import frees (a number or
+// a constant too small to matter stays).
 bool weight_like(const Const& c) { return c.is_float && c.f && c.f->size() >= 2; }
 
-std::shared_ptr<const OnnxFile> read_shared(const std::string& path, const std::vector<std::string>& dropout) {
-  ReadCache& rc = read_cache();
-  std::mutex& mu = rc.mu;
-  std::string& last_key = rc.last_key;
-  std::shared_ptr<const OnnxFile>& last = rc.last;
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  const auto time = std::filesystem::last_write_time(path, ec);
-  std::string key = path + "\n" + std::to_string(size) + "\n" + std::to_string(time.time_since_epoch().count());
-  for (const auto& d : dropout) key += "\n" + d;
-  std::lock_guard<std::mutex> lock(mu);
-  if (last && key == last_key) return last;
-  last.reset();  // before reading the next: never two files' weights at once
-  last = read_file(path, dropout);
-  last_key = key;
-  return last;
-}
-
 }  // namespace
-
-size_t onnx_weight_bytes(const std::string& path) {
-  ReadCache& rc = read_cache();
-  std::lock_guard<std::mutex> lock(rc.mu);
-  if (!rc.last || rc.last->path != path || rc.last->released) return 0;
-  size_t bytes = 0;
-  for (const auto& [name, c] : rc.last->initializers)
-    if (weight_like(c)) bytes += c.f->size() * sizeof(float);
-  return bytes;
-}
-
-void release_onnx_weights(const std::string& path) {
-  ReadCache& rc = read_cache();
-  std::lock_guard<std::mutex> lock(rc.mu);
-  if (!rc.last || rc.last->path != path) return;
-  rc.last->released = true;
-  for (const auto& [name, c] : rc.last->initializers)
-    if (weight_like(c)) c.f.reset();
-  rc.last.reset();
-  rc.last_key.clear();
-}
 
 bool is_onnx_path(const std::string& path) {
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
@@ -569,13 +514,21 @@ std::string onnx_supported_ops() {
   return s + "; Erf inside GELU; RandomUniformLike and Less as stochastic depth";
 }
 
+std::optional<double> bare_dropout(const std::string& spec) {
+  char* end = nullptr;
+  const double p = std::strtod(spec.c_str(), &end);
+  if (spec.empty() || end != spec.c_str() + spec.size() || !(p >= 0 && p < 1)) return std::nullopt;
+  return p;
+}
+
 std::string dropout_spec_error(const std::string& spec) {
+  if (bare_dropout(spec)) return "";
   std::string why;
   return parse_dropout_spec(spec, &why) ? "" : why;
 }
 
 Model load_onnx_model(const std::string& path, const std::vector<std::string>& dropout) {
-  std::shared_ptr<const OnnxFile> f = read_shared(path, dropout);
+  std::shared_ptr<const OnnxFile> f = read_file(path, dropout);
   const int64_t out_rank = f->out_rank;
   Model m;
   m.name = path;
@@ -592,6 +545,24 @@ Model load_onnx_model(const std::string& path, const std::vector<std::string>& d
     m.target = {"labels", DType::i32, 0, "[]"};
     m.task = Task::Classification;
   }
+  // The weights are held by the file, shared by every copy of the model and
+  // every graph built from it; the lock keeps a release from racing a
+  // count.
+  auto mu = std::make_shared<std::mutex>();
+  m.import_bytes = [f, mu]() {
+    std::lock_guard<std::mutex> lock(*mu);
+    size_t bytes = 0;
+    if (!f->released)
+      for (const auto& [name, c] : f->initializers)
+        if (weight_like(c)) bytes += c.f->size() * sizeof(float);
+    return bytes;
+  };
+  m.release_import = [f, mu]() {
+    std::lock_guard<std::mutex> lock(*mu);
+    f->released = true;
+    for (const auto& [name, c] : f->initializers)
+      if (weight_like(c)) c.f.reset();
+  };
   m.build = [f, lm](Builder& b, const Inputs& in, int64_t classes) {
     const ValueId x = in.at(f->tokens ? "tokens" : "image");
     const Shape xs = b.g.value(x).shape;

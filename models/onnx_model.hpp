@@ -20,6 +20,7 @@
 // file is read, naming the node and the ops it can (onnx_supported_ops).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,9 @@ bool is_onnx_path(const std::string& path);
 // shapes at the file's own input size. Throws ModelFileError naming the file
 // (and the node) for a missing, truncated or unsupported file. The returned
 // model's build throws GraphError where the data does not fit it (channels,
-// image size, classes).
+// image size, classes). Each call reads the file: a run resolves its model
+// once and shares it (train/run_context.hpp), so that one copy of the
+// initial weights is held, which the model's release_import lets go.
 Model load_onnx_model(const std::string& path, const std::vector<std::string>& dropout = {});
 
 // Dropout an inference export left out (torch writes none for a module in
@@ -46,21 +49,15 @@ Model load_onnx_model(const std::string& path, const std::vector<std::string>& d
 // "after:" on its output (Hugging Face's dropout after a dense layer). A
 // spec that names no layer, or the input of an embedding (token ids), or a
 // place where the file already drops, is a ModelFileError.
-// dropout_spec_error: "" for a well-formed spec, else what is wrong with it.
+// A spec that is a bare probability P (0 <= P < 1) sets a zoo GPT's
+// dropout instead (bare_dropout: P, or nullopt for any other spec).
+// dropout_spec_error: "" for a well-formed spec of either form, else what
+// is wrong with it.
+std::optional<double> bare_dropout(const std::string& spec);
 std::string dropout_spec_error(const std::string& spec);
 
 // "AveragePool, BatchNormalization, ..." as refusals list them.
 std::string onnx_supported_ops();
 
-// The imported file's initial weights are held in memory from the read
-// until the parameters are initialised from them, then let go: the
-// baseline of an imported model is the zoo model's. onnx_weight_bytes: the
-// bytes the read file `path` holds in weights (float tensors of two or more
-// numbers), 0 for any other model or a file not read. release_onnx_weights:
-// frees them (with the copies a graph's InitSpec holds, which the caller
-// drops first); a later resolve of the file reads it again, and building a
-// model loaded before the release is an error.
-size_t onnx_weight_bytes(const std::string& path);
-void release_onnx_weights(const std::string& path);
 
 }  // namespace memfit::models

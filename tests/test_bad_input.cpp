@@ -12,6 +12,7 @@
 
 #include "cli_util.hpp"
 #include "io/safetensors.hpp"
+#include "json_out.hpp"
 
 using namespace memfit::testing;
 namespace fs = std::filesystem;
@@ -197,6 +198,22 @@ TEST(BadInput, FullDiskWithOffloadKeepsPreviousCheckpoint) {
   expect_error(r, {"cannot reserve 25 MiB for the offload file", small, "No space left on device", "--offload-dir"});
   EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("memfit-offload-"), std::string::npos) << r.out;
+
+  // The plan shows it first: its disk space (the tmpfs's 16 MiB, less what
+  // its measurement of the disk's speed leaves, nothing) holds less than
+  // the file, in the report and in its JSON.
+  RunResult p = memfit_on_tmpfs(small, "16m", "plan --subset 256 --batch 32 --offload all --json --offload-dir " + small,
+                                "true");
+  EXPECT_NE(p.out.find("memory spaces:"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("DOES NOT FIT, (available in " + small + ")"), std::string::npos) << p.out;
+  const memfit::testing::Json spaces = memfit::testing::json_at(p.out, "memory_spaces");
+  ASSERT_EQ(spaces.size(), 2u) << p.out;
+  EXPECT_EQ(spaces[0]["kind"], "host");
+  EXPECT_EQ(spaces[1]["kind"], "disk");
+  EXPECT_EQ(spaces[1]["bytes"], memfit::testing::json_at(p.out, "offload/bytes")) << p.out;
+  EXPECT_GT(spaces[1]["budget_bytes"].get<double>(), 0.0);
+  EXPECT_LE(spaces[1]["budget_bytes"].get<double>(), 16.0 * (1 << 20));
+  EXPECT_EQ(spaces[1]["fits"], false) << p.out;
 }
 
 TEST(BadInput, BadFlagsExitTwo) {

@@ -69,17 +69,20 @@ TEST(Slips, BadNumbersAreUsageErrorsNamingTheFlag) {
 }
 
 // --dropout: a malformed spec is a usage error naming the flag; a model that
-// is not an ONNX file is refused, saying so.
+// is neither an ONNX file nor a zoo GPT (which takes a bare probability) is
+// refused, saying so.
 TEST(Slips, DropoutFlagIsCheckedAndOnlyForOnnx) {
-  for (const char* bad : {"classifier.1", "classifier.1=0", "classifier.1=1.5", "=0.2", "over:fc=0.2"}) {
+  for (const char* bad : {"classifier.1", "classifier.1=0", "classifier.1=1.5", "=0.2", "over:fc=0.2", "1", "-0.1"}) {
     auto r = memfit::testing::run_memfit(std::string("train --dropout ") + bad +
                                          " --steps 1 --out /tmp/memfit-test-slip-bad");
     EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
     EXPECT_NE(r.out.find("memfit: --dropout"), std::string::npos) << bad << "\n" << r.out;
   }
-  auto r = memfit::testing::run_memfit("plan --model convnet --dropout fc1=0.2");
-  EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("is not one"), std::string::npos) << r.out;
+  for (const char* spec : {"fc1=0.2", "0.2"}) {
+    auto r = memfit::testing::run_memfit(std::string("plan --model convnet --dropout ") + spec);
+    EXPECT_NE(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("is neither"), std::string::npos) << r.out;
+  }
 }
 
 TEST(Slips, LinearWithoutFlattenSaysToFlatten) {

@@ -87,6 +87,37 @@ TEST(Gpt, PresetParameterCounts) {
   EXPECT_EQ(count("gpt2-large", 8, 50257), 774030080);   // gpt2-large: 36 x 1280, 20 heads
 }
 
+// --dropout P replaces a zoo GPT's dropout: gpt-char's 0.2 (embeddings,
+// two residual branches per block, the attention's probabilities) becomes
+// P, none at all with 0; gpt-tiny (none of its own) gets it in each place.
+TEST(Gpt, DropoutFlagReplacesThePresetsProbability) {
+  auto dropouts = [](const std::string& model, std::vector<std::string> flag) {
+    train::StepSpec s = spec_of(model, 1, 16, 50);
+    s.model_options.dropout = std::move(flag);
+    const auto sg = train::build_step_graph(s);
+    std::multiset<double> ps;
+    for (const Node& n : sg->g.nodes()) {
+      if (n.op == "dropout") ps.insert(n.attrs.f("p", -1.0));
+      if (n.op == "attention" && n.attrs.f("dropout", 0.0) > 0) ps.insert(n.attrs.f("dropout", 0.0));
+    }
+    return ps;
+  };
+  auto times = [](size_t n, double p) {
+    std::multiset<double> ps;
+    while (n--) ps.insert(p);
+    return ps;
+  };
+  const size_t per_char = 1 + 6 * 3, per_tiny = 1 + 2 * 3;
+  EXPECT_EQ(dropouts("gpt-char", {}), times(per_char, 0.2));
+  EXPECT_TRUE(dropouts("gpt-char", {"0"}).empty());
+  EXPECT_EQ(dropouts("gpt-char", {"0.1"}), times(per_char, 0.1));
+  EXPECT_TRUE(dropouts("gpt-tiny", {}).empty());
+  EXPECT_EQ(dropouts("gpt-tiny", {"0.3"}), times(per_tiny, 0.3));
+  // A bare probability is for a zoo GPT, once and alone.
+  EXPECT_THROW(dropouts("gpt-tiny", {"0.1", "0.2"}), GraphError);
+  EXPECT_THROW(dropouts("gpt-tiny", {"attn=0.2"}), GraphError);
+}
+
 TEST(Gpt, RefusesSequencesLongerThanItsBlockAndTooLargeVocabularies) {
   EXPECT_THROW(train::build_step_graph(spec_of("gpt-tiny", 1, 65, 50)), GraphError);
   EXPECT_THROW(train::build_step_graph(spec_of("gpt2", 1, 8, 60000)), GraphError);

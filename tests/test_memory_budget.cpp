@@ -117,6 +117,13 @@ TEST(MemoryBudget, PlanJsonAddsUp) {
                   json_uint(j, "by_class/fragmentation"),
               json_uint(j, "by_class/activations_arena"));
     EXPECT_GT(json_uint(j, "naive_bytes"), total);
+    // One memory space on the CPU, in memory: the host's RAM holds the
+    // total, against the budget.
+    ASSERT_EQ(json_at(j, "memory_spaces").size(), 1u) << j;
+    EXPECT_EQ(json_at(j, "memory_spaces/0/kind"), "host") << j;
+    EXPECT_EQ(json_uint(j, "memory_spaces/0/bytes"), total) << j;
+    EXPECT_EQ(json_uint(j, "memory_spaces/0/budget_bytes"), json_uint(j, "budget_bytes")) << j;
+    EXPECT_EQ(json_at(j, "memory_spaces/0/fits"), true) << j;
     EXPECT_GT(json_uint(j, "by_class/baseline"), size_t(4) << 20) << "the baseline is measured";
     EXPECT_GT(json_uint(j, "by_class/kernel_scratch"), 0u) << "oneDNN's scratchpads are in the arena";
     EXPECT_TRUE(json_at(j, "reuse_factor").is_number()) << j;

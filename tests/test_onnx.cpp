@@ -24,6 +24,7 @@
 #include "models/onnx_model.hpp"
 #include "gpt_golden_check.hpp"
 #include "train/checkpoint.hpp"
+#include "train/run_context.hpp"
 
 using namespace memfit;
 using memfit::testing::run_cmd;
@@ -1529,6 +1530,53 @@ TEST(OnnxHuggingFace, Gpt2MatchesPyTorch) { check_hf("hf_gpt2", true, 4 + 2 * 12
 // layer named by its parameters, or on its output with after:, in training
 // only; a spec that names no layer, an embedding's token ids, or a place the
 // file already drops is refused before anything is built.
+// A run reads its imported file once (train::RunContext, no process-wide
+// cache): every resolve of the run shares that read and its one copy of the
+// weights; letting them go frees them, a graph of the released model is
+// refused, and the next resolve reads the file again. Another run's context
+// reads its own.
+TEST(Onnx, RunContextReadsTheFileOnceAndLetsItsWeightsGo) {
+  const std::string path = write_tiny("context_mlp", [&](onnx::GraphProto& g) {
+    onnx::TensorProto& t = *g.add_initializer();
+    t.set_name("fc.weight");
+    t.set_data_type(onnx::TensorProto::FLOAT);
+    t.add_dims(3);
+    t.add_dims(32);
+    for (int k = 0; k < 3 * 32; ++k) t.add_float_data(0.01f);
+    float_initializer(g, "fc.bias", {0.1f, 0.2f, 0.3f});
+    int_attr(add_node(g, "Gemm", "/fc/Gemm", "flat", "logits"), "transB", 1);
+    g.mutable_node(g.node_size() - 1)->add_input("fc.weight");
+    g.mutable_node(g.node_size() - 1)->add_input("fc.bias");
+  });
+  auto build = [](const models::Model& m) {
+    Graph g;
+    Builder b(g, true);
+    models::Inputs in;
+    in.values["image"] = g.input("image", {3, 1, 4, 4});
+    m.build(b, in, 3);
+  };
+  train::RunContext ctx, other;
+  const auto m = ctx.model(path, {});
+  EXPECT_EQ(ctx.model(path, {}).get(), m.get()) << "one read for the run";
+  EXPECT_NE(other.model(path, {}).get(), m.get()) << "another run reads its own";
+  // write_tiny's convolution and this fc: their float tensors of 2 or more numbers.
+  const size_t held = ctx.import_bytes();
+  EXPECT_GE(held, (3 * 32 + 3) * sizeof(float));
+  EXPECT_NO_THROW(build(*m));
+  ctx.release_import();
+  EXPECT_EQ(ctx.import_bytes(), 0u);
+  EXPECT_EQ(m->import_bytes(), 0u);
+  EXPECT_THROW(build(*m), models::ModelFileError);
+  const auto again = ctx.model(path, {});
+  EXPECT_NE(again.get(), m.get());
+  EXPECT_EQ(ctx.import_bytes(), held);
+  EXPECT_NO_THROW(build(*again));
+  EXPECT_NE(ctx.model(path, {{"fc=0.5"}}).get(), again.get()) << "other options, another read";
+  // A zoo model holds no imported weights.
+  EXPECT_EQ(ctx.model("convnet", {})->import_bytes, nullptr);
+  EXPECT_EQ(ctx.import_bytes(), 0u);
+}
+
 TEST(Onnx, DropoutRestoredWhereTheUserSays) {
   auto fc = [](onnx::GraphProto& g, const std::string& in) {
     std::vector<float> w(3 * 32, 0.01f);
@@ -1586,7 +1634,10 @@ TEST(Onnx, DropoutRestoredWhereTheUserSays) {
   EXPECT_NE(error(path, {"fc.1=0.5"}).find("'fc.1' names no layer of the model (layers by their parameters' names: conv, fc)"),
             std::string::npos) << error(path, {"fc.1=0.5"});
   EXPECT_NE(error(path, {"fc=0.5", "before:fc=0.2"}).find("gets dropout twice"), std::string::npos);
-  EXPECT_NE(error("convnet", {"fc=0.5"}).find("is not one"), std::string::npos);
+  EXPECT_NE(error("convnet", {"fc=0.5"}).find("is neither"), std::string::npos);
+  // A bare probability is a zoo GPT's, not the file's.
+  EXPECT_NE(error(path, {"0.5"}).find("an ONNX file takes dropout put back as LAYER=P"), std::string::npos)
+      << error(path, {"0.5"});
   EXPECT_EQ(models::dropout_spec_error("fc=0.5"), "");
   for (const std::string bad : {"fc", "fc=", "=0.5", "fc=1", "fc=0", "fc=-0.1", "fc=0.5x", "after:fc"})
     EXPECT_NE(models::dropout_spec_error(bad), "") << bad;

@@ -157,9 +157,9 @@ void add_memory_policy(Args& a, train::TrainOptions& o) {
         else why = "--dropout: " + why;
         return why;
       },
-      "[after:]LAYER=P", "an ONNX file exported for inference (no dropout in it): dropout of probability P on the "
-                         "input of LAYER (its parameters' name, e.g. classifier.1; a glob names several), or on its "
-                         "output with after:; repeatable");
+      "[after:]LAYER=P|P", "an ONNX file exported for inference (no dropout in it): dropout of probability P on "
+                           "the input of LAYER (its parameters' name, e.g. classifier.1; a glob names several), or on "
+                           "its output with after:; repeatable. A zoo GPT: P alone replaces its dropout (0: none)");
   a.add_flag("bias-only", &o.bias_only, "train biases only (all weights frozen)");
   a.add("recompute", &o.recompute, "none|auto|cheap|segments",
         "recompute activations in backward instead of keeping them (default auto: GELU and layer-norm outputs, "
@@ -254,9 +254,9 @@ bool parse_memory(const std::string& s, train::TrainOptions& o, std::string& err
 // zoo name is).
 std::optional<std::string> check_model(const train::TrainOptions& o) {
   try {
-    const models::Model m = models::resolve(o.model, o.resolve_options());
+    const std::shared_ptr<const models::Model> m = o.resolved_model();
     try {
-      train::check_task(o, m);
+      train::check_task(o, *m);
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }

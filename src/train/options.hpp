@@ -10,6 +10,7 @@
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
 #include "models/model.hpp"
+#include "train/run_context.hpp"
 #include "train/step_policy.hpp"
 
 namespace memfit::data {
@@ -41,9 +42,15 @@ struct TrainOptions {
   std::vector<std::string> reinit;  // with init_from: layers that keep their fresh init
   std::vector<std::string> freeze;  // parameter patterns that do not train
   // An imported ONNX file: dropout its inference export left out, put back
-  // ("[after:]LAYER=P", models::ResolveOptions).
+  // ("[after:]LAYER=P"); a zoo GPT: its dropout probability ("P";
+  // models::ResolveOptions).
   std::vector<std::string> dropout;
   models::ResolveOptions resolve_options() const { return {dropout}; }
+  // What the run resolves once and shares (run_context.hpp): a new one for
+  // new options, the same one in every copy of them.
+  std::shared_ptr<RunContext> context = std::make_shared<RunContext>();
+  // The model of `model` and `dropout`, read once through the context.
+  std::shared_ptr<const models::Model> resolved_model() const { return context->model(model, resolve_options()); }
   bool bias_only = false;      // train biases only
   std::string recompute = "auto";  // none | auto | cheap | segments
   int64_t accumulate = 1;      // micro-batches per step (micro-batch = batch / accumulate)

@@ -236,6 +236,23 @@ std::string tier_speed_note(const MemoryReport& r) {
 }
 }  // namespace
 
+std::vector<MemorySpace> memory_spaces(const MemoryReport& r, const Budget& b) {
+  std::vector<MemorySpace> s;
+  if (!r.device.empty()) {
+    s.push_back({r.device + " memory", "device", r.total, b.bytes, b.describe(),
+                 "parameters, gradients, state, inputs, activations, evaluation"});
+    s.push_back({"host RAM", "host", r.host, 0, "not planned against a budget",
+                 "baseline, data pipeline, checkpoint staging"});
+  } else {
+    s.push_back({"host RAM", "host", r.total, b.bytes, b.describe(), "everything the run holds in memory"});
+  }
+  if (r.tier)
+    s.push_back({"disk", "disk", r.tier, r.tier_disk_available,
+                 r.tier_disk_available ? "available in " + r.offload_dir : "the space in " + r.offload_dir + " is not known",
+                 "the offload file (a kept file adds a second copy of what a step rewrites where the disk has room)"});
+  return s;
+}
+
 std::string format_report(const MemoryReport& r, const Budget& b, const std::string& model, int64_t batch,
                           const std::string& optimizer, const std::string& backend) {
   std::ostringstream o;
@@ -332,6 +349,18 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   std::snprintf(buf, sizeof buf, "  without planning: %s (reuse factor %.2fx on activations)\n",
                 format_bytes(r.naive).c_str(), reuse_factor(r));
   o << buf;
+  // Where the bytes go, space by space, with each one's budget (shown when
+  // the plan spans more than one).
+  const std::vector<MemorySpace> spaces = memory_spaces(r, b);
+  if (spaces.size() > 1) {
+    o << "  memory spaces:\n";
+    for (const MemorySpace& m : spaces) {
+      std::snprintf(buf, sizeof buf, "    %-20s %12s", m.name.c_str(), format_bytes(m.bytes).c_str());
+      o << buf;
+      if (m.budget) o << " of " << format_bytes(m.budget) << (m.fits() ? "" : ", DOES NOT FIT,");
+      o << " (" << m.source << ")\n";
+    }
+  }
   return o.str();
 }
 
@@ -372,6 +401,11 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
   o["budget_limit_bytes"] = b.limit;
   o["budget_margin_bytes"] = b.margin;
   o["budget_others_bytes"] = b.others;
+  Json spaces = Json::array();
+  for (const MemorySpace& m : memory_spaces(r, b))
+    spaces.push_back({{"name", m.name}, {"kind", m.kind}, {"bytes", m.bytes}, {"budget_bytes", m.budget},
+                      {"budget_source", m.source}, {"holds", m.holds}, {"fits", m.fits()}});
+  o["memory_spaces"] = spaces;
   o["by_class"] = {{"baseline", r.baseline},
                    {"imported_weights", r.import_bytes},
                    {"parameters", r.params},

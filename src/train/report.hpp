@@ -90,6 +90,9 @@ struct MemoryReport {
   double tier_exposed_seconds = 0;
   int tier_ahead = 0;
   std::string offload_dir;
+  // What the offload directory's file system has available for the file
+  // (with a file this run reopens, that file's own size); 0 = not known.
+  size_t tier_disk_available = 0;
   size_t data = 0, eval = 0;
   size_t comm = 0;
   int rank = 0, ranks = 1;
@@ -147,6 +150,24 @@ struct ArenaBuffer {
 // Every non-empty buffer of p's transient arena: the values' in value
 // order, then the scratch in node order.
 std::vector<ArenaBuffer> arena_buffers(const Graph& g, const Plan& p);
+
+// A memory the plan places bytes in: the host's RAM, a device's own memory,
+// the offload tier's disk. Each has its budget and where that comes from;
+// a budget of 0 is not checked by the plan (the host's RAM under a GPU
+// run, a disk whose free space is not known).
+struct MemorySpace {
+  std::string name;    // "host RAM", "<device> memory", "disk"
+  std::string kind;    // "host", "device", "disk"
+  size_t bytes = 0;    // what the plan puts there at its peak
+  size_t budget = 0;
+  std::string source;  // what the budget is
+  std::string holds;   // what the plan puts there
+  bool fits() const { return budget == 0 || bytes <= budget; }
+};
+// The plan's memory spaces: the one the budget is for first (the host's
+// RAM, or a device's memory with the host's RAM after it), then the
+// offload tier's disk when values are offloaded.
+std::vector<MemorySpace> memory_spaces(const MemoryReport& r, const Budget& b);
 
 // Fills the report's machine fields (cpu_model ... products) from the
 // device a run at this activation precision computes on (Device::info,

@@ -345,9 +345,9 @@ void default_text_data(TrainOptions& o) {
   const bool given = std::find(o.given.begin(), o.given.end(), "data") != o.given.end();
   if (given || o.data != data::kFashionMnistDir) return;
   try {
-    const models::Model m = models::resolve(o.model, o.resolve_options());
-    if (m.task == models::Task::LanguageModel) o.data = default_lm_data();
-    else if (std::any_of(m.inputs.begin(), m.inputs.end(), [](const models::InputDecl& in) { return in.name == "tokens"; }))
+    const std::shared_ptr<const models::Model> m = o.resolved_model();
+    if (m->task == models::Task::LanguageModel) o.data = default_lm_data();
+    else if (std::any_of(m->inputs.begin(), m->inputs.end(), [](const models::InputDecl& in) { return in.name == "tokens"; }))
       o.data = default_classifier_data();
   } catch (const std::exception&) {
     // a bad model name is reported where the model is built
@@ -393,7 +393,8 @@ void open_external(const TrainOptions& o, const models::Model& model, bool reads
 
 Datasets open_data(const TrainOptions& o, bool stream, std::ostream* log) {
   Datasets d;
-  const models::Model model = models::resolve(o.model, o.resolve_options());
+  const std::shared_ptr<const models::Model> held = o.resolved_model();
+  const models::Model& model = *held;
   check_task(o, model);
   if (log)
     for (const auto& note : model.notes) *log << "memfit: " << note << "\n";

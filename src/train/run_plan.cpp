@@ -35,6 +35,7 @@ StepSpec step_spec(const TrainOptions& o, const data::Dataset& train) {
   spec.model = o.model;
   spec.freeze = o.freeze;
   spec.model_options = o.resolve_options();
+  spec.model_def = o.resolved_model();
   spec.bias_only = o.bias_only;
   spec.classes = train.num_classes();
   spec.optimizer = o.optimizer;
@@ -74,7 +75,7 @@ class Planner {
   std::variant<RunPlan, Replan> run() {
     // Before the baseline is measured: a first measurement's kernels are
     // handed back with an earlier attempt's (measure()).
-    profile_ = machine_profile(device_for(o_.backend), omp_get_max_threads(), o_.cache_dir);
+    profile_ = o_.context->profile(device_for(o_.backend), omp_get_max_threads(), o_.cache_dir);
     // The device's one-time probes (whether bf16 convolutions beat f32 here,
     // timed on generated code) run before the baseline too: the heap and
     // code they leave are the process's, which the report's describe_machine
@@ -180,7 +181,7 @@ class Planner {
     // An imported file's weights, held until the parameters are initialised
     // from them (trainer.cpp), are no part of the baseline; the moment both
     // exist is counted apart (MemoryInputs::import_bytes).
-    mi_.import_bytes = models::onnx_weight_bytes(o_.model);
+    mi_.import_bytes = o_.context->import_bytes();
     mi_.baseline -= std::min(mi_.baseline, mi_.import_bytes);
     mi_.rss_at_start = rss_start_;
     mi_.data_bytes = data_bytes_of(train_mem_, test_mem_);
@@ -329,6 +330,21 @@ class Planner {
     const bool existed = std::filesystem::exists(dir, ec);
     try {
       std::filesystem::create_directories(dir, ec);
+      // The disk's room for the file: what its file system has available,
+      // and a file this run reopens (--resume from a step record) holds its
+      // own place already.
+      const std::filesystem::space_info sp = std::filesystem::space(dir, ec);
+      if (!ec) {
+        rep.tier_disk_available = static_cast<size_t>(sp.available);
+        try {
+          const std::string reopen = o_.resume.empty() ? std::string() : step_record_file(o_.resume);
+          const auto held = reopen.empty() ? 0 : std::filesystem::file_size(reopen, ec);
+          if (!ec) rep.tier_disk_available += static_cast<size_t>(held);
+        } catch (const std::exception&) {
+          // (a record that cannot be read is --resume's error to name)
+        }
+        ec.clear();
+      }
       const TierSpeed s = measure_tier_speed(dir);
       rep.tier_read_bps = s.read_bytes_per_second;
       rep.tier_write_bps = s.write_bytes_per_second;

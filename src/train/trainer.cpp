@@ -52,11 +52,11 @@ void initialise_weights(RunPlan& p, std::ostream& log) {
     size_t n = load_weights(o.init_from, *p.train_ex, o.reinit);
     log << "initialised " << n << " tensors from " << o.init_from << "\n";
   }
-  if (models::onnx_weight_bytes(o.model) == 0) return;
+  if (o.context->import_bytes() == 0) return;
   for (StepGraph* sg : {p.train_g.get(), p.eval_g.get()})
     if (sg)
       for (size_t i = 0; i < sg->g.num_values(); ++i) sg->g.value(static_cast<ValueId>(i)).init.values.reset();
-  models::release_onnx_weights(o.model);
+  o.context->release_import();
   ::malloc_trim(0);
 }
 
