@@ -8,7 +8,8 @@
 // update in backward), reading and writing exactly the bytes its plan says,
 // with its copies made where used or queued ahead on the store's I/O thread
 // (which keeps their order, and stops on an error that every wait then
-// throws); the predicted I/O time follows the schedule.
+// throws); the predicted I/O time follows the schedule, and the fit's
+// step-time model takes its constants from the device (StepCosts).
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@
 #include "memfit/op_registry.hpp"
 #include "memfit/runtime.hpp"
 #include "memfit/tier.hpp"
+#include "runtime/device.hpp"
 #include "runtime/tier_store.hpp"
 #include "spec_steps.hpp"
 #include "train/fit.hpp"
@@ -554,4 +556,25 @@ TEST(TierPass, PredictedIoFollowsTheSchedule) {
   }
   EXPECT_LT(train::tier_io_time(async->g, pa, 100 * io, speed).exposed, 0.5 * io);
   EXPECT_EQ(train::tier_io_time(async->g, pa, 1.0, TierSpeed{}).exposed, 0.0);  // unmeasured
+}
+
+// The fit's step-time model takes its constants from the device
+// (Device::step_costs): the fallback rate where nothing was measured, the
+// cost of a node run, and how a micro-batch of few rows slows the products.
+TEST(StepCosts, TheDevicesConstantsDrivePredictedStepTime) {
+  const StepCosts cpu = device_for(Backend::Cpu).step_costs();
+  const double flops = 1e9;
+  // Measured: 1 GFLOP at 100 GFLOP/s with m / (m + half) efficiency, plus the nodes.
+  const double want = flops / (100e9 * 60.0 / (60.0 + cpu.half_rate_rows)) + 50 * cpu.seconds_per_node;
+  EXPECT_DOUBLE_EQ(train::predict_step_seconds(cpu, 100e9, flops, 60, 1, 50), want);
+  EXPECT_DOUBLE_EQ(train::predict_step_seconds(cpu, 100e9, flops, 60, 3, 50), 3 * want) << "per micro-batch";
+  // Unmeasured: the device's fallback rate.
+  EXPECT_DOUBLE_EQ(train::predict_step_seconds(cpu, 0, flops, 60, 1, 0),
+                   flops / (cpu.fallback_flops_per_second * 60.0 / (60.0 + cpu.half_rate_rows)));
+  // Another device's constants change the prediction accordingly.
+  StepCosts other;
+  other.seconds_per_node = 0.5;
+  other.half_rate_rows = 0;
+  other.fallback_flops_per_second = 1e9;
+  EXPECT_DOUBLE_EQ(train::predict_step_seconds(other, 0, flops, 60, 1, 2), 1.0 + 1.0);
 }

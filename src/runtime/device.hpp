@@ -33,6 +33,18 @@
 
 namespace memfit {
 
+// The fit's cost model of a step on a device (train/fit.hpp's
+// predict_step_seconds): a model for ranking plans, not a promise.
+struct StepCosts {
+  // The products' rate where the device has no measurement (FLOP/s).
+  double fallback_flops_per_second = 60e9;
+  // Launch and bookkeeping of one node run (s).
+  double seconds_per_node = 20e-6;
+  // A micro-batch of m rows runs its products at m / (m + this) of the
+  // sustained rate (kernels amortise less over few rows).
+  double half_rate_rows = 4;
+};
+
 // What a plan's report says about the machine a device computes on.
 struct DeviceInfo {
   std::string model;            // the processor ("AMD EPYC (family 26, model 2)")
@@ -86,6 +98,8 @@ class Device {
   virtual double measure_product_flops_per_second() const { return 0.0; }
   // A step's time with activations stored as `precision`, relative to f32.
   virtual double storage_cost(DType precision) const { (void)precision; return 1.0; }
+  // The fit's cost constants for a step on this device (StepCosts).
+  virtual StepCosts step_costs() const { return {}; }
   // Before a plan's baseline memory is measured: load the code the first
   // step would load (library_gemm: some kernel calls the library's gemm,
   // Kernel::runs_library_gemm), and hand back caches an earlier plan left

@@ -22,15 +22,12 @@ std::string FitCandidate::describe() const {
   return s;
 }
 
-double predict_step_seconds(double flops_per_second, double flops_per_micro, int64_t rows, int64_t accumulate,
-                            size_t nodes) {
-  // The measured sustained rate for large batches (kFallbackFlopsPerSecond
-  // where the device has no measurement); a micro-batch of m rows runs at
-  // m / (m + 4) of that (kernels amortise less), and every node run costs
-  // ~20 us of launch and bookkeeping.
-  const double sustained = flops_per_second > 0 ? flops_per_second : kFallbackFlopsPerSecond;
-  const double rate = sustained * static_cast<double>(rows) / static_cast<double>(rows + 4);
-  return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * 20e-6);
+double predict_step_seconds(const StepCosts& c, double flops_per_second, double flops_per_micro, int64_t rows,
+                            int64_t accumulate, size_t nodes) {
+  const double sustained = flops_per_second > 0 ? flops_per_second : c.fallback_flops_per_second;
+  const double m = static_cast<double>(rows);
+  const double rate = sustained * m / (m + c.half_rate_rows);
+  return static_cast<double>(accumulate) * (flops_per_micro / rate + static_cast<double>(nodes) * c.seconds_per_node);
 }
 
 double graph_flops(const Graph& g) {
@@ -81,6 +78,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
                      const TierSpeed& tier, const std::vector<int>& aheads_in) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
+  const StepCosts costs = device_for(cfg.backend).step_costs();
   const std::vector<FitPrecision> precisions =
       precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
   const std::vector<FitState> states =
@@ -144,11 +142,11 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
       double trainable = 0;
       for (ValueId v : sg->g.trainable_params()) trainable += static_cast<double>(numel(sg->g.value(v).shape));
       const double seconds =
-          fp.time_factor * predict_step_seconds(flops_per_second, flops, p.batch * rows_per_sample(base), k,
+          fp.time_factor * predict_step_seconds(costs, flops_per_second, flops, p.batch * rows_per_sample(base), k,
                                                 sg->g.num_nodes()) +
           st.seconds_per_param * trainable +
           (p.accumulated_grads == DType::bf16 ? kBf16AccumulateSeconds * trainable * static_cast<double>(k) : 0.0);
-      const double micro_compute = fp.time_factor * predict_step_seconds(flops_per_second, flops,
+      const double micro_compute = fp.time_factor * predict_step_seconds(costs, flops_per_second, flops,
                                                                          p.batch * rows_per_sample(base), 1,
                                                                          sg->g.num_nodes());
       const double io = offload.empty() || !tier.measured()

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memfit/runtime.hpp"
+#include "runtime/device.hpp"
 #include "runtime/tier_store.hpp"
 #include "train/step_graph.hpp"
 
@@ -32,15 +33,15 @@ struct FitResult {
   FitCandidate smallest;              // the least memory of all candidates tried
 };
 
-// Predicted time of one optimizer step: FLOPs at the device's sustained
-// rate (`flops_per_second`, the machine profile's; 0 = unknown, then
-// kFallbackFlopsPerSecond), at an efficiency that falls for micro-batches of
-// few rows (`rows`: the rows of its products, images or tokens:
-// rows_per_sample times the micro-batch), plus a fixed cost per node run. A
-// model for ranking plans, not a promise.
-inline constexpr double kFallbackFlopsPerSecond = 60e9;
-double predict_step_seconds(double flops_per_second, double flops_per_micro, int64_t rows, int64_t accumulate,
-                            size_t nodes);
+// Predicted time of one optimizer step on a device of costs `c`
+// (Device::step_costs): FLOPs at the device's sustained rate
+// (`flops_per_second`, the machine profile's; 0 = unknown, then the
+// device's fallback), at an efficiency that falls for micro-batches of few
+// rows (`rows`: the rows of its products, images or tokens: rows_per_sample
+// times the micro-batch), plus a fixed cost per node run. A model for
+// ranking plans, not a promise.
+double predict_step_seconds(const StepCosts& c, double flops_per_second, double flops_per_micro, int64_t rows,
+                            int64_t accumulate, size_t nodes);
 
 // FLOPs of one run of graph g (the ops' flops functions; recomputation included).
 double graph_flops(const Graph& g);

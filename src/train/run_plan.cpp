@@ -316,8 +316,8 @@ class Planner {
     rep.step_flops = flops * static_cast<double>(o_.accumulate);
     rep.predicted_step_seconds =
         storage_time_factor(device_for(o_.backend), o_.precision, o_.saved_activations) *
-        predict_step_seconds(profile_.flops_per_second, flops, spec_.batch * rows_per_sample(spec_), o_.accumulate,
-                             g.num_nodes());
+        predict_step_seconds(device_for(o_.backend).step_costs(), profile_.flops_per_second, flops,
+                             spec_.batch * rows_per_sample(spec_), o_.accumulate, g.num_nodes());
   }
 
   // An offloaded plan: the tier's speed measured in its directory, and the
