@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -577,4 +578,30 @@ TEST(StepCosts, TheDevicesConstantsDrivePredictedStepTime) {
   other.half_rate_rows = 0;
   other.fallback_flops_per_second = 1e9;
   EXPECT_DOUBLE_EQ(train::predict_step_seconds(other, 0, flops, 60, 1, 2), 1.0 + 1.0);
+}
+
+// The offload file is a memory space of its own, the disk: the fit counts a
+// candidate whose file is over the space the disk has available as not
+// fitting, whatever its memory, and keeps the smallest such file to name in
+// its refusal.
+TEST(TierPass, FitCountsTheDisksSpace) {
+  const train::StepSpec base = gpt_tiny(false);
+  const std::vector<train::FitData> data{{"", 0, 0.0}};
+  auto fit = [&](size_t available) {
+    return train::search_fit(base, base.batch, data, size_t(1) << 40, tiered_config(), 1e11, {}, {}, {"all"},
+                             TierSpeed{1e9, 1e9, available}, {});
+  };
+  const train::FitResult roomy = fit(0);  // not known: not checked
+  ASSERT_FALSE(roomy.fitting.empty());
+  size_t least = SIZE_MAX;
+  for (const train::FitCandidate& c : roomy.fitting) {
+    EXPECT_GT(c.disk_bytes, 0u) << c.describe();
+    least = std::min(least, c.disk_bytes);
+  }
+  EXPECT_EQ(roomy.over_disk.disk_bytes, 0u);
+  EXPECT_EQ(fit(least).fitting.size(), static_cast<size_t>(std::count_if(
+      roomy.fitting.begin(), roomy.fitting.end(), [&](const train::FitCandidate& c) { return c.disk_bytes <= least; })));
+  const train::FitResult cramped = fit(least - 1);
+  EXPECT_TRUE(cramped.fitting.empty());
+  EXPECT_EQ(cramped.over_disk.disk_bytes, least);
 }

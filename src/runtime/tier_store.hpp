@@ -45,6 +45,9 @@ namespace memfit {
 // Bytes per second the offload tier moves, read and written.
 struct TierSpeed {
   double read_bytes_per_second = 0, write_bytes_per_second = 0;
+  // The room the tier's directory has for the file (its file system's
+  // available bytes); 0 = not known, not checked.
+  size_t available_bytes = 0;
   bool measured() const { return read_bytes_per_second > 0 && write_bytes_per_second > 0; }
 };
 

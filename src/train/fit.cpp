@@ -158,10 +158,15 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
         cand.policy = p;
         cand.policy.data_in = data.size() > 1 ? d.data_in : "";
         cand.total_bytes = d.fixed_bytes + plan.total_bytes();
+        cand.disk_bytes = plan.arena_bytes[static_cast<size_t>(Arena::Tier)];
         cand.step_flops = flops * static_cast<double>(k);
         cand.predicted_seconds = seconds + io + d.seconds_per_sample * static_cast<double>(batch);
         if (cand.total_bytes < r.smallest.total_bytes) r.smallest = cand;
-        if (cand.total_bytes <= budget) r.fitting.push_back(cand);
+        const bool disk_fits = tier.available_bytes == 0 || cand.disk_bytes <= tier.available_bytes;
+        if (cand.total_bytes <= budget && disk_fits) r.fitting.push_back(cand);
+        if (cand.total_bytes <= budget && !disk_fits &&
+            (r.over_disk.disk_bytes == 0 || cand.disk_bytes < r.over_disk.disk_bytes))
+          r.over_disk = cand;
       }
     }
   }

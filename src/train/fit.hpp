@@ -25,12 +25,16 @@ struct FitCandidate {
   double step_flops = 0;         // per optimizer step, recomputation included
   double predicted_seconds = 0;  // cost model, per optimizer step (offload I/O included)
   double io_seconds = 0;         // of which reading and writing the offload tier
+  size_t disk_bytes = 0;         // the offload file (a memory space of its own, not in total_bytes)
   std::string describe() const;  // the policy's, its peak and step time
 };
 
 struct FitResult {
   std::vector<FitCandidate> fitting;  // fastest first
   FitCandidate smallest;              // the least memory of all candidates tried
+  // Of the candidates that fit in memory but whose offload file does not
+  // fit on the disk, the one with the smallest file (disk_bytes 0: none).
+  FitCandidate over_disk;
 };
 
 // Predicted time of one optimizer step on a device of costs `c`
@@ -123,7 +127,9 @@ std::vector<FitState> approx_fit_states(const OptimizerConfig& cfg, bool state_f
 // offloads: StepPolicy::offload sets to try (the tier, a file on disk);
 // empty = base's own. Each candidate's time then adds the I/O its plan's
 // copies do not hide behind its compute at `tier` speed (tier_io_time);
-// an unmeasured tier adds nothing.
+// an unmeasured tier adds nothing. The offload file is the disk's space:
+// a candidate whose file is over tier.available_bytes (where known) does
+// not fit, whatever its memory.
 // aheads: StepPolicy::offload_ahead values to try with an offload, in order
 // of preference (first wins a tie); empty = base's own.
 FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitData>& data, size_t budget,

@@ -424,6 +424,8 @@ class Planner {
       std::filesystem::create_directories(dir, ec);
       if (ram_backed(dir)) throw std::runtime_error(dir + " is on a file system kept in memory (tmpfs); --offload-dir on a disk");
       speed = measure_tier_speed(dir);
+      const std::filesystem::space_info sp = std::filesystem::space(dir, ec);
+      if (!ec) speed.available_bytes = static_cast<size_t>(sp.available);
       if (!existed) std::filesystem::remove(dir, ec);  // (the run makes it again; a plan leaves nothing)
     } catch (const std::exception& e) {
       if (!existed) std::filesystem::remove(dir, ec);
@@ -438,6 +440,10 @@ class Planner {
     note = r.fitting.empty() ? " Offloading optimizer state and weights to disk (--offload) does not make it fit "
                                "either (smallest with it: " + r.smallest.describe() + ")."
                              : std::string(buf);
+    if (r.fitting.empty() && r.over_disk.disk_bytes)
+      note = " Offloading to disk would fit in memory (" + r.over_disk.policy.describe() + ") but its offload file needs " +
+             format_bytes_up(r.over_disk.disk_bytes) + " in " + dir + ", which has " +
+             format_bytes(speed.available_bytes) + " available: free space there, or --offload-dir on a disk with room.";
     return r;
   }
 
