@@ -37,6 +37,7 @@
 #include "kernel_cases.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
+#include "runtime/device.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "train/step_graph.hpp"
 
@@ -101,12 +102,13 @@ struct Flips {
   std::string where;
 };
 
-Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x, Backend backend) {
+Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x, Backend backend, const Device* device) {
   size_t fwd_end = 0;
   while (fwd_end < g.num_nodes() && g.node(static_cast<NodeId>(fwd_end)).phase == Phase::Forward) ++fwd_end;
   ExecConfig c32, c64;
   c32.plan.no_plan = c64.plan.no_plan = true;  // every value kept
   c32.backend = backend;
+  c32.device = device;
   c64.backend = Backend::Reference64;
   Executor e32(g, c32), e64(g, c64);
   e32.init_params(42);
@@ -140,7 +142,9 @@ Flips relu_flips(const Graph& g, const std::vector<float>& input, ValueId x, Bac
   return f;
 }
 
-void run_golden(const GoldenCase& c, Backend backend) {
+// device: a device by name (runtime/device.hpp) lowering as `backend` does;
+// null: the backend's own.
+void run_golden(const GoldenCase& c, Backend backend, const Device* device = nullptr) {
   io::SafetensorsFile f = io::SafetensorsFile::load(std::string(MEMFIT_TEST_DATA) + "/golden/" + c.file);
   train::StepSpec spec;
   spec.model = c.model;
@@ -152,6 +156,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
   const Graph& g = sg->g;
   ExecConfig cfg;
   cfg.backend = backend;
+  cfg.device = device;
   Executor ex(g, cfg);
   ex.init_params(42);
 
@@ -181,7 +186,7 @@ void run_golden(const GoldenCase& c, Backend backend) {
   // (tests/golden/README.md); the others keep the tight bounds.
   Flips flips;
   if (c.flip_check) {
-    flips = relu_flips(g, input, sg->x, backend);
+    flips = relu_flips(g, input, sg->x, backend, device);
     if (flips.count > 0)
       std::printf("golden: %d ReLU unit(s) switched against float64 (fp32 rounding):%s parameters used before "
                   "node %zu are held to the measured fp32 spread\n",

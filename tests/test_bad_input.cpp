@@ -223,6 +223,11 @@ TEST(BadInput, BadFlagsExitTwo) {
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: memfit"), std::string::npos) << args << "\n" << r.out;
   }
+  // An unknown device names the devices there are.
+  RunResult d = run_memfit("train --device tpu");
+  EXPECT_EQ(d.code, 2) << d.out;
+  EXPECT_NE(d.out.find("--device takes one of"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("cpu, cpu-offset, cuda"), std::string::npos) << d.out;
   RunResult m = run_memfit("train --model nosuchmodel");
   EXPECT_EQ(m.code, 2) << m.out;
   EXPECT_NE(m.out.find("unknown model 'nosuchmodel'"), std::string::npos) << m.out;

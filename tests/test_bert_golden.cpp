@@ -33,6 +33,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "models/bert.hpp"
+#include "runtime/device.hpp"
 #include "train/step_graph.hpp"
 
 using namespace memfit;
@@ -64,7 +65,7 @@ struct GoldenStep {
   std::unique_ptr<Executor> ex;
 };
 
-GoldenStep start(std::shared_ptr<const models::Model> model, bool training, bool with_masks) {
+GoldenStep start(std::shared_ptr<const models::Model> model, bool training, bool with_masks, ExecConfig cfg = {}) {
   train::StepSpec s;
   s.model = model ? model->name : "bert-tiny";
   s.model_def = std::move(model);
@@ -82,7 +83,7 @@ GoldenStep start(std::shared_ptr<const models::Model> model, bool training, bool
   GoldenStep r;
   r.sg = train::build_step_graph(s);
   const Graph& g = r.sg->g;
-  r.ex = std::make_unique<Executor>(g, ExecConfig{});
+  r.ex = std::make_unique<Executor>(g, cfg);
   r.ex->init_params(1);
   for (ValueId p : g.params()) {
     const std::vector<float> w = read<float>("init." + g.value(p).name);
@@ -138,10 +139,9 @@ double check_grad(Executor& ex, const Graph& g, const std::string& param, const 
   return std::sqrt(d) / (std::sqrt(r) + 1e-30);
 }
 
-}  // namespace
-
-TEST(BertGolden, TinyMeanPoolingMatchesPyTorch) {
-  GoldenStep r = start(nullptr, true, true);
+// The mean-pooling classifier's step 0 and 20 AdamW steps on `cfg`'s device.
+void check_mean_pooling(const ExecConfig& cfg) {
+  GoldenStep r = start(nullptr, true, true, cfg);
   const Graph& g = r.sg->g;
   Executor& ex = *r.ex;
   EXPECT_EQ(g.params().size(), 5u + 2 * 16 + 2);  // embeddings, 2 layers, the classifier
@@ -178,6 +178,19 @@ TEST(BertGolden, TinyMeanPoolingMatchesPyTorch) {
   EXPECT_LT(losses[19], losses[0] * 0.8);
   std::printf("bert-tiny golden: logits %.2e of max|logit|, gradients %.2e (worst relative L2), losses %.2e\n",
               logit_err, grad_err, loss_err);
+}
+
+}  // namespace
+
+TEST(BertGolden, TinyMeanPoolingMatchesPyTorch) { check_mean_pooling({}); }
+
+// Through the test device whose arenas the host may not address, on the
+// reference kernels (runtime/device.hpp's offset_device): the same bounds.
+TEST(BertGolden, TinyMeanPoolingOnTheOffsetDevice) {
+  ExecConfig cfg;
+  cfg.backend = Backend::Reference;
+  cfg.device = &device_named("reference-offset");
+  check_mean_pooling(cfg);
 }
 
 TEST(BertGolden, TinyClsHeadMatchesPyTorch) {

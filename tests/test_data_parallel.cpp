@@ -467,6 +467,34 @@ TEST(DataParallel, DeadRankEndsTheJobAndTheCheckpointResumesExactly) {
   EXPECT_NE(one.err.find("mpirun -np 2"), std::string::npos) << one.err;
 }
 
+// On the test device whose arenas the host may not address
+// (runtime/device.hpp's offset_device), nothing of data parallelism reads
+// them through a pointer: the collectives work on host copies of a piece at
+// a time (train/data_parallel.hpp). Two ranks on it end with the weights
+// two ranks on the reference device (whose kernels it runs) end with, to
+// the bit: sharded optimizer state (ZeRO-1, its reductions after backward
+// there, during backward here: with two ranks every sum is one addition),
+// whole state, and sharded gradients (ZeRO-2, grad_reduce nodes). Each run
+// also compares the ranks' parameters through the device at its end.
+TEST(DataParallel, OffsetDeviceGivesTheReferenceDevicesWeights) {
+  REQUIRE_MPI();
+  const std::string model = model_file(kCnn, "cnn");
+  const std::vector<std::vector<std::string>> variants = {
+      {}, {"--shard-optimizer", "off"}, {"--shard-gradients", "on"}};
+  for (size_t i = 0; i < variants.size(); ++i) {
+    std::string dirs[2];
+    for (int offset = 0; offset < 2; ++offset) {
+      dirs[offset] = memfit::testing::temp_dir("dp-offset" + std::to_string(i) + std::to_string(offset));
+      std::vector<std::string> args = train_args(model, 32, 6, dirs[offset]);
+      args.insert(args.end(), {"--device", offset ? "reference-offset" : "reference"});
+      args.insert(args.end(), variants[i].begin(), variants[i].end());
+      const Result r = run(2, args);
+      ASSERT_EQ(r.code, 0) << "variant " << i << (offset ? " offset" : " reference") << "\n" << r.out << r.err;
+    }
+    memfit::testing::expect_same_tensors(dirs[0] + "/model.safetensors", dirs[1] + "/model.safetensors");
+  }
+}
+
 // mpirun -np 1 is a plain run: the same losses and weights, no shard files.
 TEST(DataParallel, OneRankIsAPlainRun) {
   REQUIRE_MPI();

@@ -5,13 +5,18 @@
 // an executor makes, byte for byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "memfit/runtime.hpp"
 #include "kernels/cpu/engine.hpp"
 #include "runtime/device.hpp"
+#include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "runtime/lowered.hpp"
 #include "train/step_graph.hpp"
@@ -112,6 +117,118 @@ TEST(Device, HostCopies) {
   d.copy_to_host(out.data(), p, out.size() * 4);
   EXPECT_EQ(out, in);
   d.free(p);
+}
+
+// Devices by name: the built-in ones are there, an unknown name is refused
+// naming them, and a program's own device is found once registered.
+TEST(Device, RegistryFindsDevicesByName) {
+  const std::vector<std::string> names = device_names();
+  for (const char* n : {"cpu", "reference", "reference64", "reference-offset", "cpu-offset", "cuda"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  for (const char* n : {"cpu", "reference", "reference64", "reference-offset", "cpu-offset"})
+    EXPECT_STREQ(device_named(n).name(), n);
+  EXPECT_EQ(&device_named("cpu"), &device_for(Backend::Cpu));
+  try {
+    (void)device_named("tpu");
+    ADD_FAILURE() << "an unknown device was found";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'tpu'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("reference-offset"), std::string::npos) << e.what();
+  }
+  register_device("mine", [] () -> const Device& { return offset_device(false); });
+  EXPECT_EQ(&device_named("mine"), &offset_device(false));
+  // An ExecConfig's device wins over its backend.
+  ExecConfig cfg;
+  EXPECT_EQ(&device_of(cfg), &device_for(Backend::Cpu));
+  cfg.device = &device_named("reference-offset");
+  EXPECT_EQ(&device_of(cfg), cfg.device);
+}
+
+// Each device reads its own kernel table: one registered under a new
+// name holds the device's kernel, the built-in tables hold theirs, and a
+// name nothing registered into is an empty table.
+TEST(KernelTable, ADevicesOwnTableHoldsItsKernels) {
+  EXPECT_NE(kernel_table("reference").find("relu"), nullptr);
+  EXPECT_NE(kernel_table("cpu").find("conv2d"), nullptr);
+  EXPECT_TRUE(kernel_table("never-registered").ops().empty());
+  register_device_kernel("test-table", "relu", [](const LoweredGraph& lg, NodeId id) {
+    return (*kernel_table("reference").find("relu"))(lg, id);
+  });
+  const KernelTable& t = kernel_table("test-table");
+  EXPECT_EQ(t.ops(), std::vector<std::string>{"relu"});
+  Graph g;
+  const ValueId x = g.input("x", {2, 3});
+  g.add1("relu", {x}, {}, "r");
+  const LoweredGraph lg(g, device_for(Backend::Reference));
+  const std::unique_ptr<kernels::Kernel> k = (*t.find("relu"))(lg, 0);
+  ASSERT_NE(k, nullptr);
+  const std::unique_ptr<kernels::Kernel> ref = (*kernel_table("reference").find("relu"))(lg, 0);
+  EXPECT_STREQ(k->name(), ref->name());
+  EXPECT_TRUE(t.takes(g, g.node(0)));
+}
+
+// The test devices' arenas are not host memory: a host read through one of
+// their pointers faults, while their copies and fill reach the bytes; their
+// kernels compute what the device they wrap computes.
+TEST(Device, OffsetDevicesArenasAreOutOfTheHostsReach) {
+  for (const char* name : {"reference-offset", "cpu-offset"}) {
+    const Device& d = device_named(name);
+    EXPECT_FALSE(d.host_addressable()) << name;
+    const size_t a = d.arena_alignment();
+    void* p = d.allocate(2 * a);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % a, 0u) << name;
+    EXPECT_DEATH({ std::printf("%d\n", *static_cast<volatile int*>(p)); }, "") << name;
+    const std::vector<int32_t> in{7, -8, 9, 1 << 29};
+    d.fill(p, 0x11, 2 * a);
+    d.copy_to_device(static_cast<char*>(p) + a, in.data(), in.size() * 4);
+    std::vector<int32_t> out(4, 0);
+    d.copy_to_host(out.data(), static_cast<char*>(p) + a, out.size() * 4);
+    EXPECT_EQ(out, in) << name;
+    unsigned char b = 0;
+    d.copy_to_host(&b, static_cast<char*>(p) + a - 1, 1);
+    EXPECT_EQ(b, 0x11) << name;
+    d.free(p);
+  }
+  EXPECT_EQ(device_named("reference-offset").backend(), Backend::Reference);
+  EXPECT_EQ(device_named("cpu-offset").backend(), Backend::Cpu);
+  // A step on a test device equals one on the device it wraps, bit for bit.
+  auto sg = step("convnet", DType::f32);
+  for (Backend b : {Backend::Reference, Backend::Cpu}) {
+    ExecConfig plain, offset;
+    plain.backend = offset.backend = b;
+    offset.device = &offset_device(b == Backend::Cpu);
+    Executor e1(sg->g, plain), e2(sg->g, offset);
+    EXPECT_FALSE(e2.device().host_addressable());
+    for (Executor* e : {&e1, &e2}) {
+      e->init_params(5);
+      std::vector<float> x(static_cast<size_t>(numel(sg->g.value(sg->x).shape)));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+      e->write_f32(sg->x, x.data());
+      std::vector<int32_t> y(static_cast<size_t>(numel(sg->g.value(sg->labels).shape)));
+      for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 10);
+      e->feed(sg->labels, y.data(), y.size() * 4);
+      kernels::StepContext ctx;
+      ctx.lr = 0.01;
+      ctx.seed = 5;
+      e->run(ctx);
+    }
+    EXPECT_EQ(e1.fetch_scalar(sg->loss), e2.fetch_scalar(sg->loss)) << backend_name(b);
+    for (ValueId p : sg->g.params()) {
+      const size_t n = static_cast<size_t>(numel(sg->g.value(p).shape));
+      std::vector<float> w1(n), w2(n);
+      e1.read_f32(p, w1.data());
+      e2.read_f32(p, w2.data());
+      EXPECT_EQ(std::memcmp(w1.data(), w2.data(), n * 4), 0) << backend_name(b) << " " << sg->g.value(p).name;
+    }
+    // Arena ranges go through the device's copies.
+    std::vector<unsigned char> r1(64), r2(64);
+    e1.read_arena(Arena::Params, 0, r1.data(), r1.size());
+    e2.read_arena(Arena::Params, 0, r2.data(), r2.size());
+    EXPECT_EQ(r1, r2);
+    e2.write_arena(Arena::Params, 8, r1.data(), 8);
+    EXPECT_THROW(e2.read_arena(Arena::Params, e2.plan().arena_bytes[static_cast<size_t>(Arena::Params)], r2.data(), 1),
+                 std::invalid_argument);
+  }
 }
 
 // The context holds the CPU lowering's layouts for the whole graph, equal to

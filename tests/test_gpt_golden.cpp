@@ -10,17 +10,20 @@
 #include <vector>
 
 #include "gpt_golden_check.hpp"
+#include "runtime/device.hpp"
 
 using namespace memfit;
 
-TEST(GptGolden, TinyMatchesPyTorch) {
+namespace {
+
+void check_tiny(const ExecConfig& cfg) {
   const io::SafetensorsFile& f = memfit::testing::gpt_fixture();
   const auto sg = train::build_step_graph(memfit::testing::gpt_golden_spec("gpt-tiny"));
   // A language model's training step hands the logits' buffer to their
   // gradient (xent_rows_bwd in place); keep them to compare.
   sg->g.value(sg->logits).is_output = true;
   const Graph& g = sg->g;
-  Executor ex(g, ExecConfig{});
+  Executor ex(g, cfg);
   ex.init_params(1);
   int loaded = 0;
   for (ValueId p : g.params()) {
@@ -31,4 +34,17 @@ TEST(GptGolden, TinyMatchesPyTorch) {
   }
   EXPECT_EQ(loaded, 4 + 2 * 12);
   memfit::testing::check_gpt_golden(*sg, ex, [](const Value&, size_t i) { return i; });
+}
+
+}  // namespace
+
+TEST(GptGolden, TinyMatchesPyTorch) { check_tiny({}); }
+
+// Through the test device whose arenas the host may not address, on the
+// reference kernels (runtime/device.hpp's offset_device): the same bounds.
+TEST(GptGolden, TinyOnTheOffsetDevice) {
+  ExecConfig cfg;
+  cfg.backend = Backend::Reference;
+  cfg.device = &device_named("reference-offset");
+  check_tiny(cfg);
 }

@@ -129,6 +129,21 @@ TEST(Resume, LanguageModelKillNineThenResumeIsBitIdentical) {
                                temp_dir("resume-lm-b"), 250, 1500);
 }
 
+// The test device whose arenas the host may not address (runtime/device.hpp's
+// offset_device, the reference kernels): its checkpoints read the state
+// through the device's copies, a run on it killed and resumed ends
+// bit-identical to the one never stopped, and both to the same run on the
+// reference device whose kernels it runs.
+TEST(Resume, OffsetDeviceKillNineThenResumeIsBitIdentical) {
+  const std::string corpus = write_fox_corpus(temp_dir("resume-off-data"));
+  const std::string args = lm_args(corpus, 600) + " --optimizer adamw";
+  const std::string a = temp_dir("resume-off-a"), b = temp_dir("resume-off-b"), ref = temp_dir("resume-off-ref");
+  expect_kill_resume_identical(args + " --device reference-offset", a, b, 250, 600);
+  RunResult r = run_memfit("train" + args + " --device reference --out " + ref);
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_same_run(a, ref);
+}
+
 // Update in backward changes when each parameter is updated, not what the
 // step computes, and gradients are no checkpoint state: a run with it ends
 // bit-identical to one without, and killed and resumed with it, too.

@@ -57,6 +57,10 @@ const char* backend_name(Backend b);
 
 struct ExecConfig {
   Backend backend = Backend::Cpu;
+  // The device, where it is not the backend's built-in one: a device found
+  // by name (runtime/device.hpp's device_named; "reference-offset", a
+  // device a program registers). Null: device_for(backend).
+  const Device* device = nullptr;
   PlanOptions plan;
   // Memory lent by another executor for an arena: an evaluation graph reads
   // the training executor's parameters in place and can run in its transient
@@ -131,6 +135,12 @@ class Executor {
   // beyond the value's (std::invalid_argument past its end).
   void write_range(ValueId v, size_t at, const void* src, size_t bytes);
   void read_range(ValueId v, size_t at, void* dst, size_t bytes);
+  // Host bytes into or out of arena a from its byte `at` on, through the
+  // device's copies (what data parallelism exchanges on a device whose
+  // memory the host cannot address); std::invalid_argument past the
+  // arena's end.
+  void write_arena(Arena a, size_t at, const void* src, size_t bytes);
+  void read_arena(Arena a, size_t at, void* dst, size_t bytes);
   // One scalar output (a loss, a metric) as a double.
   double fetch_scalar(ValueId v);
 
@@ -205,6 +215,7 @@ Plan plan_for(const Graph& g, const ExecConfig& cfg);
 
 // Byte size of every value as `backend` stores it.
 std::vector<size_t> value_storage_bytes(const Graph& g, Backend b);
+std::vector<size_t> value_storage_bytes(const Graph& g, const Device& d);
 
 // Table of the time profiled steps spent, per op kind and per layer:
 // seconds[k] is node k's total over `steps` steps (Executor::node_seconds()

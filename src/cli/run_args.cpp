@@ -1,5 +1,6 @@
 #include "cli/run_args.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "models/model.hpp"
 #include "models/onnx_model.hpp"
 #include "models/zoo.hpp"
+#include "runtime/device.hpp"
 #include "train/memory.hpp"
 #include "train/run_data.hpp"
 
@@ -83,14 +85,21 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
   a.add(
       "device",
       [&o](const std::string& v) {
-        if (v == "cpu") o.backend = Backend::Cpu;
-        else if (v == "cuda" || v == "cuda:0") o.backend = Backend::Cuda;
-        else return "--device takes cpu or cuda, got '" + v + "'";
+        const std::string name = v == "cuda:0" ? "cuda" : v;
+        const std::vector<std::string> known = device_names();
+        if (std::find(known.begin(), known.end(), name) == known.end()) {
+          std::string list;
+          for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
+          return "--device takes one of " + list + ", got '" + v + "'";
+        }
+        o.device = name;
         return std::string();
       },
       "cpu|cuda",
       "where the step runs (default cpu); cuda: the GPU, its arenas in GPU memory planned against the GPU's free "
-      "memory or --device-memory (f32 so far; the CNNs and their optimizers)");
+      "memory or --device-memory (f32 so far; the CNNs and their optimizers); reference and reference64: the scalar "
+      "reference kernels (f32, double); reference-offset and cpu-offset: the reference or cpu kernels over arenas "
+      "the host may not address (the test devices of the device interface)");
   a.add(
       "device-memory",
       [&o](const std::string& v) {

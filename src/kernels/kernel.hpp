@@ -54,6 +54,10 @@ struct StepContext {
   uint64_t seed = 0;       // run seed
   Collectives* comm = nullptr;  // several ranks: their collectives (else null)
   TierIO* tier = nullptr;       // tiered values: their store (the executor sets it)
+  // The device's queue the kernel's work goes on, in order (a CUDA stream:
+  // Device::queue; the executor sets it); null on the host devices, whose
+  // kernels finish their work inside run().
+  void* queue = nullptr;
 };
 
 // Element type a kernel computes in. F64 exists for the double-precision

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 
@@ -69,5 +71,58 @@ const Device& device_for(Backend b) {
   }
   throw std::invalid_argument("unknown backend");
 }
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, const Device& (*)()> by_name{
+      {"cpu", [] () -> const Device& { return cpu_device(); }},
+      {"reference", [] () -> const Device& { return reference_device(false); }},
+      {"reference64", [] () -> const Device& { return reference_device(true); }},
+      {"reference-offset", [] () -> const Device& { return offset_device(false); }},
+      {"cpu-offset", [] () -> const Device& { return offset_device(true); }},
+      {"cuda", [] () -> const Device& { return cuda_device(); }},
+  };
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_device(const std::string& name, const Device& (*get)()) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.by_name[name] = get;
+}
+
+const Device& device_named(const std::string& name) {
+  Registry& r = registry();
+  const Device& (*get)() = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.by_name.find(name);
+    if (it != r.by_name.end()) get = it->second;
+  }
+  if (!get) {
+    std::string known;
+    for (const std::string& n : device_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("no device named '" + name + "' (the devices: " + known + ")");
+  }
+  return get();
+}
+
+std::vector<std::string> device_names() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& [n, get] : r.by_name) names.push_back(n);
+  return names;
+}
+
+const Device& device_of(const ExecConfig& cfg) { return cfg.device ? *cfg.device : device_for(cfg.backend); }
 
 }  // namespace memfit

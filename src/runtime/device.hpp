@@ -114,6 +114,9 @@ class Device {
   // Waits until the device has finished the work queued so far (kernels run
   // asynchronously on a GPU; profiling times each to its end).
   virtual void synchronize() const {}
+  // The queue (a CUDA stream) the device's kernels put their work on, given
+  // to each in StepContext::queue; null where kernels finish inside run().
+  virtual void* queue() const { return nullptr; }
   // Whether the device's kernels store values of type t (bf16/f16
   // activations, compact state); the fit searches only those.
   virtual bool stores(DType t) const { (void)t; return true; }
@@ -158,8 +161,28 @@ std::string cuda_unavailable_reason();
 // cudaMalloc each; the tests check that a step allocates none).
 size_t cuda_arena_allocations();
 const Device& reference_device(bool wide);  // runtime/lower/reference_device.cpp
+// The test devices (runtime/lower/offset_device.cpp): the f32 reference
+// kernels ("reference-offset"), or the CPU device's ("cpu-offset": the
+// same, fast enough for ResNet-18), over arenas the host may not address.
+// Their arena pointers lie at an offset that makes them non-canonical
+// addresses (a host read or write through one faults); their kernels and
+// copies translate them. Anything that reaches arena memory other than
+// through the device's copies crashes on it, as it would on a GPU's memory.
+const Device& offset_device(bool cpu_kernels = false);
 // The device a backend names (one instance per process; devices hold no
 // per-graph state).
 const Device& device_for(Backend b);
+
+// Devices by name. Built in: "cpu", "reference", "reference64",
+// "reference-offset" and "cpu-offset" (offset_device), and "cuda" (which throws
+// cuda_unavailable_reason() where there is no GPU). A program may add its
+// own (a name taken is replaced). device_named throws std::invalid_argument
+// naming the known devices for another name.
+void register_device(const std::string& name, const Device& (*get)());
+const Device& device_named(const std::string& name);
+std::vector<std::string> device_names();
+// The device an executor with this config runs on (ExecConfig::device, or
+// the backend's).
+const Device& device_of(const ExecConfig& cfg);
 
 }  // namespace memfit

@@ -35,8 +35,9 @@ const char* backend_name(Backend b) {
   return "?";
 }
 
-std::vector<size_t> value_storage_bytes(const Graph& g, Backend b) {
-  const Device& d = device_for(b);
+std::vector<size_t> value_storage_bytes(const Graph& g, Backend b) { return value_storage_bytes(g, device_for(b)); }
+
+std::vector<size_t> value_storage_bytes(const Graph& g, const Device& d) {
   std::vector<size_t> r(g.num_values());
   for (size_t v = 0; v < r.size(); ++v) {
     const Value& val = g.value(static_cast<ValueId>(v));
@@ -54,7 +55,7 @@ LowerOptions lower_options(const ExecConfig& cfg) {
 }
 
 Plan plan_with(const Graph& g, const ExecConfig& cfg, const std::vector<size_t>& scratch, size_t heap_bytes) {
-  const std::vector<size_t> bytes = value_storage_bytes(g, cfg.backend);
+  const std::vector<size_t> bytes = value_storage_bytes(g, device_of(cfg));
   Plan plan = make_plan(g, bytes, scratch, cfg.plan);
   plan.library_heap_bytes = std::max(plan.library_heap_bytes, heap_bytes);
   bool verify = cfg.verify;
@@ -87,7 +88,7 @@ size_t KernelSizes::size() const {
 }
 
 Plan plan_for(const Graph& g, const ExecConfig& cfg) {
-  const Device& dev = device_for(cfg.backend);
+  const Device& dev = device_of(cfg);
   const LoweredGraph lg(g, dev, lower_options(cfg));
   std::vector<size_t> scratch(g.num_nodes(), 0);
   size_t heap = 0;
@@ -106,7 +107,7 @@ Plan plan_for(const Graph& g, const ExecConfig& cfg) {
   return plan_with(g, cfg, scratch, heap);
 }
 
-Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg), dev_(&device_for(cfg.backend)) {
+Executor::Executor(const Graph& g, ExecConfig cfg) : g_(g), cfg_(cfg), dev_(&device_of(cfg)) {
   kernels_.resize(g.num_nodes());
   std::vector<size_t> scratch(g.num_nodes(), 0);
   size_t heap = 0;
@@ -238,6 +239,25 @@ void Executor::read_range(ValueId v, size_t at, void* dst, size_t bytes) {
   const Placement& p = plan_.values.at(static_cast<size_t>(v));
   if (p.arena == Arena::Tier) return cfg_.tier->read_range(g_.value(p.root).name, at, dst, bytes);
   dev_->copy_to_host(dst, static_cast<const std::byte*>(data(v)) + at, bytes);
+}
+
+namespace {
+std::byte* arena_range(const Plan& plan, const std::vector<std::byte*>& arenas, Arena a, size_t at, size_t bytes,
+                       const char* what) {
+  const size_t i = static_cast<size_t>(a);
+  if (!arenas[i]) throw std::logic_error(std::string(what) + " of an arena not allocated");
+  if (at > plan.arena_bytes[i] || bytes > plan.arena_bytes[i] - at)
+    throw std::invalid_argument(std::string(what) + " past the end of arena " + std::to_string(i));
+  return arenas[i] + at;
+}
+}  // namespace
+
+void Executor::write_arena(Arena a, size_t at, const void* src, size_t bytes) {
+  if (bytes) dev_->copy_to_device(arena_range(plan_, arenas_, a, at, bytes, "write_arena"), src, bytes);
+}
+
+void Executor::read_arena(Arena a, size_t at, void* dst, size_t bytes) {
+  if (bytes) dev_->copy_to_host(dst, arena_range(plan_, arenas_, a, at, bytes, "read_arena"), bytes);
 }
 
 ExecConfig::Borrowed Executor::arena(Arena a) const {
@@ -443,6 +463,7 @@ struct CancelTierOnError {
 void Executor::run_nodes(size_t begin, size_t end, const kernels::StepContext& step) {
   kernels::StepContext ctx = step;
   if (cfg_.tier) ctx.tier = cfg_.tier.get();
+  ctx.queue = dev_->queue();
   const CancelTierOnError cancel_on_error{cfg_.tier.get()};
   if (profiling_ && !cfg_.plan.guard_bytes) return run_timed(begin, end, ctx);
   if (!cfg_.plan.guard_bytes) {

@@ -14,22 +14,38 @@ void register_builtin_kernels();  // runtime/register_kernels.cpp
 void register_cpu_kernels();      // runtime/register_kernels.cpp
 void register_cuda_kernels();     // runtime/register_kernels.cpp
 
+void KernelTable::add(const std::string& op, KernelFactory f, KernelCondition takes) {
+  factories_[op] = std::move(f);
+  if (takes) conditions_[op] = std::move(takes);
+  else conditions_.erase(op);
+}
+
+const KernelFactory* KernelTable::find(const std::string& op) const {
+  auto it = factories_.find(op);
+  return it == factories_.end() ? nullptr : &it->second;
+}
+
+bool KernelTable::takes(const Graph& g, const Node& n) const {
+  auto it = conditions_.find(n.op);
+  return it == conditions_.end() || it->second(g, n);
+}
+
+std::vector<std::string> KernelTable::ops() const {
+  std::vector<std::string> r;
+  for (const auto& [op, f] : factories_) r.push_back(op);
+  return r;
+}
+
 namespace {
-std::map<std::string, KernelFactory>& ktable() {
-  static std::map<std::string, KernelFactory> t;
+
+// The tables, filled by the registrations; std::map keeps references stable.
+std::map<std::string, KernelTable>& tables() {
+  static std::map<std::string, KernelTable> t;
   return t;
 }
-std::map<std::string, KernelFactory>& cpu_table() {
-  static std::map<std::string, KernelFactory> t;
-  return t;
-}
-std::map<std::string, KernelFactory>& cuda_table() {
-  static std::map<std::string, KernelFactory> t;
-  return t;
-}
-std::map<std::string, KernelCondition>& cpu_conditions() {
-  static std::map<std::string, KernelCondition> t;
-  return t;
+std::mutex& tables_mutex() {
+  static std::mutex m;
+  return m;
 }
 void ensure_kernels() {
   static std::once_flag once;
@@ -39,33 +55,34 @@ void ensure_kernels() {
     register_cuda_kernels();
   });
 }
-const KernelFactory* find_in(std::map<std::string, KernelFactory>& t, const std::string& op) {
-  ensure_kernels();
-  auto it = t.find(op);
-  return it == t.end() ? nullptr : &it->second;
+void add_to(const std::string& table, const std::string& op, KernelFactory f, KernelCondition takes = {}) {
+  std::lock_guard<std::mutex> lock(tables_mutex());
+  tables()[table].add(op, std::move(f), std::move(takes));
 }
+
 }  // namespace
 
-void register_kernel(const std::string& op, KernelFactory f) { ktable()[op] = std::move(f); }
+const KernelTable& kernel_table(const std::string& name) {
+  ensure_kernels();
+  std::lock_guard<std::mutex> lock(tables_mutex());
+  return tables()[name];
+}
+
+void register_device_kernel(const std::string& table, const std::string& op, KernelFactory f, KernelCondition takes) {
+  ensure_kernels();
+  add_to(table, op, std::move(f), std::move(takes));
+}
+
+void register_kernel(const std::string& op, KernelFactory f) { add_to("reference", op, std::move(f)); }
 void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes) {
-  cpu_table()[op] = std::move(f);
-  if (takes) cpu_conditions()[op] = std::move(takes);
+  add_to("cpu", op, std::move(f), std::move(takes));
 }
-void register_cuda_kernel(const std::string& op, KernelFactory f) { cuda_table()[op] = std::move(f); }
-const KernelFactory* find_cuda_kernel(const std::string& op) { return find_in(cuda_table(), op); }
-std::vector<std::string> cuda_kernel_ops() {
-  ensure_kernels();
-  std::vector<std::string> r;
-  for (const auto& [op, f] : cuda_table()) r.push_back(op);
-  return r;
-}
-bool cpu_kernel_takes(const Graph& g, const Node& n) {
-  ensure_kernels();
-  auto it = cpu_conditions().find(n.op);
-  return it == cpu_conditions().end() || it->second(g, n);
-}
-const KernelFactory* find_reference_kernel(const std::string& op) { return find_in(ktable(), op); }
-const KernelFactory* find_cpu_kernel(const std::string& op) { return find_in(cpu_table(), op); }
+void register_cuda_kernel(const std::string& op, KernelFactory f) { add_to("cuda", op, std::move(f)); }
+const KernelFactory* find_cuda_kernel(const std::string& op) { return kernel_table("cuda").find(op); }
+std::vector<std::string> cuda_kernel_ops() { return kernel_table("cuda").ops(); }
+bool cpu_kernel_takes(const Graph& g, const Node& n) { return kernel_table("cpu").takes(g, n); }
+const KernelFactory* find_reference_kernel(const std::string& op) { return kernel_table("reference").find(op); }
+const KernelFactory* find_cpu_kernel(const std::string& op) { return kernel_table("cpu").find(op); }
 bool has_cpu_kernel(const std::string& op) { return find_cpu_kernel(op) != nullptr; }
 bool has_reference_kernel(const std::string& op) { return find_reference_kernel(op) != nullptr; }
 

@@ -1,10 +1,12 @@
-// Lowering: graph node -> kernel. One registration per op and table; each op
-// family lowers in its own folder, ops/<family>/lower.cpp (reference) and
-// ops/<family>/lower_cpu.cpp (fast CPU). A factory gets the graph's lowering context
+// Lowering: graph node -> kernel. Each device has its kernel table, one
+// factory per op; each op family lowers in its own folder,
+// ops/<family>/lower.cpp (reference), lower_cpu.cpp (fast CPU),
+// lower_cuda.cpp (CUDA). A factory gets the graph's lowering context
 // (runtime/lowered.hpp: graph, backend, layouts, product path) and the node.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,13 +19,41 @@
 namespace memfit {
 
 using KernelFactory = std::function<std::unique_ptr<kernels::Kernel>(const LoweredGraph&, NodeId)>;
-
-// Reference lowering: serves the reference devices, and the CPU device where
-// no fast kernel is registered or takes the node (ops/<family>/lower.cpp).
-void register_kernel(const std::string& op, KernelFactory f);
 // Whether a fast CPU factory takes a node (gives it a kernel, in whatever
 // layout), by the factory's own condition beyond the activation type.
 using KernelCondition = std::function<bool(const Graph&, const Node&)>;
+
+// One device's kernels: a factory per op, and where the device's lowering
+// needs it before any kernel is made, the condition under which the
+// factory takes a node.
+class KernelTable {
+ public:
+  void add(const std::string& op, KernelFactory f, KernelCondition takes = {});
+  const KernelFactory* find(const std::string& op) const;
+  // The op's condition for n (true where it has none).
+  bool takes(const Graph& g, const Node& n) const;
+  std::vector<std::string> ops() const;  // sorted
+
+ private:
+  std::map<std::string, KernelFactory> factories_;
+  std::map<std::string, KernelCondition> conditions_;
+};
+
+// The kernel tables by name: "reference" (the scalar oracle's, which also
+// serves the CPU where its own table has no kernel or its kernel declines
+// the node), "cpu", "cuda", and one a new device registers into
+// (register_device_kernel; a name not seen is an empty table). The built-in
+// families' kernels are in them before the first is returned.
+const KernelTable& kernel_table(const std::string& name);
+// A device's own kernel: op's factory in table `table`. Register before the
+// first plan.
+void register_device_kernel(const std::string& table, const std::string& op, KernelFactory f,
+                            KernelCondition takes = {});
+
+// The built-in tables' registrations (the families' lowering files):
+// Reference lowering: serves the reference devices, and the CPU device where
+// no fast kernel is registered or takes the node (ops/<family>/lower.cpp).
+void register_kernel(const std::string& op, KernelFactory f);
 // Fast CPU lowering (oneDNN or hand-written): serves the CPU device
 // (ops/<family>/lower_cpu.cpp). The factory may return nullptr to fall back to the
 // reference kernel for shapes it does not handle; `takes` states that

@@ -100,27 +100,17 @@ void require_f32_storage(Executor& ex) {
 }
 
 // Host bytes of the values a checkpoint writes: the arenas themselves on a
-// host device; on a device with memory of its own (a GPU), copies made in
-// one host buffer before the file is written (the plan's "checkpoint
-// staging" row).
+// host device; else (a GPU's memory, the offload file) pieces of at most
+// 1 MiB read through the executor (read_range), once for the checksum and
+// once as the file is written (the plan's "checkpoint staging" row).
 class StateBytes {
  public:
-  StateBytes(Executor& ex, const std::vector<ValueId>& vs) : ex_(ex) {
-    if (ex.device().host_addressable()) return;
-    size_t total = 0;
-    for (ValueId v : vs) total += ex.value_bytes(v);
-    buf_.resize(total);
-    size_t at = 0;
-    for (ValueId v : vs) {
-      ex.fetch(v, buf_.data() + at, ex.value_bytes(v));
-      offset_[v] = at;
-      at += ex.value_bytes(v);
-    }
-  }
-  // Null for a tiered value (in the offload file: tensor_view reads it in pieces).
+  explicit StateBytes(Executor& ex) : ex_(ex) {}
+  // Null where the host cannot read the value in place: tensor_view reads it in pieces.
   void* at(ValueId v) {
+    if (!ex_.device().host_addressable()) return nullptr;
     if (ex_.plan().values.at(static_cast<size_t>(v)).arena == Arena::Tier) return nullptr;
-    return buf_.empty() && offset_.empty() ? ex_.data(v) : buf_.data() + offset_.at(v);
+    return ex_.data(v);
   }
   // Value v as a file tensor, and its bytes folded into the checksum `sum`.
   io::TensorView tensor_view(ValueId v, io::DType dt, uint64_t& sum) {
@@ -143,8 +133,6 @@ class StateBytes {
 
  private:
   Executor& ex_;
-  std::vector<unsigned char> buf_;
-  std::map<ValueId, size_t> offset_;
 };
 
 // A checkpoint's (or shard's) metadata: the run's settings, the position,
@@ -171,10 +159,7 @@ void save_checkpoint(const std::string& dir, Executor& ex, const TrainState& st)
   uint64_t sum = rng::kFnvOffset;
   std::vector<int64_t> batches_tracked;  // one value per batch-norm layer
   batches_tracked.reserve(g.num_values());
-  std::vector<ValueId> state;
-  for (size_t i = 0; i < g.num_values(); ++i)
-    if (is_state(g.value(static_cast<ValueId>(i)))) state.push_back(static_cast<ValueId>(i));
-  StateBytes bytes(ex, state);
+  StateBytes bytes(ex);
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (!is_state(v)) continue;
@@ -339,7 +324,7 @@ void save_step_record(const std::string& dir, Executor& ex, const TrainState& st
   std::vector<ValueId> mem;
   for (size_t i = 0; i < g.num_values(); ++i)
     if (in_file(ex, static_cast<ValueId>(i), FileKind::StepRecord)) mem.push_back(static_cast<ValueId>(i));
-  StateBytes bytes(ex, mem);
+  StateBytes bytes(ex);
   uint64_t sum = rng::kFnvOffset;
   std::vector<io::TensorView> all;
   for (ValueId v : mem) all.push_back(bytes.tensor_view(v, file_dtype(g.value(v).dtype), sum));
@@ -408,10 +393,7 @@ void save_state_shard(const std::string& path, Executor& ex, const TrainState& s
   const Graph& g = ex.graph();
   std::vector<io::TensorView> all;
   uint64_t sum = rng::kFnvOffset;
-  std::vector<ValueId> state;
-  for (size_t i = 0; i < g.num_values(); ++i)
-    if (g.value(static_cast<ValueId>(i)).cls == VClass::OptState) state.push_back(static_cast<ValueId>(i));
-  StateBytes bytes(ex, state);
+  StateBytes bytes(ex);
   for (size_t i = 0; i < g.num_values(); ++i) {
     const Value& v = g.value(static_cast<ValueId>(i));
     if (v.cls != VClass::OptState) continue;

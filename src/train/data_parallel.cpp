@@ -7,6 +7,7 @@
 #include "memfit/op_registry.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/rng.hpp"
+#include "runtime/device.hpp"
 #include "train/step_graph.hpp"
 
 namespace memfit::train {
@@ -22,6 +23,8 @@ std::byte* base(Executor& ex, Arena a) { return static_cast<std::byte*>(ex.arena
 DataParallel::DataParallel(Executor& ex, dist::Comm& comm, bool sharded)
     : ex_(ex), comm_(comm), sharded_(sharded && comm.distributed()) {
   if (!comm_.distributed()) return;
+  staged_ = !ex.device().host_addressable();
+  overlap_ = !staged_;
   const Graph& g = ex.graph();
   const Plan& plan = ex.plan();
   const std::vector<ValueId> ps = updated_params(g);
@@ -122,6 +125,21 @@ void DataParallel::make_buckets() {
   std::stable_sort(buckets_.begin(), buckets_.end(), [](const Bucket& a, const Bucket& b) { return a.ready < b.ready; });
 }
 
+template <class F>
+void DataParallel::on_host(Arena a, size_t begin, size_t end, bool write_back, F&& f) {
+  if (!staged_) {
+    f(base(ex_, a) + begin, end - begin);
+    return;
+  }
+  if (stage_.empty()) stage_.resize(dist::kPieceBytes);
+  for (size_t at = begin; at < end; at += dist::kPieceBytes) {
+    const size_t n = std::min(dist::kPieceBytes, end - at);
+    ex_.read_arena(a, at, stage_.data(), n);
+    f(stage_.data(), n);
+    if (write_back) ex_.write_arena(a, at, stage_.data(), n);
+  }
+}
+
 void DataParallel::reduce_sum(float* p, size_t n, int root) {
   const auto t0 = Clock::now();
   comm_.reduce_sum(p, n, root);
@@ -181,33 +199,38 @@ void DataParallel::reduce_gradients() {
     next_ = 0;
     return;
   }
-  float* g = reinterpret_cast<float*>(base(ex_, Arena::Grads));
+  auto floats = [](std::byte* p) { return reinterpret_cast<float*>(p); };
   if (!sharded_) {
-    comm_.allreduce_sum(g, ex_.plan().arena_bytes[static_cast<size_t>(Arena::Grads)] / sizeof(float));
+    on_host(Arena::Grads, 0, ex_.plan().arena_bytes[static_cast<size_t>(Arena::Grads)], true,
+            [&](std::byte* p, size_t n) { comm_.allreduce_sum(floats(p), n / sizeof(float)); });
     return;
   }
   for (size_t r = 0; r < grads_.size(); ++r)
-    comm_.reduce_sum(g + grads_[r].begin / sizeof(float), (grads_[r].end - grads_[r].begin) / sizeof(float),
-                     static_cast<int>(r));
+    on_host(Arena::Grads, grads_[r].begin, grads_[r].end, true, [&](std::byte* p, size_t n) {
+      comm_.reduce_sum(floats(p), n / sizeof(float), static_cast<int>(r));
+    });
 }
 
 void DataParallel::share_parameters() {
   if (!active()) return;
-  std::byte* p = base(ex_, Arena::Params);
   const float inv = 1.0f / static_cast<float>(comm_.size());
   for (const Buffer& b : buffers_) {
     if (!b.f32) continue;
-    float* x = reinterpret_cast<float*>(p + b.offset);
-    const size_t n = b.bytes / sizeof(float);
-    comm_.allreduce_sum(x, n);
-    for (size_t i = 0; i < n; ++i) x[i] *= inv;
+    on_host(Arena::Params, b.offset, b.offset + b.bytes, true, [&](std::byte* p, size_t bytes) {
+      float* x = reinterpret_cast<float*>(p);
+      const size_t n = bytes / sizeof(float);
+      comm_.allreduce_sum(x, n);
+      for (size_t i = 0; i < n; ++i) x[i] *= inv;
+    });
   }
+  auto broadcast = [&](Arena a, size_t begin, size_t end, int root) {
+    on_host(a, begin, end, true, [&](std::byte* p, size_t n) { comm_.broadcast(p, n, root); });
+  };
   if (!sharded_) {
-    for (const Buffer& b : buffers_) comm_.broadcast(p + b.offset, b.bytes, 0);
+    for (const Buffer& b : buffers_) broadcast(Arena::Params, b.offset, b.offset + b.bytes, 0);
     return;
   }
-  for (size_t r = 0; r < params_.size(); ++r)
-    comm_.broadcast(p + params_[r].begin, params_[r].end - params_[r].begin, static_cast<int>(r));
+  for (size_t r = 0; r < params_.size(); ++r) broadcast(Arena::Params, params_[r].begin, params_[r].end, static_cast<int>(r));
 }
 
 double DataParallel::mean(double v) {
@@ -223,14 +246,19 @@ int DataParallel::any_stop(int signal) {
 
 void DataParallel::broadcast_state() {
   if (!active()) return;
-  comm_.broadcast(base(ex_, Arena::Params), ex_.plan().arena_bytes[static_cast<size_t>(Arena::Params)], 0);
-  if (!sharded_) comm_.broadcast(base(ex_, Arena::OptState), ex_.plan().arena_bytes[static_cast<size_t>(Arena::OptState)], 0);
+  auto broadcast = [&](Arena a) {
+    on_host(a, 0, ex_.plan().arena_bytes[static_cast<size_t>(a)], true,
+            [&](std::byte* p, size_t n) { comm_.broadcast(p, n, 0); });
+  };
+  broadcast(Arena::Params);
+  if (!sharded_) broadcast(Arena::OptState);
 }
 
 void DataParallel::check_identical(const std::string& when) {
   if (!active()) return;
   const size_t n = ex_.plan().arena_bytes[static_cast<size_t>(Arena::Params)];
-  const uint64_t h = rng::fnv1a(rng::kFnvOffset, base(ex_, Arena::Params), n);
+  uint64_t h = rng::kFnvOffset;
+  on_host(Arena::Params, 0, n, false, [&](std::byte* p, size_t m) { h = rng::fnv1a(h, p, m); });
   const std::vector<uint64_t> all = comm_.allgather(h);
   std::string differ;
   for (size_t r = 1; r < all.size(); ++r)

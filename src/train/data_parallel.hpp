@@ -20,6 +20,14 @@
 // Everything works in place on the executor's arenas in pieces
 // (dist::kPieceBytes), so the only memory beyond the plan is what the MPI
 // library holds for one piece (counted by the plan as comm_scratch_bytes).
+// On a device whose memory the host cannot address (Device::
+// host_addressable false) nothing here touches the arenas through a
+// pointer: each collective works on a host copy of one piece at a time,
+// read and written back through the executor (read_arena, write_arena),
+// which costs one more piece of host memory, and the reductions wait for
+// backward's end (no overlap). grad_reduce nodes (sharded gradients) call
+// reduce_sum() from their kernel with the pointers the device's kernels
+// hold.
 //
 // Overlap: the gradients are cut into buckets of at most one piece (whole
 // gradients where they fit, a shard's gradients never with another's), each
@@ -69,7 +77,7 @@ class DataParallel : public kernels::Collectives {
   // buckets still to go (and the one in flight).
   void reduce_gradients();
   // Reduce while backward runs (default on).
-  void set_overlap(bool on) { overlap_ = on; }
+  void set_overlap(bool on) { overlap_ = on && !staged_; }
   // Of the last step: the buckets whose reduction started before backward
   // ended, of all buckets.
   size_t buckets_overlapped() const { return overlapped_; }
@@ -113,6 +121,13 @@ class DataParallel : public kernels::Collectives {
   size_t next_ = 0;              // buckets_[next_...] not started this step
   size_t overlapped_ = 0;
   bool overlap_ = true;
+  // The arenas are not host memory: collectives go through stage_.
+  bool staged_ = false;
+  std::vector<std::byte> stage_;
+  // f(p, n) on bytes [begin, end) of arena a: in place on a host device;
+  // else on a host copy, a piece at a time, written back if write_back.
+  template <class F>
+  void on_host(Arena a, size_t begin, size_t end, bool write_back, F&& f);
   void make_buckets();
   void start(const Bucket& b);
   struct Buffer {

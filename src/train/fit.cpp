@@ -78,7 +78,7 @@ FitResult search_fit(const StepSpec& base, int64_t batch, const std::vector<FitD
                      const TierSpeed& tier, const std::vector<int>& aheads_in) {
   FitResult r;
   r.smallest.total_bytes = SIZE_MAX;
-  const StepCosts costs = device_for(cfg.backend).step_costs();
+  const StepCosts costs = device_of(cfg).step_costs();
   const std::vector<FitPrecision> precisions =
       precisions_in.empty() ? std::vector<FitPrecision>{{base.precision, base.saved, 1.0}} : precisions_in;
   const std::vector<FitState> states =

@@ -73,7 +73,7 @@ void validate(const TrainOptions& o) {
     }
     if (o.offload_ahead < -1 || o.offload_ahead > 64) fail("--offload-ahead is the number of places of use the copies move ahead: 0 to 64");
     if (o.ranks > 1) fail("--offload runs in one process (the ranks exchange parameters in memory): drop it on several ranks");
-    if (o.backend == Backend::Cuda)
+    if (o.device == "cuda")
       fail("--offload has no CUDA copies yet (the tier kernels copy through host memory): drop it with --device cuda");
   }
   if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks)
@@ -103,14 +103,14 @@ void validate(const TrainOptions& o) {
   if (o.master_weights == DType::bf16 && o.optimizer.kind == "adafactor")
     fail("--master-weights bf16 takes sgd, adam or adamw; adafactor updates fp32 weights (its relative step reads "
          "the weights' scale): drop one of the two");
-  if (o.master_weights == DType::bf16 && o.backend == Backend::Reference64)
+  if (o.master_weights == DType::bf16 && o.device == "reference64")
     fail("--master-weights bf16 has no double-precision reference: use the cpu or the f32 reference backend");
   if (o.accumulated_grads == DType::bf16) {
     if (o.optimizer.kind == "adafactor")
       fail("--accumulated-grads bf16 takes sgd, adam or adamw; adafactor reads fp32 gradients: drop one of the two");
-    if (o.backend == Backend::Reference64)
+    if (o.device == "reference64")
       fail("--accumulated-grads bf16 has no double-precision reference: use the cpu or the f32 reference backend");
-    if (o.backend == Backend::Cuda)
+    if (o.device == "cuda")
       fail("--accumulated-grads bf16 has no CUDA kernels yet: use --accumulated-grads fp32 with --device cuda");
     if (o.precision == DType::f16)
       fail("--accumulated-grads bf16 cannot be checked for fp16's overflow (the loss scaling reads fp32 gradients): "
@@ -118,9 +118,9 @@ void validate(const TrainOptions& o) {
     if (o.ranks > 1)
       fail("--accumulated-grads bf16 runs in one process (the ranks add fp32 gradients): drop it on several ranks");
   }
-  if (o.device_memory && o.backend != Backend::Cuda)
+  if (o.device_memory && o.device != "cuda")
     fail("--device-memory is the budget of a GPU: pass --device cuda with it (--memory is the host's budget)");
-  if (o.backend == Backend::Cuda && o.ranks > 1)
+  if (o.device == "cuda" && o.ranks > 1)
     fail("--device cuda runs one process on one GPU so far; data parallelism over GPUs is not built yet");
   if (!valid_recompute_policy(o.recompute))
     fail("--recompute expects none, auto, cheap or segments, got '" + o.recompute + "'");

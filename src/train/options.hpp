@@ -126,7 +126,10 @@ struct TrainOptions {
   std::string cifar100_labels = "fine";  // CIFAR-100: its 100 classes (fine) or 20 superclasses (coarse)
   bool augment = false;        // random crop (pad 4) and horizontal flip
   double label_smoothing = 0.0;
-  Backend backend = Backend::Cpu;
+  // Where the step runs: a device's name (runtime/device.hpp's
+  // device_named: cpu, cuda, the reference devices, one a program
+  // registered).
+  std::string device = "cpu";
   PlanOptions plan;
   bool plan_only = false;      // stop after printing the plan (memfit plan)
   int64_t profile = 0;         // > 0: time the last `profile` steps kernel by kernel and print the

@@ -337,7 +337,7 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   o << "  ------------------------------------\n";
   if (!r.device.empty()) {
     // Baseline, data pipeline and staging are host memory: apart from the device's budget.
-    if (r.host_staging) row(o, "checkpoint staging", r.host_staging, "host copy of the state while a checkpoint is written");
+    if (r.host_staging) row(o, "checkpoint staging", r.host_staging, "pieces of the state read while a checkpoint is written");
     row(o, "host memory", r.host, "baseline, data pipeline and staging in RAM: not in the GPU's budget");
     row(o, "predicted GPU peak", r.total, "parameters, gradients, state, inputs, activations, evaluation");
   } else {

@@ -48,7 +48,7 @@ Json run_header(const RunPlan& p) {
               {"schedule", o.schedule},
               {"recompute", pol.recompute},
               {"update_in_backward", pol.update_in_backward},
-              {"backend", backend_name(o.backend)},
+              {"backend", o.device},
               {"threads", o.threads},
               {"ranks", o.ranks},
               {"optimizer_sharded", o.ranks > 1 && o.shard_optimizer},

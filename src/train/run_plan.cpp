@@ -75,18 +75,18 @@ class Planner {
   std::variant<RunPlan, Replan> run() {
     // Before the baseline is measured: a first measurement's kernels are
     // handed back with an earlier attempt's (measure()).
-    profile_ = o_.context->profile(device_for(o_.backend), omp_get_max_threads(), o_.cache_dir);
+    profile_ = o_.context->profile(device_named(o_.device), omp_get_max_threads(), o_.cache_dir);
     // The device's one-time probes (whether bf16 convolutions beat f32 here,
     // timed on generated code) run before the baseline too: the heap and
     // code they leave are the process's, which the report's describe_machine
     // would otherwise add after the measurement (3.8 MiB on AVX-512).
-    (void)device_for(o_.backend).storage_cost(DType::bf16);
+    (void)device_named(o_.device).storage_cost(DType::bf16);
     configure_allocator();
     rss_start_ = current_rss();
     open();
-    adopt_device_tuning(device_for(o_.backend), o_.cache_dir);
+    adopt_device_tuning(device_named(o_.device), o_.cache_dir);
     build();
-    save_device_tuning(device_for(o_.backend), o_.cache_dir);
+    save_device_tuning(device_named(o_.device), o_.cache_dir);
     measure();
     if (auto_data_ && p_.data.train_stream) choose_residency();
     print();
@@ -137,7 +137,8 @@ class Planner {
     espec.batch = o_.eval_batch > 0 ? o_.eval_batch : spec_.batch;
     p_.eval_g = build_step_graph(espec);
 
-    cfg_.backend = o_.backend;
+    cfg_.device = &device_named(o_.device);
+    cfg_.backend = cfg_.device->backend();
     cfg_.plan = o_.plan;
     cfg_.defer_allocation = true;
     cfg_.tier_dir = offload_dir(o_);
@@ -169,7 +170,7 @@ class Planner {
     start_threads();
     // Hand back what an earlier attempt (a fit search, a re-plan) freed, so the
     // baseline measures this plan's process and not the previous one's heap.
-    device_for(o_.backend).settle(ex().runs_library_gemm() || p_.eval_ex->runs_library_gemm());
+    device_named(o_.device).settle(ex().runs_library_gemm() || p_.eval_ex->runs_library_gemm());
     ::malloc_trim(0);
     const size_t rss_kernels = current_rss();
 
@@ -193,20 +194,23 @@ class Planner {
     mi_.rank = o_.rank;
     mi_.sharded = o_.ranks > 1 && o_.shard_optimizer;
     mi_.comm_bytes = dist::comm_scratch_bytes(o_.ranks);
+    // Where the host cannot address the arenas, the collectives work on a
+    // host copy of one piece (train/data_parallel.hpp).
+    if (o_.ranks > 1 && !device_named(o_.device).host_addressable()) mi_.comm_bytes += dist::kPieceBytes;
     if (!o_.offload.empty() && o_.offload != "none") {
       mi_.offload_dir = offload_dir(o_);
       if (ram_backed(std::filesystem::path(mi_.offload_dir).parent_path().string()) || ram_backed(mi_.offload_dir))
         log_ << "memfit: warning: the offload file goes to " << mi_.offload_dir
              << ", a file system kept in memory (tmpfs): it takes the memory it should free; --offload-dir on a disk\n";
     }
-    const Device& dev = device_for(o_.backend);
+    const Device& dev = device_named(o_.device);
     size_t dev_free = 0, dev_total = 0;
     if (dev.memory_info(dev_free, dev_total)) {
       // The arenas in the device's memory: the budget is the device's; a
-      // checkpoint stages the state through the host.
+      // checkpoint reads the state through the host a piece at a time (its
+      // checksum's piece and the file writer's buffer, 1 MiB each).
       mi_.device = dev.name();
-      mi_.host_staging = ex().plan().arena_bytes[static_cast<size_t>(Arena::Params)] +
-                         ex().plan().arena_bytes[static_cast<size_t>(Arena::OptState)];
+      mi_.host_staging = size_t(2) << 20;
       p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
       p_.budget = device_budget(dev, o_.device_memory);
       p_.device_free_at_plan = dev_free;
@@ -286,7 +290,7 @@ class Planner {
     }
     rep.policy = spec_.policy();
     rep.fitted = o_.fitted;
-    describe_machine(rep, device_for(o_.backend), o_.precision);
+    describe_machine(rep, device_named(o_.device), o_.precision);
     describe_speed(rep);
     describe_tier_speed(rep);
     if (tg.compress.cloned_nodes) {
@@ -299,7 +303,7 @@ class Planner {
     const std::string optimizer =
         o_.optimizer.kind + (o_.optimizer.state != "fp32" ? " (" + o_.optimizer.state + " state)" : "");
     log_ << format_report(rep, p_.budget, o_.model, o_.batch, optimizer,
-                          std::string(backend_name(o_.backend)) + " " + precision_name(o_.precision));
+                          o_.device + " " + precision_name(o_.precision));
     // The plan reaches the terminal or the file before anything can kill the
     // process for its memory (a redirected stdout is block-buffered).
     log_.flush();
@@ -315,8 +319,8 @@ class Planner {
     rep.speed_source = profile_.source;
     rep.step_flops = flops * static_cast<double>(o_.accumulate);
     rep.predicted_step_seconds =
-        storage_time_factor(device_for(o_.backend), o_.precision, o_.saved_activations) *
-        predict_step_seconds(device_for(o_.backend).step_costs(), profile_.flops_per_second, flops,
+        storage_time_factor(device_named(o_.device), o_.precision, o_.saved_activations) *
+        predict_step_seconds(device_named(o_.device).step_costs(), profile_.flops_per_second, flops,
                              spec_.batch * rows_per_sample(spec_), o_.accumulate, g.num_nodes());
   }
 
@@ -414,7 +418,7 @@ class Planner {
   FitResult fit_offloaded(const StepSpec& base, size_t target, const ExecConfig& fcfg,
                           const std::vector<FitPrecision>& precisions, const std::vector<FitState>& states,
                           std::string& note) {
-    if (!o_.offload.empty() || o_.ranks > 1 || o_.backend == Backend::Cuda || base.optimizer.clip_grad_norm > 0)
+    if (!o_.offload.empty() || o_.ranks > 1 || device_named(o_.device).backend() == Backend::Cuda || base.optimizer.clip_grad_norm > 0)
       return {};
     const std::string dir = offload_dir(o_);
     TierSpeed speed;
@@ -460,14 +464,14 @@ class Planner {
     fcfg.kernel_sizes = std::make_shared<KernelSizes>();  // the candidates share their kernels' sizes
     if (fit_data_.empty()) fit_data_ = {{"", fixed, 0.0}};
     std::vector<FitPrecision> precisions =
-        o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_for(o_.backend));
+        o_.precision_set || o_.saved_activations != DType::f32 ? std::vector<FitPrecision>{} : default_fit_precisions(device_named(o_.device));
     const size_t target = fit_target(budget.bytes);
     // Compact state and bf16 weights only where the device's kernels store them.
-    const bool compact = device_for(o_.backend).stores(DType::bf16);
+    const bool compact = device_named(o_.device).stores(DType::bf16);
     std::vector<FitState> approx = approx_fit_states(
         o_.optimizer, !o_.optimizer_state_set && compact,
-        !o_.master_weights_set && o_.backend != Backend::Reference64 && compact,
-        !o_.accumulated_grads_set && o_.backend != Backend::Reference64 && compact && o_.ranks == 1);
+        !o_.master_weights_set && device_named(o_.device).backend() != Backend::Reference64 && compact,
+        !o_.accumulated_grads_set && device_named(o_.device).backend() != Backend::Reference64 && compact && o_.ranks == 1);
     // What the user fixed stays as given (the list holds one value of it).
     for (FitState& st : approx) {
       if (o_.master_weights_set) st.weights = o_.master_weights;

@@ -3,7 +3,9 @@
 // handles), and launch sizes. Host code; the kernels (ops/<family>/cuda.cu)
 // include it too.
 //
-// Streams: every kernel, cuBLAS and cuDNN call goes to Context::stream, and
+// Streams: every kernel launches on its step's queue (StepContext::queue,
+// which the executor sets to the device's: Context::stream), cuBLAS and
+// cuDNN calls go to the same stream (their handles are bound to it), and
 // the executor's copies (runtime/cuda/cuda_device.cpp) are ordered with it,
 // so a step's nodes run in schedule order without a host synchronisation
 // between them.
@@ -16,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "kernels/kernel.hpp"
 
 namespace memfit::kernels::cuda {
 
@@ -75,6 +79,9 @@ const std::string& unavailable_reason();
 // their own state once, before any plan is measured). Throws with
 // unavailable_reason() where there is no GPU.
 const Context& context();
+
+// The stream a kernel's work goes on (StepContext::queue).
+inline cudaStream_t queue(const StepContext& ctx) { return static_cast<cudaStream_t>(ctx.queue); }
 
 constexpr int kThreads = 256;
 // Blocks of kThreads for n elements (grid-stride loops cover the rest).

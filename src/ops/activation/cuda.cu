@@ -22,8 +22,8 @@ class Activation final : public Kernel {
  public:
   Activation(ActivationParams p, bool bwd) : p_(p), bwd_(bwd) {}
   const char* name() const override { return bwd_ ? "cuda.activation_bwd" : "cuda.activation"; }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     if (bwd_) act_bwd_k<<<blocks_for(p_.n), kThreads, 0, s>>>(p_, in<float>(0), in<float>(1), out<float>(0));
     else act_k<<<blocks_for(p_.n), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
     check(cudaGetLastError(), name());

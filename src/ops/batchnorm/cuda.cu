@@ -167,8 +167,8 @@ class BatchNorm final : public Kernel {
   const char* name() const override { return bwd_ ? "cuda.batch_norm_bwd" : "cuda.batch_norm"; }
   // The blocks' partial sums (2 per block) and the per-channel coefficients (4 per channel).
   size_t scratch_bytes() const override { return static_cast<size_t>(2 * p_.C * S_ + 4 * p_.C) * sizeof(double); }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     double* part = static_cast<double*>(scratch_);
     double* coef = part + 2 * p_.C * S_;
     const unsigned blocks = static_cast<unsigned>(p_.C * S_), channels = blocks_for(p_.C);

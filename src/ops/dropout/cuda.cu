@@ -24,7 +24,7 @@ class Dropout final : public Kernel {
   Dropout(DropoutParams p, bool bwd) : p_(p), bwd_(bwd) {}
   const char* name() const override { return bwd_ ? "cuda.dropout_bwd" : "cuda.dropout"; }
   void run(const StepContext& ctx) override {
-    const cudaStream_t s = context().stream;
+    const cudaStream_t s = queue(ctx);
     // 1/(1-p) in f32, as the reference computes it for f32.
     const float scale = 1.0f / (1.0f - static_cast<float>(p_.p));
     if (bwd_) {

@@ -38,8 +38,8 @@ class Eltwise final : public Kernel {
     }
     return "cuda.eltwise";
   }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     const unsigned b = blocks_for(n_);
     switch (op_) {
       case Op::Relu: relu_k<<<b, kThreads, 0, s>>>(in<float>(0), out<float>(0), n_); break;

@@ -34,11 +34,11 @@ class Linear final : public Kernel {
  public:
   explicit Linear(LinearParams p) : p_(p) {}
   const char* name() const override { return "cuda.linear"; }
-  void run(const StepContext&) override {
+  void run(const StepContext& ctx) override {
     // y^T[N, M] = w[N, K] x^T: w's buffer is w^T (K x N) to cuBLAS, so op T.
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, p_.N, p_.M, p_.K, in<float>(1), p_.K, in<float>(0), p_.K, out<float>(0), p_.N);
     if (p_.bias) {
-      add_bias_k<<<blocks_for(p_.M * p_.N), kThreads, 0, context().stream>>>(out<float>(0), in<float>(2), p_.M, p_.N);
+      add_bias_k<<<blocks_for(p_.M * p_.N), kThreads, 0, queue(ctx)>>>(out<float>(0), in<float>(2), p_.M, p_.N);
       check(cudaGetLastError(), name());
     }
   }
@@ -64,11 +64,11 @@ class LinearBwdWeight final : public Kernel {
  public:
   explicit LinearBwdWeight(LinearParams p) : p_(p) {}
   const char* name() const override { return "cuda.linear_bwd_weight"; }
-  void run(const StepContext&) override {
+  void run(const StepContext& ctx) override {
     // dw^T[K, N] = x^T[K, M] dy[M, N]
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, p_.K, p_.N, p_.M, in<float>(0), p_.K, in<float>(1), p_.N, out<float>(0), p_.K);
     if (p_.bias) {
-      column_sums_k<<<blocks_for(p_.N), kThreads, 0, context().stream>>>(in<float>(1), out<float>(1), p_.M, p_.N);
+      column_sums_k<<<blocks_for(p_.N), kThreads, 0, queue(ctx)>>>(in<float>(1), out<float>(1), p_.M, p_.N);
       check(cudaGetLastError(), name());
     }
   }

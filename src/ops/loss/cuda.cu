@@ -64,8 +64,8 @@ class SoftmaxXent final : public Kernel {
   explicit SoftmaxXent(XentParams p) : p_(p) {}
   const char* name() const override { return "cuda.softmax_xent"; }
   size_t scratch_bytes() const override { return static_cast<size_t>(p_.N) * sizeof(double); }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     double* rows = static_cast<double*>(scratch_);
     xent_rows_k<<<blocks_for(p_.N * kWarp), kThreads, 0, s>>>(p_, in<float>(0), in<int32_t>(1), out<float>(1), rows);
     mean_k<<<1, 1, 0, s>>>(rows, p_.N, out<float>(0));
@@ -80,8 +80,8 @@ class SoftmaxXentBwd final : public Kernel {
  public:
   explicit SoftmaxXentBwd(XentParams p) : p_(p) {}
   const char* name() const override { return "cuda.softmax_xent_bwd"; }
-  void run(const StepContext&) override {
-    xent_bwd_k<<<blocks_for(p_.N * p_.C), kThreads, 0, context().stream>>>(p_, in<float>(0), in<int32_t>(1),
+  void run(const StepContext& ctx) override {
+    xent_bwd_k<<<blocks_for(p_.N * p_.C), kThreads, 0, queue(ctx)>>>(p_, in<float>(0), in<int32_t>(1),
                                                                            in<float>(2), out<float>(0));
     check(cudaGetLastError(), name());
   }

@@ -43,8 +43,8 @@ class XentMetrics final : public Kernel {
   explicit XentMetrics(MetricsParams p) : p_(p) {}
   const char* name() const override { return "cuda.xent_metrics"; }
   size_t scratch_bytes() const override { return static_cast<size_t>(3 * p_.R) * sizeof(double); }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     double* row = static_cast<double*>(scratch_);
     rows_k<<<blocks_for(p_.R), kThreads, 0, s>>>(p_, in<float>(0), in<int32_t>(1), row);
     sum_k<<<1, 1, 0, s>>>(row, p_.R, out<float>(0), out<float>(1), out<float>(2));

@@ -71,7 +71,7 @@ class GradAccumulate final : public Kernel {
   explicit GradAccumulate(int64_t n) : n_(n) {}
   const char* name() const override { return "cuda.grad_accumulate"; }
   void run(const StepContext& ctx) override {
-    accumulate_k<<<blocks_for(n_), kThreads, 0, context().stream>>>(in<float>(0), in<float>(1), n_, ctx.micro == 0);
+    accumulate_k<<<blocks_for(n_), kThreads, 0, queue(ctx)>>>(in<float>(0), in<float>(1), n_, ctx.micro == 0);
     check(cudaGetLastError(), name());
   }
 
@@ -93,7 +93,7 @@ class Update : public Kernel {
   // (no clipping: the kernels take ctx.grad_scale as an argument).
   const double* clip(const StepContext& ctx) {
     if (p_.clip_norm <= 0) return nullptr;
-    const cudaStream_t s = context().stream;
+    const cudaStream_t s = queue(ctx);
     const size_t k = p_.sizes.size();
     double* part = static_cast<double*>(scratch_);
     for (size_t t = 0; t < k; ++t)
@@ -113,7 +113,7 @@ class Sgd final : public Update<SgdParams> {
     const double* gs = clip(ctx);
     const size_t k = p_.sizes.size();
     for (size_t t = 0; t < k; ++t)
-      sgd_k<<<blocks_for(p_.sizes[t]), kThreads, 0, context().stream>>>(
+      sgd_k<<<blocks_for(p_.sizes[t]), kThreads, 0, queue(ctx)>>>(
           in<float>(t), in<float>(k + t), p_.momentum != 0.0 ? in<float>(2 * k + t) : nullptr, p_.sizes[t],
           static_cast<float>(ctx.lr), static_cast<float>(p_.momentum), static_cast<float>(p_.weight_decay[t]),
           p_.nesterov, static_cast<float>(ctx.grad_scale), gs);
@@ -131,7 +131,7 @@ class Adam final : public Update<AdamParams> {
     const double t1 = static_cast<double>(ctx.step + 1);
     const float c1 = static_cast<float>(1.0 - std::pow(p_.beta1, t1)), c2 = static_cast<float>(1.0 - std::pow(p_.beta2, t1));
     for (size_t t = 0; t < k; ++t)
-      adam_k<<<blocks_for(p_.sizes[t]), kThreads, 0, context().stream>>>(
+      adam_k<<<blocks_for(p_.sizes[t]), kThreads, 0, queue(ctx)>>>(
           in<float>(t), in<float>(k + t), in<float>(2 * k + t), in<float>(3 * k + t), p_.sizes[t],
           static_cast<float>(ctx.lr), static_cast<float>(p_.beta1), static_cast<float>(p_.beta2), c1, c2,
           static_cast<float>(p_.eps), static_cast<float>(p_.weight_decay[t]), p_.decoupled,

@@ -98,8 +98,8 @@ class AvgPool final : public Kernel {
  public:
   AvgPool(PoolParams p, bool bwd) : p_(p), bwd_(bwd) {}
   const char* name() const override { return bwd_ ? "cuda.avg_pool2d_bwd" : "cuda.avg_pool2d"; }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     if (bwd_) avg_pool_bwd_k<<<blocks_for(p_.N * p_.C * p_.H * p_.W), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
     else avg_pool_k<<<blocks_for(p_.N * p_.C * p_.OH * p_.OW), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
     check(cudaGetLastError(), name());
@@ -127,8 +127,8 @@ class MaxPool final : public Kernel {
  public:
   MaxPool(PoolParams p, bool bwd) : p_(p), bwd_(bwd) {}
   const char* name() const override { return bwd_ ? "cuda.max_pool2d_bwd" : "cuda.max_pool2d"; }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     if (bwd_)
       max_pool_bwd_k<<<blocks_for(p_.N * p_.C * p_.H * p_.W), kThreads, 0, s>>>(p_, in<float>(0), in<int32_t>(1),
                                                                                 out<float>(0));
@@ -147,8 +147,8 @@ class GlobalAvg final : public Kernel {
  public:
   GlobalAvg(GlobalPoolParams p, bool bwd) : p_(p), bwd_(bwd) {}
   const char* name() const override { return bwd_ ? "cuda.global_avg_pool_bwd" : "cuda.global_avg_pool"; }
-  void run(const StepContext&) override {
-    const cudaStream_t s = context().stream;
+  void run(const StepContext& ctx) override {
+    const cudaStream_t s = queue(ctx);
     if (bwd_) global_avg_bwd_k<<<blocks_for(p_.N * p_.C * p_.HW), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
     else global_avg_k<<<blocks_for(p_.N * p_.C), kThreads, 0, s>>>(p_, in<float>(0), out<float>(0));
     check(cudaGetLastError(), name());

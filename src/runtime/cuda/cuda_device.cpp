@@ -98,6 +98,7 @@ class CudaDevice final : public Device {
   }
   std::string tuning() const override { return kernels::cuda::conv_choices(); }
   void adopt_tuning(const std::string& text) const override { kernels::cuda::adopt_conv_choices(text); }
+  void* queue() const override { return kc::context().stream; }
   void synchronize() const override { kc::check(cudaStreamSynchronize(kc::context().stream), "cudaStreamSynchronize"); }
   bool stores(DType t) const override { return !is_float(t) || t == DType::f32; }
   bool memory_info(size_t& free_bytes, size_t& total_bytes) const override {
