@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -418,26 +419,71 @@ const std::vector<PoolCase>& pool_cases() {
 
 // Max pooling: y must equal the reference exactly (a selection); dx adds dy
 // over the windows that selected each element: at most ceil(R/s) ceil(S/s)
-// terms of |dy| <= 1.
+// terms of |dy| <= 1. 2x2 windows at stride 2 without padding run memfit's
+// own pair (ops/pool/cpu.cpp), the others oneDNN's.
+// A max pooling and its backward: x -> y (and its index) -> dx from dy.
+struct MaxPoolGraph {
+  Graph g;
+  ValueId x, y, dx;
+};
+void build_max_pool(MaxPoolGraph& m, const PoolCase& c) {
+  Graph& g = m.g;
+  m.x = g.input("x", {c.N, c.C, c.H, c.W});
+  auto outs = g.add_node("max_pool2d", {m.x}, pool_attrs(c), "pool");
+  m.y = outs[0];
+  ValueId dy = g.input("dy", g.value(outs[0]).shape);
+  Attrs a = pool_attrs(c);
+  a.set("x_shape", Shape{c.N, c.C, c.H, c.W});
+  m.dx = g.add1("max_pool2d_bwd", {dy, outs[1]}, a, "pool", Phase::Backward);
+  mark_outputs(g, {m.y, m.dx});
+}
+
 TEST(CpuKernels, MaxPool) {
   for (const PoolCase& c : pool_cases()) {
     SCOPED_TRACE(pool_str(c));
-    Graph g;
-    ValueId x = g.input("x", {c.N, c.C, c.H, c.W});
-    auto outs = g.add_node("max_pool2d", {x}, pool_attrs(c), "pool");
-    ValueId dy = g.input("dy", g.value(outs[0]).shape);
-    Attrs a = pool_attrs(c);
-    a.set("x_shape", Shape{c.N, c.C, c.H, c.W});
-    ValueId dx = g.add1("max_pool2d_bwd", {dy, outs[1]}, a, "pool", Phase::Backward);
-    mark_outputs(g, {outs[0], dx});
-    expect_kernel(g, "max_pool2d", "dnnl.max_pool2d");
-    expect_kernel(g, "max_pool2d_bwd", "dnnl.max_pool2d_bwd");
+    MaxPoolGraph m;
+    build_max_pool(m, c);
+    const Graph& g = m.g;
+    const ValueId dx = m.dx;
+    const std::vector<ValueId> outs{m.y};
+    const bool own = c.R == 2 && c.S == 2 && c.sh == 2 && c.sw == 2 && c.ph == 0 && c.pw == 0;
+    expect_kernel(g, "max_pool2d", own ? "cpu.max_pool2x2" : "dnnl.max_pool2d");
+    expect_kernel(g, "max_pool2d_bwd", own ? "cpu.max_pool2x2_bwd" : "dnnl.max_pool2d_bwd");
     Feed f = random_feed(g, 41);
     Outputs cpu = run_on(g, Backend::Cpu, f, {outs[0], dx});
     Outputs ref = run_on(g, Backend::Reference, f, {outs[0], dx});
     EXPECT_EQ(cpu.f32[outs[0]], ref.f32[outs[0]]);
     const double terms = std::ceil(double(c.R) / c.sh) * std::ceil(double(c.S) / c.sw);
     expect_close("dx", cpu.f32[dx], ref.f32[dx], std::vector<double>(cpu.f32[dx].size(), kRtol * terms));
+  }
+}
+
+// The own 2x2 pair selects as the reference does where values tie (the
+// window's first maximum in row-major order) and where NaNs are (a NaN
+// wins, the last of a window): y and dx equal the reference's to the bit,
+// the ConvNet's size and odd sizes whose last row and column no window
+// covers (their dx is 0).
+TEST(CpuKernels, MaxPool2x2TiesAndNaNsAreTheReferences) {
+  for (const PoolCase& c : {PoolCase{2, 3, 28, 28, 2, 2, 2, 2, 0, 0}, PoolCase{1, 2, 7, 9, 2, 2, 2, 2, 0, 0}}) {
+    SCOPED_TRACE(pool_str(c));
+    MaxPoolGraph m;
+    build_max_pool(m, c);
+    const Graph& g = m.g;
+    const ValueId x = m.x, dx = m.dx;
+    const std::vector<ValueId> outs{m.y};
+    expect_kernel(g, "max_pool2d", "cpu.max_pool2x2");
+    Feed f = random_feed(g, 47);
+    // Three values only (many windows tie), a NaN in every 13th place.
+    std::vector<float>& xs = f.f32[x];
+    for (size_t i = 0; i < xs.size(); ++i)
+      xs[i] = i % 13 == 5 ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>((i * 7) % 3);
+    Outputs cpu = run_on(g, Backend::Cpu, f, {outs[0], dx});
+    Outputs ref = run_on(g, Backend::Reference, f, {outs[0], dx});
+    for (ValueId v : {outs[0], dx}) {
+      ASSERT_EQ(cpu.f32[v].size(), ref.f32[v].size());
+      EXPECT_EQ(std::memcmp(cpu.f32[v].data(), ref.f32[v].data(), cpu.f32[v].size() * sizeof(float)), 0)
+          << (v == dx ? "dx" : "y") << " differs from the reference";
+    }
   }
 }
 

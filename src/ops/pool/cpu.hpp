@@ -1,7 +1,9 @@
-// Pooling kernels: oneDNN max/avg pooling (f32, NCHW) and hand-written global
-// average pooling. The max-pool index output holds oneDNN's workspace, so it
-// is only meaningful to the Cpu max-pool backward: both factories make the
-// same decision for the same params (either both oneDNN or both nullptr).
+// Pooling kernels: oneDNN max/avg pooling (f32, NCHW), memfit's own f32 max
+// pooling over 2x2 windows at stride 2, and hand-written global average
+// pooling. The max-pool index output holds oneDNN's workspace (or, for the
+// own 2x2 pair, the reference kernel's index), so it is only meaningful to
+// the Cpu max-pool backward: both factories make the same decision for the
+// same params (both oneDNN, both the own pair, or both nullptr).
 // Global average pooling reads (its backward writes) x in the given layout;
 // y/dy [N, C] are plain.
 // act = BF16: x, y, dy, dx are bf16 (sums in f32, each output rounded once;
