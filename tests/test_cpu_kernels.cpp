@@ -36,6 +36,7 @@
 #include "memfit/autodiff.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/optim.hpp"
+#include "memfit/rewrite.hpp"
 #include "memfit/runtime.hpp"
 #include "ops/batchnorm/cpu.hpp"
 #include "ops/conv/cpu.hpp"
@@ -794,6 +795,83 @@ TEST(CpuKernels, ReluInPlaceChain) {
     for (float r : ref.f32[v]) mx = std::max(mx, static_cast<double>(std::abs(r)));
     expect_close(g.value(v).name, cpu.f32[v], ref.f32[v], std::vector<double>(ref.f32[v].size(), 1e-4 * mx));
   }
+}
+
+// pool_first (memfit/rewrite.hpp) makes relu then max pooling into max
+// pooling then relu: the loss and every gradient are the same bits as the
+// graph left as built, on the reference and the CPU kernels, for the
+// ConvNet's 2x2 pools and ResNet's overlapping, padded 3x3 stride-2 one. A
+// relu whose output something else reads too stays where it is.
+TEST(CpuKernels, PoolFirstGivesTheSameLossAndGradients) {
+  struct Built {
+    Graph g;
+    ValueId loss = kNone;
+    std::vector<std::string> grads;  // the parameters' names
+  };
+  auto build = [](Built& m, bool rewrite, int64_t k, int64_t pad) {
+    Graph& g = m.g;
+    Builder b(g);
+    ValueId x = g.input("x", {4, 3, 12, 12});
+    ValueId h = relu(b, conv2d(b, x, 8, 3, {.pad = 1, .name = "conv"}));
+    h = max_pool2d(b, h, k, {.stride = 2, .pad = pad});
+    ValueId y = linear(b, flatten(b, h), 5, {.name = "fc"});
+    ValueId labels = g.input("labels", {4}, DType::i32);
+    m.loss = softmax_xent(b, y, labels);
+    g.value(m.loss).is_output = true;
+    g.value(m.loss).is_loss = true;
+    if (rewrite) EXPECT_EQ(pool_first(g), 1);
+    for (auto& [leaf, gv] : build_backward(g, m.loss).grads) {
+      g.value(gv).is_output = true;
+      m.grads.push_back(g.value(leaf).name);
+    }
+  };
+  auto forward_ops = [](const Graph& g) {
+    std::vector<std::string> ops;
+    for (const Node& n : g.nodes())
+      if (n.phase == Phase::Forward) ops.push_back(n.op);
+    return ops;
+  };
+  for (const auto& [k, pad] : std::vector<std::pair<int64_t, int64_t>>{{2, 0}, {3, 1}}) {
+    Built fast, kept;
+    build(fast, true, k, pad);
+    build(kept, false, k, pad);
+    const std::vector<std::string> ops_fast = forward_ops(fast.g), ops_kept = forward_ops(kept.g);
+    ASSERT_GE(ops_fast.size(), 3u);
+    EXPECT_EQ(std::vector<std::string>(ops_fast.begin() + 1, ops_fast.begin() + 3),
+              (std::vector<std::string>{"max_pool2d", "relu"}));
+    EXPECT_EQ(std::vector<std::string>(ops_kept.begin() + 1, ops_kept.begin() + 3),
+              (std::vector<std::string>{"relu", "max_pool2d"}));
+    ASSERT_EQ(fast.grads, kept.grads);
+    EXPECT_EQ(fast.grads.size(), 4u) << "conv and fc, weight and bias";
+    const Feed f = random_feed(fast.g, 71, 5);
+    Feed fk;  // the same data by name
+    for (const auto& [v, d] : f.f32) fk.f32[kept.g.find(fast.g.value(v).name)] = d;
+    for (const auto& [v, d] : f.i32) fk.i32[kept.g.find(fast.g.value(v).name)] = d;
+    for (Backend be : {Backend::Reference, Backend::Cpu}) {
+      SCOPED_TRACE(std::string(backend_name(be)) + " window " + std::to_string(k));
+      std::vector<ValueId> read_fast{fast.loss}, read_kept{kept.loss};
+      for (const std::string& p : fast.grads) {
+        read_fast.push_back(fast.g.value(fast.g.find(p)).grad);
+        read_kept.push_back(kept.g.value(kept.g.find(p)).grad);
+      }
+      Outputs a = run_on(fast.g, be, f, read_fast), b = run_on(kept.g, be, fk, read_kept);
+      for (size_t i = 0; i < read_fast.size(); ++i) {
+        const std::vector<float>&u = a.f32[read_fast[i]], &w = b.f32[read_kept[i]];
+        ASSERT_EQ(u.size(), w.size());
+        EXPECT_EQ(std::memcmp(u.data(), w.data(), u.size() * sizeof(float)), 0)
+            << (i ? "gradient of " + fast.grads[i - 1] : std::string("loss")) << " differs";
+      }
+    }
+  }
+  // A relu read by the pooling and by something else stays before it.
+  Graph g;
+  Builder b(g);
+  ValueId x = g.input("x", {2, 3, 8, 8});
+  ValueId h = relu(b, conv2d(b, x, 4, 3, {.pad = 1, .name = "conv"}));
+  ValueId p = max_pool2d(b, h, 2);
+  ValueId s = add(b, p, max_pool2d(b, h, 2, {.stride = 2}));
+  g.value(s).is_output = true;
+  EXPECT_EQ(pool_first(g), 0);
 }
 
 TEST(CpuKernels, Dropout) {

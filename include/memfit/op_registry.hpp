@@ -101,6 +101,14 @@ struct OpTraits {
   // Load and Store may read a tiered value (verify_plan checks).
   enum class TierIo : uint8_t { None, Load, Store, Wait };
   TierIo tier_io = TierIo::None;
+  // Max pooling: output 0 holds each window's maximum of input 0, output 1
+  // where it was (its backward routes each window's gradient there).
+  bool window_max = false;
+  // An element-wise op (one input) that commutes exactly with max pooling,
+  // in values and in the gradient each window routes (relu: monotone, and
+  // where a window's maximum is not positive both orders pass the window
+  // 0): memfit/rewrite.hpp's pool_first pools before it.
+  bool commutes_with_max_pool = false;
 };
 
 struct OpDef {

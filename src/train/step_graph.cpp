@@ -6,6 +6,7 @@
 
 #include "memfit/accumulate.hpp"
 #include "memfit/builder.hpp"
+#include "memfit/rewrite.hpp"
 #include "models/model_file.hpp"
 
 namespace memfit::train {
@@ -87,6 +88,14 @@ std::unique_ptr<StepGraph> build_untiered(const StepSpec& s) {
   sg->x = value_of(model.inputs.at(0).name);
   sg->labels = value_of(model.target.name);
   sg->logits = model.build(b, ins, s.classes);
+  {
+    // The forward graph's rewrites (memfit/rewrite.hpp), every reader of an
+    // intermediate value made; the logits stay the values the model made.
+    const bool kept = g.value(sg->logits).is_output;
+    g.value(sg->logits).is_output = true;
+    pool_first(g);
+    g.value(sg->logits).is_output = kept;
+  }
   if (s.precision != DType::f32) {
     // The logits go back to f32 for the loss (softmax and its log-sum-exp
     // need f32 range and precision).

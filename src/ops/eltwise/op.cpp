@@ -19,6 +19,7 @@ void register_eltwise_ops() {
   OpDef relu = simple_op("relu", 0);
   relu.traits.no_gradient = false;
   relu.traits.blocked = {{0}, {0}, true};
+  relu.traits.commutes_with_max_pool = true;
   relu.grad = [](GradContext& c) {
     std::vector<ValueId> r{kNone};
     if (c.out_grads[0] != kNone && c.need[0]) r[0] = c.emit1("relu_bwd", {c.out(0), c.out_grads[0]});

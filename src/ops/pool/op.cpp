@@ -42,6 +42,7 @@ std::vector<ValueMeta> infer_pool(const Graph& g, const Node& n, bool with_idx) 
 void register_pool_ops() {
   OpDef mp;
   mp.name = "max_pool2d";
+  mp.traits.window_max = true;
   mp.infer = [](const Graph& g, const Node& n) { return infer_pool(g, n, true); };
   mp.grad = [](GradContext& c) {
     std::vector<ValueId> r{kNone};
