@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 # (data-parallel training; MEMFIT_HAVE_MPI in memfit_train), pybind11-dev and
 # python3-dev (the Python extension; position-independent engine), and
 # GoogleTest (tests/CMakeLists.txt needs it to configure). libonnx-dev and
-# libprotobuf-dev: the ONNX importer (models/onnx_model.cpp); libpcre2-dev
+# libprotobuf-dev: the ONNX importer (models/onnx/model.cpp); libpcre2-dev
 # and libutf8proc-dev: the tokenizers; ocl-icd-opencl-dev: Debian's oneDNN
 # CMake package looks for OpenCL (a Recommends of libdnnl-dev). Installed
 # without Recommends otherwise (they would add Mesa, LLVM, gfortran's

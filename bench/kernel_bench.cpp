@@ -19,7 +19,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "runtime/kernel_table.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using Clock = std::chrono::steady_clock;

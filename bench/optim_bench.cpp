@@ -20,7 +20,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using Clock = std::chrono::steady_clock;

@@ -62,9 +62,10 @@
 #include "models/model.hpp"
 #include "ops/conv/cpu.hpp"
 #include "runtime/device.hpp"
-#include "train/json.hpp"
-#include "train/memory.hpp"
-#include "train/step_graph.hpp"
+#include "base/json.hpp"
+#include "base/process.hpp"
+#include "compile/step_graph.hpp"
+#include "compile/resolve.hpp"
 
 using namespace memfit;
 using Clock = std::chrono::steady_clock;

@@ -14,7 +14,7 @@
 #include "fuzz/harness.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/runtime.hpp"
-#include "train/checkpoint.hpp"
+#include "persist/checkpoint.hpp"
 
 namespace {
 

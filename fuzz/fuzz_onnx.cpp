@@ -6,7 +6,7 @@
 // predicts another count is refused by build with a GraphError, after the
 // whole graph has been converted, so every node is still exercised.
 //
-// The importer reads a path ending in ".onnx" (models/onnx_model.hpp has no
+// The importer reads a path ending in ".onnx" (models/onnx/model.hpp has no
 // entry point that takes bytes), so the input is written to a file in the
 // harness's own temporary folder. Two names are used in turn: the importer
 // keeps the last file it read, keyed by path, size and modification time,
@@ -22,6 +22,7 @@
 #include "fuzz/harness.hpp"
 #include "memfit/builder.hpp"
 #include "models/model.hpp"
+#include "compile/resolve.hpp"
 
 namespace {
 

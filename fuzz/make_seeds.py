@@ -632,7 +632,7 @@ def torch_seeds():
 
 # Inputs that crash the importer (a signal or an exception that is not
 # memfit's) are kept in regressions/onnx_pending/, which no test replays,
-# until models/onnx_*.cpp refuses them; then moved back to regressions/onnx.
+# until models/onnx/*.cpp refuses them; then moved back to regressions/onnx.
 # None is pending now. The first replay found 24 (each now refused where
 # the file is read: a node's input or output counts against its op's,
 # 64-bit overflow in constant folding, reshape sizes, initializer dims, conv

@@ -1,7 +1,7 @@
 // What a model reads and predicts: its signature. A model declares its
 // inputs by name, type and rank (the data decides the sizes: channels and
 // image size, sequence length), its target, and its task, which decides the
-// loss and the evaluation metrics (train/step_graph.hpp). The step graph
+// loss and the evaluation metrics (compile/step_graph.hpp). The step graph
 // matches them by name against the tensors the dataset yields.
 #pragma once
 
@@ -61,7 +61,7 @@ struct Model {
   // dataset's number of classes (a language model's vocabulary).
   std::function<ValueId(Builder&, const Inputs&, int64_t classes)> build;
   // An imported file's initial weights, held from the read until the run's
-  // parameters are initialised from them (models/onnx_model.hpp). Empty for
+  // parameters are initialised from them (models/onnx/model.hpp). Empty for
   // a model that holds none. import_bytes: the bytes held (0 once let go);
   // release_import: lets them go (with the copies a graph's InitSpec holds,
   // which the caller drops first), after which `build` refuses.
@@ -84,16 +84,9 @@ std::vector<std::string> sequence_model_names();
 std::vector<std::string> zoo_names();
 
 // How a model is read, beyond its name: dropout put back into an ONNX file
-// an inference export left it out of (onnx_model.hpp's load_onnx_model).
+// an inference export left it out of (models/onnx/model.hpp's load_onnx_model); models::resolve (compile/resolve.hpp) takes them.
 struct ResolveOptions {
   std::vector<std::string> dropout;
 };
-
-// A zoo name, a model file (model_file.hpp's resolve_model), an ONNX file
-// ("*.onnx", models/onnx_model.hpp) or a folder holding a Hugging Face BERT
-// config.json (models/bert.hpp), with its signature. Throws as
-// resolve_model does; options that do not apply to the model (dropout for
-// a model that is not an ONNX file) are a GraphError.
-Model resolve(const std::string& name_or_path, const ResolveOptions& options = {});
 
 }  // namespace memfit::models

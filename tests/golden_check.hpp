@@ -39,7 +39,7 @@
 #include "memfit/runtime.hpp"
 #include "runtime/device.hpp"
 #include "runtime/lower_cpu/layout.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 namespace {
 

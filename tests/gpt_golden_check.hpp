@@ -22,7 +22,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "read_tensor.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 namespace memfit::testing {
 

@@ -10,7 +10,7 @@
 
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 namespace memfit::testing {
 

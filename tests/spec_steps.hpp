@@ -13,7 +13,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "runtime/tier_store.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 namespace memfit::testing {
 

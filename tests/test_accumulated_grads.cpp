@@ -32,7 +32,7 @@
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
 #include "same_tensors.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 namespace q = memfit::kernels::qstate;

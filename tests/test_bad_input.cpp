@@ -153,7 +153,7 @@ RunResult memfit_on_tmpfs(const std::string& mnt, const std::string& size, const
 // not the step-16 one's temp file beside it: the run stops with an error
 // naming `parts`, and the step-8 checkpoint is intact and resumes. An
 // offloaded run leaves its offload file and step record (the state after
-// its last step, train/checkpoint.hpp), nothing else.
+// its last step, persist/checkpoint.hpp), nothing else.
 void expect_full_disk_keeps_step_8(const std::string& name, const std::string& size, const std::string& extra,
                                    const std::vector<std::string>& parts, bool offloaded = false) {
   const std::string mnt = temp_dir(name), keep = temp_dir(name + "-keep");
@@ -227,7 +227,7 @@ TEST(BadInput, BadFlagsExitTwo) {
   RunResult d = run_memfit("train --device tpu");
   EXPECT_EQ(d.code, 2) << d.out;
   EXPECT_NE(d.out.find("--device takes one of"), std::string::npos) << d.out;
-  EXPECT_NE(d.out.find("cpu, cpu-offset, cuda"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("cpu, cpu-offset, cpu-own-memory, cuda"), std::string::npos) << d.out;
   RunResult m = run_memfit("train --model nosuchmodel");
   EXPECT_EQ(m.code, 2) << m.out;
   EXPECT_NE(m.out.find("unknown model 'nosuchmodel'"), std::string::npos) << m.out;

@@ -20,7 +20,8 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "models/bert.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
+#include "compile/resolve.hpp"
 
 using namespace memfit;
 namespace mt = memfit::testing;

@@ -34,7 +34,7 @@
 #include "memfit/runtime.hpp"
 #include "models/bert.hpp"
 #include "runtime/device.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

@@ -22,8 +22,8 @@
 #include <sstream>
 
 #include "cli_util.hpp"
-#include "train/cgroup.hpp"
-#include "train/memory.hpp"
+#include "fit/cgroup.hpp"
+#include "fit/budget.hpp"
 
 namespace fs = std::filesystem;
 using namespace memfit::train;

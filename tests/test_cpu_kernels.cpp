@@ -45,7 +45,7 @@
 #include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "runtime/lowered.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using memfit::testing::ConvCase;

@@ -42,7 +42,7 @@
 #include "memfit/runtime.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_table.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 #ifdef MEMFIT_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -470,7 +470,7 @@ TEST(DataParallel, DeadRankEndsTheJobAndTheCheckpointResumesExactly) {
 // On the test device whose arenas the host may not address
 // (runtime/device.hpp's offset_device), nothing of data parallelism reads
 // them through a pointer: the collectives work on host copies of a piece at
-// a time (train/data_parallel.hpp). Two ranks on it end with the weights
+// a time (dist/data_parallel.hpp). Two ranks on it end with the weights
 // two ranks on the reference device (whose kernels it runs) end with, to
 // the bit: sharded optimizer state (ZeRO-1, its reductions after backward
 // there, during backward here: with two ranks every sum is one addition),

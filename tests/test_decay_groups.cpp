@@ -20,7 +20,7 @@
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
 #include "models/zoo.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

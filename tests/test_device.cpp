@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@
 #include "runtime/kernel_table.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "runtime/lowered.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using kernels::cpu::Layout;
@@ -123,10 +124,25 @@ TEST(Device, HostCopies) {
 // naming them, and a program's own device is found once registered.
 TEST(Device, RegistryFindsDevicesByName) {
   const std::vector<std::string> names = device_names();
-  for (const char* n : {"cpu", "reference", "reference64", "reference-offset", "cpu-offset", "cuda"})
+  for (const char* n : {"cpu", "reference", "reference64", "reference-offset", "cpu-offset", "cpu-own-memory", "cuda"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
-  for (const char* n : {"cpu", "reference", "reference64", "reference-offset", "cpu-offset"})
+  for (const char* n : {"cpu", "reference", "reference64", "reference-offset", "cpu-offset", "cpu-own-memory"})
     EXPECT_STREQ(device_named(n).name(), n);
+  // Only the device with memory of its own answers memory_info: its
+  // capacity, less what its arenas hold.
+  size_t free = 0, total = 0;
+  EXPECT_FALSE(device_named("cpu-offset").memory_info(free, total));
+  const Device& own = device_named("cpu-own-memory");
+  ASSERT_TRUE(own.memory_info(free, total));
+  EXPECT_EQ(total, kOwnMemoryDeviceBytes);
+  const size_t before = free;
+  void* p = own.allocate(size_t(3) << 20);
+  ASSERT_TRUE(own.memory_info(free, total));
+  EXPECT_EQ(free, before - (size_t(3) << 20));
+  EXPECT_THROW((void)own.allocate(kOwnMemoryDeviceBytes), std::bad_alloc);
+  own.free(p);
+  ASSERT_TRUE(own.memory_info(free, total));
+  EXPECT_EQ(free, before);
   EXPECT_EQ(&device_named("cpu"), &device_for(Backend::Cpu));
   try {
     (void)device_named("tpu");

@@ -24,7 +24,7 @@
 #include "memfit/plan.hpp"
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using kernels::bf16_t;

@@ -15,7 +15,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "models/gpt.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

@@ -16,7 +16,7 @@
 #include "cli_util.hpp"
 #include "same_tensors.hpp"
 #include "io/safetensors.hpp"
-#include "train/checkpoint.hpp"
+#include "persist/checkpoint.hpp"
 
 using namespace memfit::testing;
 

@@ -1,8 +1,14 @@
-// The tree's layering, checked on the sources: graph -> plan -> device and
-// runtime -> kernels, with data/io, models, train and cli around them. A file
-// may include only files of its own layer or of the layers it builds on, so
-// no lower layer reaches into a higher one (kernels know nothing of graphs;
-// the runtime nothing of training; the data layer nothing of kernels).
+// The tree's layering, checked on the sources: each folder is a layer (and
+// a library named like it, CMakeLists.txt), lowest first: base; graph,
+// autodiff, optim, plan; kernels; runtime; io, data; models, models/onnx;
+// then the pipeline above them: compile (the step compiler), fit (budget,
+// policy search, plan report), report (the run's log and report page),
+// persist (checkpoints), dist (data parallelism), train (the loop), infer,
+// cli. A file may include only files of its own layer or of the layers it
+// builds on, so no lower layer reaches into a higher one (kernels know
+// nothing of graphs; the runtime nothing of training; the data layer nothing
+// of kernels; the fit nothing of the train loop). Every folder of src/ and
+// models/ has a layer: a new folder must be placed before this test passes.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -30,18 +37,27 @@ std::string ops_layer_of(const std::string& file) {
   return "";
 }
 
+// The folders and their layers ("src/ops/" is told per file above).
+const std::pair<const char*, const char*> kFolders[] = {
+    {"src/base/", "base"},       {"src/graph/", "graph"},     {"src/autodiff/", "autodiff"},
+    {"src/optim/", "optim"},     {"src/plan/", "plan"},       {"src/kernels/", "kernels"},
+    {"src/runtime/", "runtime"}, {"src/io/", "io"},           {"src/data/", "data"},
+    {"models/onnx/", "onnx"},    {"models/", "models"},       {"src/compile/", "compile"},
+    {"src/fit/", "fit"},         {"src/report/", "report"},   {"src/persist/", "persist"},
+    {"src/dist/", "dist"},       {"src/train/", "train"},     {"src/infer/", "infer"},
+    {"src/cli/", "cli"}};
+
 // The layer of a path relative to the root ("" for files outside them).
 std::string layer_of(const std::string& p) {
   if (p.rfind("src/ops/", 0) == 0) return ops_layer_of(fs::path(p).filename().string());
   if (p == "include/memfit/rng.hpp") return "base";  // the counter-based generator: everyone's
   if (p == "include/memfit/runtime.hpp") return "runtime";
   if (p == "include/memfit/plan.hpp") return "plan";
+  if (p == "include/memfit/autodiff.hpp" || p == "include/memfit/recompute.hpp" || p == "include/memfit/accumulate.hpp")
+    return "autodiff";
+  if (p == "include/memfit/optim.hpp" || p == "include/memfit/tier.hpp") return "optim";
   if (p.rfind("include/memfit/", 0) == 0) return "graph";
-  static const std::pair<const char*, const char*> dirs[] = {
-      {"src/graph/", "graph"},     {"src/autodiff/", "graph"}, {"src/optim/", "graph"}, {"src/plan/", "plan"},
-      {"src/kernels/", "kernels"}, {"src/runtime/", "runtime"}, {"src/io/", "io"},       {"src/data/", "io"},
-      {"models/", "models"},       {"src/train/", "train"},    {"src/dist/", "train"},   {"src/cli/", "cli"}};
-  for (const auto& [pre, l] : dirs)
+  for (const auto& [pre, l] : kFolders)
     if (p.rfind(pre, 0) == 0) return l;
   return "";
 }
@@ -53,16 +69,47 @@ std::string included_path(const std::string& inc) {
   return "src/" + inc;
 }
 
-const std::map<std::string, std::set<std::string>> kAllowed = {
-    {"graph", {"base", "graph"}},
-    {"plan", {"base", "graph", "plan"}},
-    {"kernels", {"base", "kernels"}},
-    {"runtime", {"base", "graph", "plan", "kernels", "runtime"}},
-    {"io", {"base", "graph", "io"}},
-    {"models", {"base", "graph", "models"}},
-    {"train", {"base", "graph", "plan", "kernels", "runtime", "io", "models", "train"}},
-    {"cli", {"base", "graph", "plan", "kernels", "runtime", "io", "models", "train", "cli"}},
+// What each layer builds on (besides itself). Transitive closure is taken
+// below, so a layer lists only its direct foundations.
+const std::map<std::string, std::set<std::string>> kBuildsOn = {
+    {"base", {}},
+    {"graph", {"base"}},
+    {"autodiff", {"graph"}},
+    {"optim", {"graph"}},
+    {"plan", {"graph"}},
+    {"kernels", {"base"}},
+    {"runtime", {"plan", "kernels", "optim"}},
+    {"io", {"graph"}},
+    {"data", {"graph"}},
+    {"models", {"graph"}},
+    {"onnx", {"models"}},
+    {"compile", {"autodiff", "optim", "onnx"}},
+    {"fit", {"compile", "runtime", "data"}},
+    {"report", {"fit"}},
+    {"persist", {"compile", "runtime", "io"}},
+    {"dist", {"compile", "runtime"}},
+    {"train", {"report", "persist", "dist"}},
+    {"infer", {"fit", "persist"}},
+    {"cli", {"train", "infer"}},
 };
+
+// layer -> itself and every layer under it.
+std::map<std::string, std::set<std::string>> allowed_layers() {
+  std::map<std::string, std::set<std::string>> all;
+  for (const auto& [layer, direct] : kBuildsOn) {
+    std::set<std::string> seen{layer};
+    std::vector<std::string> todo(direct.begin(), direct.end());
+    while (!todo.empty()) {
+      const std::string l = todo.back();
+      todo.pop_back();
+      if (!seen.insert(l).second) continue;
+      for (const auto& d : kBuildsOn.at(l)) todo.push_back(d);
+    }
+    all[layer] = seen;
+  }
+  return all;
+}
+const std::map<std::string, std::set<std::string>> kAllowed = allowed_layers();
 
 }  // namespace
 
@@ -135,5 +182,39 @@ TEST(Layering, TheCheckSeesAViolation) {
   // including training, is against the rule.
   EXPECT_FALSE(kAllowed.at(layer_of("src/ops/conv/cpu.cpp")).count(layer_of(included_path("runtime/device.hpp"))));
   EXPECT_FALSE(kAllowed.at(layer_of("src/data/loader.cpp")).count(layer_of(included_path("train/step_io.hpp"))));
-  EXPECT_TRUE(kAllowed.at(layer_of("src/train/fit.cpp")).count(layer_of(included_path("runtime/device.hpp"))));
+  EXPECT_TRUE(kAllowed.at(layer_of("src/fit/fit.cpp")).count(layer_of(included_path("runtime/device.hpp"))));
+  // The fit plans runs; it never reaches into the loop that runs them, and
+  // the zoo does not know the ONNX importer.
+  EXPECT_FALSE(kAllowed.at(layer_of("src/fit/fit.cpp")).count(layer_of(included_path("train/run_plan.hpp"))));
+  EXPECT_FALSE(kAllowed.at(layer_of("models/model.cpp")).count(layer_of(included_path("models/onnx/model.hpp"))));
+  EXPECT_FALSE(kAllowed.at(layer_of("src/dist/comm.cpp")).count(layer_of(included_path("train/trainer.hpp"))));
+}
+
+TEST(Layering, EveryFolderHasALayerAndTheLayersFormNoCycle) {
+  // Every folder holding sources under src/ and models/ is placed; a folder
+  // nobody placed would escape the check above.
+  for (const char* top : {"src", "models"})
+    for (const auto& e : fs::recursive_directory_iterator(kRoot / top)) {
+      if (!e.is_directory()) continue;
+      const std::string rel = fs::relative(e.path(), kRoot).string() + "/";
+      bool has_source = false;
+      for (const auto& f : fs::directory_iterator(e.path()))
+        if (f.path().extension() == ".cpp" || f.path().extension() == ".hpp" || f.path().extension() == ".cu")
+          has_source = true;
+      if (!has_source || rel.rfind("src/ops/", 0) == 0) continue;  // op families: per file
+      EXPECT_FALSE(layer_of(rel + "x.cpp").empty()) << rel << " has no layer in tests/test_layering.cpp";
+    }
+  // No layer builds on one above it: the order is a strict one (a cycle
+  // would make two layers each other's foundation).
+  for (const auto& [layer, below] : kAllowed)
+    for (const auto& l : below)
+      if (l != layer) EXPECT_FALSE(kAllowed.at(l).count(layer)) << layer << " and " << l << " build on each other";
+  // Each layer but cli is a library of the build, named like its folder.
+  std::ifstream cm(kRoot / "CMakeLists.txt");
+  std::stringstream text;
+  text << cm.rdbuf();
+  for (const auto& [layer, below] : kBuildsOn)
+    if (layer != "cli")
+      EXPECT_NE(text.str().find("add_library(memfit_" + layer + "${suffix}"), std::string::npos)
+          << "no library memfit_" << layer << " in CMakeLists.txt";
 }

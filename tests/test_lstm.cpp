@@ -15,7 +15,8 @@
 #include "memfit/autodiff.hpp"
 #include "models/model.hpp"
 #include "runtime/kernel_table.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
+#include "compile/resolve.hpp"
 
 using namespace memfit;
 using memfit::testing::GradInput;

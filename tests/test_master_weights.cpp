@@ -31,7 +31,7 @@
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
 #include "same_tensors.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 #include "gpt_tiny_markov.hpp"
 
 using namespace memfit;

@@ -16,7 +16,7 @@
 #include "memfit/rng.hpp"
 #include "memfit/runtime.hpp"
 #include "ops/linear/cpu.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using memfit::kernels::bf16_t;

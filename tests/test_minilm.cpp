@@ -26,7 +26,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "models/bert.hpp"
-#include "train/checkpoint.hpp"
+#include "persist/checkpoint.hpp"
 
 using namespace memfit;
 

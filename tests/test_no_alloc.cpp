@@ -42,7 +42,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
 #include "ops/linear/cpu.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 // Under AddressSanitizer the allocator belongs to the sanitizer: the hooks
 // are left out and the counting tests skip.

@@ -1,4 +1,4 @@
-// PyTorch models through ONNX (models/onnx_model.cpp).
+// PyTorch models through ONNX (models/onnx/model.cpp).
 //
 // The oracle is the golden fixture: tests/golden/export_onnx.py exports
 // make_golden.py's own ConvNet and ResNet-18, with the initial weights the
@@ -21,10 +21,11 @@
 #include "cli_util.hpp"
 #include "golden_check.hpp"
 #include "models/model.hpp"
-#include "models/onnx_model.hpp"
+#include "models/onnx/model.hpp"
 #include "gpt_golden_check.hpp"
-#include "train/checkpoint.hpp"
+#include "persist/checkpoint.hpp"
 #include "train/run_context.hpp"
+#include "compile/resolve.hpp"
 
 using namespace memfit;
 using memfit::testing::run_cmd;

@@ -25,8 +25,8 @@
 #include "kernels/optim_state.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
-#include "train/report.hpp"
-#include "train/step_graph.hpp"
+#include "fit/report.hpp"
+#include "compile/step_graph.hpp"
 #include "gpt_tiny_markov.hpp"
 
 using namespace memfit;

@@ -26,7 +26,7 @@
 #include "model_text.hpp"
 #include "run_binary.hpp"
 #include "idx_files.hpp"
-#include "train/checkpoint.hpp"
+#include "persist/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using namespace memfit;

@@ -17,7 +17,7 @@
 #include "json_out.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

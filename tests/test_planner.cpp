@@ -25,7 +25,7 @@
 #include "memfit/optim.hpp"
 #include "memfit/plan.hpp"
 #include "models/zoo.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

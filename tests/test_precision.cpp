@@ -20,7 +20,7 @@
 #include "ops/conv/cpu.hpp"
 #include "memfit/builder.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

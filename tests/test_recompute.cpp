@@ -12,7 +12,7 @@
 #include "memfit/recompute.hpp"
 #include "memfit/optim.hpp"
 #include "models/zoo.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "cli_util.hpp"
-#include "train/json.hpp"
-#include "train/memory.hpp"
-#include "train/run_log.hpp"
-#include "train/run_report.hpp"
+#include "base/json.hpp"
+#include "base/bytes.hpp"
+#include "report/run_log.hpp"
+#include "report/run_report.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "memfit/builder.hpp"
 #include "memfit/runtime.hpp"
 #include "token_model.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

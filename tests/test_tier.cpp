@@ -31,8 +31,8 @@
 #include "runtime/device.hpp"
 #include "runtime/tier_store.hpp"
 #include "spec_steps.hpp"
-#include "train/fit.hpp"
-#include "train/step_graph.hpp"
+#include "fit/fit.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 

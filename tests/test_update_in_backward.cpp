@@ -22,7 +22,7 @@
 #include "memfit/op_registry.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using memfit::testing::Trained;

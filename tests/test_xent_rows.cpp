@@ -34,7 +34,7 @@
 #include "memfit/builder.hpp"
 #include "memfit/optim.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 using namespace memfit;
 using memfit::testing::GradCheckOptions;

@@ -50,7 +50,7 @@ struct InitSpec {
   enum Kind : uint8_t { None, Zeros, Ones, Uniform, Given } kind = None;
   double bound = 0;  // Uniform: U(-bound, bound)
   // Given: the initial values themselves, row-major f32 (an imported model's
-  // weights: models/onnx_model.cpp). Shared, as every graph built from one
+  // weights: models/onnx/model.cpp). Shared, as every graph built from one
   // model (the budget search builds several) starts from the same weights.
   std::shared_ptr<const std::vector<float>> values;
 };

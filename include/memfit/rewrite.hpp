@@ -1,6 +1,6 @@
 // Rewrites of a forward graph that change what runs, not what it computes:
 // the step compiler applies them after the model is built and before
-// autodiff (train/step_graph.cpp).
+// autodiff (compile/step_graph.cpp).
 #pragma once
 
 #include "memfit/graph.hpp"

@@ -31,9 +31,10 @@
 #include "dist/comm.hpp"
 #include "models/model_file.hpp"
 #include "ops/conv/cpu.hpp"
-#include "train/memory.hpp"
-#include "train/report.hpp"
-#include "train/run_report.hpp"
+#include "base/bytes.hpp"
+#include "base/process.hpp"
+#include "fit/report.hpp"
+#include "report/run_report.hpp"
 #include "train/train_loop.hpp"
 #include "train/trainer.hpp"
 

@@ -27,10 +27,11 @@
 #include "models/model.hpp"
 #include "models/model_file.hpp"
 #include "ops/conv/cpu.hpp"
-#include "train/generate.hpp"
-#include "train/json.hpp"
-#include "train/memory.hpp"
-#include "train/run_report.hpp"
+#include "infer/generate.hpp"
+#include "base/json.hpp"
+#include "base/bytes.hpp"
+#include "base/process.hpp"
+#include "report/run_report.hpp"
 #include "train/trainer.hpp"
 
 using namespace memfit;

@@ -10,10 +10,10 @@
 #include "data/dataset.hpp"
 #include "memfit/graph.hpp"
 #include "models/model.hpp"
-#include "models/onnx_model.hpp"
+#include "models/onnx/model.hpp"
 #include "models/zoo.hpp"
 #include "runtime/device.hpp"
-#include "train/memory.hpp"
+#include "base/bytes.hpp"
 #include "train/run_data.hpp"
 
 namespace memfit::cli {

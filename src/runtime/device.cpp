@@ -82,6 +82,7 @@ struct Registry {
       {"reference64", [] () -> const Device& { return reference_device(true); }},
       {"reference-offset", [] () -> const Device& { return offset_device(false); }},
       {"cpu-offset", [] () -> const Device& { return offset_device(true); }},
+      {"cpu-own-memory", [] () -> const Device& { return own_memory_device(); }},
       {"cuda", [] () -> const Device& { return cuda_device(); }},
   };
 };

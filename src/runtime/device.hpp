@@ -33,7 +33,7 @@
 
 namespace memfit {
 
-// The fit's cost model of a step on a device (train/fit.hpp's
+// The fit's cost model of a step on a device (fit/fit.hpp's
 // predict_step_seconds): a model for ranking plans, not a promise.
 struct StepCosts {
   // The products' rate where the device has no measurement (FLOP/s).
@@ -94,7 +94,7 @@ class Device {
   virtual std::string product_path(DType precision) const = 0;
   // Sustained FLOP/s of the products at a large batch with the process's
   // threads, measured on each call (a fraction of a second; 0: unknown).
-  // The command keeps it per machine (train/machine_profile.hpp).
+  // The command keeps it per machine (fit/machine_profile.hpp).
   virtual double measure_product_flops_per_second() const { return 0.0; }
   // A step's time with activations stored as `precision`, relative to f32.
   virtual double storage_cost(DType precision) const { (void)precision; return 1.0; }
@@ -108,7 +108,7 @@ class Device {
   // What the device chose by measurement for the kernels made so far (a
   // GPU's convolution algorithms), as text, and taking such text from an
   // earlier process before kernels are made: the same choices then give the
-  // same bits (train/machine_profile.hpp keeps them per machine).
+  // same bits (fit/machine_profile.hpp keeps them per machine).
   virtual std::string tuning() const { return ""; }
   virtual void adopt_tuning(const std::string& text) const { (void)text; }
   // Waits until the device has finished the work queued so far (kernels run
@@ -169,6 +169,13 @@ const Device& reference_device(bool wide);  // runtime/lower/reference_device.cp
 // copies translate them. Anything that reaches arena memory other than
 // through the device's copies crashes on it, as it would on a GPU's memory.
 const Device& offset_device(bool cpu_kernels = false);
+// "cpu-own-memory": the CPU's kernels over such arenas, in a memory of its
+// own of kOwnMemoryDeviceBytes that memory_info reports (free: what its
+// arenas leave), as a GPU's. A run on it is planned as one on a GPU: the
+// arenas against the device's budget (--device-memory, else its free
+// memory), the host's RAM apart against --memory or the host's limit.
+constexpr size_t kOwnMemoryDeviceBytes = size_t(1) << 30;
+const Device& own_memory_device();
 // The device a backend names (one instance per process; devices hold no
 // per-graph state).
 const Device& device_for(Backend b);

@@ -13,7 +13,7 @@
 // rewrites has two copies in it. A step reads a block's current copy and
 // writes the other one, never the committed copy; sync() makes the step's
 // writes durable and says which copy of each block is current, and once
-// that has been recorded (train/checkpoint.hpp's step record) commit()
+// that has been recorded (persist/checkpoint.hpp's step record) commit()
 // makes it the committed one. A kill in the middle of a step leaves the
 // committed copies as they were: the file reopened (Keep::reopen) with the
 // recorded state (adopt()) is the state after the last whole step.

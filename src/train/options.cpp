@@ -1,5 +1,5 @@
 #include "train/options.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "data/text_classes.hpp"
 #include "memfit/recompute.hpp"
 #include "memfit/schedule.hpp"
+#include "runtime/device.hpp"
 
 namespace memfit::train {
 namespace {
@@ -118,8 +119,18 @@ void validate(const TrainOptions& o) {
     if (o.ranks > 1)
       fail("--accumulated-grads bf16 runs in one process (the ranks add fp32 gradients): drop it on several ranks");
   }
-  if (o.device_memory && o.device != "cuda")
-    fail("--device-memory is the budget of a GPU: pass --device cuda with it (--memory is the host's budget)");
+  if (o.device_memory && o.device != "cuda") {
+    size_t free = 0, total = 0;
+    bool own = false;
+    try {
+      own = device_named(o.device).memory_info(free, total);
+    } catch (const std::exception&) {
+      // (an unknown device is refused by its own check)
+    }
+    if (!own)
+      fail("--device-memory is the budget of a device with memory of its own (a GPU): pass --device cuda with it "
+           "(--memory is the host's budget)");
+  }
   if (o.device == "cuda" && o.ranks > 1)
     fail("--device cuda runs one process on one GPU so far; data parallelism over GPUs is not built yet");
   if (!valid_recompute_policy(o.recompute))

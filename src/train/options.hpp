@@ -11,7 +11,7 @@
 #include "memfit/runtime.hpp"
 #include "models/model.hpp"
 #include "train/run_context.hpp"
-#include "train/step_policy.hpp"
+#include "compile/step_policy.hpp"
 
 namespace memfit::data {
 class Dataset;
@@ -97,7 +97,7 @@ struct TrainOptions {
   std::string bf16_convs = "auto";
   std::optional<size_t> memory;
   // --device-memory: the budget of a device with memory of its own (a GPU);
-  // unset: its free memory at start less a margin (train/memory.hpp).
+  // unset: its free memory at start less a margin (fit/budget.hpp).
   std::optional<size_t> device_memory;
   std::string out = "runs/latest";
   std::string resume;          // run directory to continue from

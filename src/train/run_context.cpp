@@ -1,4 +1,5 @@
 #include "train/run_context.hpp"
+#include "compile/resolve.hpp"
 
 namespace memfit::train {
 

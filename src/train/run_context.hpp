@@ -15,7 +15,7 @@
 #include <string>
 
 #include "models/model.hpp"
-#include "train/machine_profile.hpp"
+#include "fit/machine_profile.hpp"
 
 namespace memfit::train {
 

@@ -16,7 +16,7 @@
 #include "data/tokenizer.hpp"
 #include "memfit/rng.hpp"
 #include "models/model.hpp"
-#include "train/memory.hpp"
+#include "base/bytes.hpp"
 
 namespace fs = std::filesystem;
 

@@ -15,7 +15,7 @@
 #include "data/tokenizer.hpp"
 #include "models/model.hpp"
 #include "train/options.hpp"
-#include "train/report.hpp"
+#include "fit/report.hpp"
 
 namespace memfit::train {
 

@@ -1,7 +1,7 @@
 #include <cstdlib>
 #include "train/run_plan.hpp"
 
-#include "models/onnx_model.hpp"
+#include "models/onnx/model.hpp"
 
 #include <malloc.h>
 #include <omp.h>
@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "runtime/device.hpp"
-#include "train/checkpoint.hpp"
-#include "train/fit.hpp"
-#include "train/machine_profile.hpp"
+#include "persist/checkpoint.hpp"
+#include "fit/fit.hpp"
+#include "fit/machine_profile.hpp"
 #include "dist/comm.hpp"
-#include "train/memory.hpp"
+#include "base/bytes.hpp"
+#include "base/process.hpp"
+#include "fit/budget.hpp"
 
 namespace memfit::train {
 namespace {
@@ -90,7 +92,11 @@ class Planner {
     measure();
     if (auto_data_ && p_.data.train_stream) choose_residency();
     print();
-    if (p_.report.total <= p_.budget.bytes || (o_.plan_only && !o_.auto_fit)) return std::move(p_);
+    if (o_.plan_only && !o_.auto_fit) return std::move(p_);
+    // The host's RAM under a device: no policy of the device's plan changes
+    // what it holds (baseline, data pipeline, staging).
+    if (p_.report.host_over()) throw BudgetError(host_over_budget_message(p_.report));
+    if (p_.report.total <= p_.budget.bytes) return std::move(p_);
     if (!o_.auto_fit) throw BudgetError(over_budget());
     return fit();
   }
@@ -195,7 +201,7 @@ class Planner {
     mi_.sharded = o_.ranks > 1 && o_.shard_optimizer;
     mi_.comm_bytes = dist::comm_scratch_bytes(o_.ranks);
     // Where the host cannot address the arenas, the collectives work on a
-    // host copy of one piece (train/data_parallel.hpp).
+    // host copy of one piece (dist/data_parallel.hpp).
     if (o_.ranks > 1 && !device_named(o_.device).host_addressable()) mi_.comm_bytes += dist::kPieceBytes;
     if (!o_.offload.empty() && o_.offload != "none") {
       mi_.offload_dir = offload_dir(o_);
@@ -208,9 +214,14 @@ class Planner {
     if (dev.memory_info(dev_free, dev_total)) {
       // The arenas in the device's memory: the budget is the device's; a
       // checkpoint reads the state through the host a piece at a time (its
-      // checksum's piece and the file writer's buffer, 1 MiB each).
+      // checksum's piece and the file writer's buffer, 1 MiB each). The
+      // host's RAM keeps a budget of its own (--memory, else its limit).
       mi_.device = dev.name();
       mi_.host_staging = size_t(2) << 20;
+      Budget host = detect_budget(o_.memory);
+      share_budget(host);
+      mi_.host_budget = host.bytes;
+      mi_.host_budget_source = host.describe();
       p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
       p_.budget = device_budget(dev, o_.device_memory);
       p_.device_free_at_plan = dev_free;
@@ -218,17 +229,17 @@ class Planner {
     }
     p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
     p_.budget = detect_budget(o_.memory);
-    share_budget();
+    share_budget(p_.budget);
   }
 
   // Ranks on one machine share its memory: a detected budget (not
   // --memory, which is per rank) is split between them.
-  void share_budget() {
+  void share_budget(Budget& b) const {
     if (o_.memory || o_.ranks < 2) return;
     const int n = std::min(o_.ranks_here, o_.ranks);
     if (n < 2) return;
-    p_.budget.bytes /= static_cast<size_t>(n);
-    p_.budget.source += ", shared by " + std::to_string(n) + " ranks on this machine";
+    b.bytes /= static_cast<size_t>(n);
+    b.source += ", shared by " + std::to_string(n) + " ranks on this machine";
   }
 
   // The same plan with the dataset resident: load it when that fits, else
@@ -250,7 +261,10 @@ class Planner {
     mm.data_note = "dataset in memory + loader buffers";
     mm.data_cache.clear();
     MemoryReport rep_mem = make_report(p_.train_g->g, ex().plan(), mm);
-    if (rep_mem.total <= p_.budget.bytes) {
+    // Under a device with memory of its own the dataset is the host's: it
+    // fits when the host's RAM holds it, whatever the device's plan needs.
+    const bool on_device = !rep_mem.device.empty();
+    if (on_device ? !rep_mem.host_over() : rep_mem.total <= p_.budget.bytes) {
       // It fits with the dataset resident: load it.
       ds.train_sub.reset();
       ds.test_sub.reset();
@@ -260,6 +274,12 @@ class Planner {
       mi_.data_bytes = data_bytes_of(train_mem_, test_mem_);
       describe_data(ds, mi_);
       p_.report = make_report(p_.train_g->g, ex().plan(), mi_);
+    } else if (on_device) {
+      // The host's RAM cannot hold it: it streams from disk (the device's
+      // plan is the same either way, so the fit has nothing to weigh).
+      log_ << "memfit: the dataset streams from disk: in memory it would take the host's RAM to "
+           << format_bytes(rep_mem.host) << ", over its budget of " << format_bytes(rep_mem.host_budget) << "\n";
+      if (!o_.plan_only) prepare_streams(p_.data, log_);
     } else {
       // Over budget in memory: the fit searches both, memory first (it wins
       // ties); the plan shown is the one asked for, in memory.
@@ -516,7 +536,7 @@ std::variant<RunPlan, Replan> plan_run(const TrainOptions& o, std::ostream& log)
 namespace {
 
 // An offloaded training run keeps its offload file, committed every step
-// (TierStore::Keep, train/checkpoint.hpp's step records), where one process
+// (TierStore::Keep, persist/checkpoint.hpp's step records), where one process
 // trains and the state it holds in memory is small beside it (a step
 // record writes that state every step). --resume from a directory whose
 // step record is newer than its checkpoint reopens the record's file.

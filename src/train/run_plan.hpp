@@ -14,9 +14,9 @@
 #include "data/loader.hpp"
 #include "memfit/runtime.hpp"
 #include "train/options.hpp"
-#include "train/report.hpp"
+#include "fit/report.hpp"
 #include "train/run_data.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 #include "train/trainer.hpp"
 
 namespace memfit::train {

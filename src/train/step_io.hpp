@@ -10,7 +10,7 @@
 
 #include "data/loader.hpp"
 #include "memfit/runtime.hpp"
-#include "train/step_graph.hpp"
+#include "compile/step_graph.hpp"
 
 namespace memfit::train {
 

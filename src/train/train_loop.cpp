@@ -14,9 +14,10 @@
 #include <string>
 
 #include "runtime/device.hpp"
-#include "train/json.hpp"
+#include "base/json.hpp"
 #include "runtime/tier_store.hpp"
-#include "train/memory.hpp"
+#include "base/bytes.hpp"
+#include "base/process.hpp"
 
 namespace memfit::train {
 namespace {

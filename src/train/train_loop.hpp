@@ -16,11 +16,11 @@
 #include "data/loader.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/schedule.hpp"
-#include "train/checkpoint.hpp"
-#include "train/data_parallel.hpp"
+#include "persist/checkpoint.hpp"
+#include "dist/data_parallel.hpp"
 #include "train/loss_scaler.hpp"
-#include "train/progress.hpp"
-#include "train/run_log.hpp"
+#include "report/progress.hpp"
+#include "report/run_log.hpp"
 #include "train/run_plan.hpp"
 #include "train/step_io.hpp"
 #include "train/trainer.hpp"
@@ -121,7 +121,7 @@ class TrainLoop {
   void eval_and_record(uint64_t epoch);
   void checkpoint();
   // A kept offload file (TierStore::kept): the step record after each step
-  // (train/checkpoint.hpp); stale_offload_: an earlier run's kept file in
+  // (persist/checkpoint.hpp); stale_offload_: an earlier run's kept file in
   // --out, removed once this run has recorded its first step.
   void record_step();
   // After the last checkpoint: the step record and the kept file go (the

@@ -5,26 +5,70 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <ctime>
 #include <ostream>
 #include <variant>
 
 #include <malloc.h>
 
 #include "dist/comm.hpp"
-#include "models/onnx_model.hpp"
-#include "train/json.hpp"
+#include "models/onnx/model.hpp"
+#include "base/json.hpp"
 #include "memfit/rng.hpp"
-#include "train/checkpoint.hpp"
+#include "persist/checkpoint.hpp"
 #include "train/run_data.hpp"
-#include "train/run_log.hpp"
+#include "report/run_log.hpp"
 #include "train/run_plan.hpp"
-#include "train/run_report.hpp"
+#include "report/run_report.hpp"
 #include "train/train_loop.hpp"
 
 namespace fs = std::filesystem;
 
 namespace memfit::train {
 namespace {
+
+// The run as plan.json heads it (report/run_log.hpp).
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json run_header(const RunPlan& p) {
+  const TrainOptions& o = p.options;
+  const bool lm = p.train_g->task == models::Task::LanguageModel;
+  const StepPolicy pol = policy_of(o);
+  Json run = {{"model", o.model},
+              {"data", o.data},
+              {"task", lm ? "language_model" : "classification"},
+              {"samples", lm ? "windows" : p.data.train->is_image() ? "images" : "sequences"},
+              {"batch", o.batch},
+              {"micro_batch", pol.batch},
+              {"accumulate", pol.accumulation},
+              {"precision", precision_name(pol.precision)},
+              {"saved_activations", precision_name(pol.saved)},
+              {"optimizer", o.optimizer.kind},
+              {"optimizer_state", pol.optimizer_state},
+              {"lr", o.lr},
+              {"schedule", o.schedule},
+              {"recompute", pol.recompute},
+              {"update_in_backward", pol.update_in_backward},
+              {"backend", o.device},
+              {"threads", o.threads},
+              {"ranks", o.ranks},
+              {"optimizer_sharded", o.ranks > 1 && o.shard_optimizer},
+              {"steps", o.steps},
+              {"epochs", o.epochs},
+              {"train_samples", p.data.train->size()},
+              {"resumed_from", o.resume},
+              {"started", utc_now()}};
+  if (lm) run["tokens_per_sample"] = p.train_g->inputs.back().spec.shape.at(0);
+  return run;
+}
+
 
 void check_run_dir(const std::string& dir) {
   std::error_code ec;
@@ -97,7 +141,7 @@ std::variant<TrainResult, Replan> run_once(const TrainOptions& o, std::ostream& 
   // The plan as this attempt runs it, for the report, once the run is
   // known to start (a resume that does not match its checkpoint does not).
   if (lead) {
-    write_file_atomically(o.out + "/plan.json", plan_file_text(plan));
+    write_file_atomically(o.out + "/plan.json", plan_file_text(run_header(plan), plan.report, plan.budget, plan.train_g->g, plan.train_ex->plan()));
     started = true;
   }
   return loop.run();

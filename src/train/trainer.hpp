@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "train/options.hpp"
-#include "train/report.hpp"
+#include "fit/report.hpp"
 
 namespace memfit::train {
 

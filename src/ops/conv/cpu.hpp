@@ -59,7 +59,7 @@ const char* bf16_product_path();
 // one parallel region rarely run together on a loaded machine (on 2 cores
 // beside 2 busy processes the 2-thread timing came out 8x slow while the
 // one-thread timing held). Callers keep the
-// result (train/machine_profile.hpp caches it per machine).
+// result (fit/machine_profile.hpp caches it per machine).
 inline constexpr double kConvThreadScaling = 0.8;
 double conv_flops_per_second();
 

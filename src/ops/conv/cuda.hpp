@@ -22,7 +22,7 @@ std::unique_ptr<Kernel> conv2d_bwd_weight(const ConvParams& p);  // x, dy -> dw,
 // The algorithms measured so far, one "shape algorithm" line each, and
 // taking such lines (from an earlier process) as if measured: runs on one
 // machine then compute with the same algorithms, so a resumed run gives the
-// bits the uninterrupted one would (train/machine_profile.hpp keeps them).
+// bits the uninterrupted one would (fit/machine_profile.hpp keeps them).
 std::string conv_choices();
 void adopt_conv_choices(const std::string& text);
 

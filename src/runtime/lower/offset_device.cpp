@@ -15,6 +15,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,7 +58,10 @@ class Translated final : public kernels::Kernel {
 // `inner`, a host device, with its arenas moved out of the host's reach.
 class OffsetDevice final : public Device {
  public:
-  OffsetDevice(const Device& inner, const char* name) : d_(inner), name_(name) {}
+  // capacity > 0: a device with that much memory of its own, whose free
+  // memory is the capacity less the arenas it holds (as a GPU's).
+  OffsetDevice(const Device& inner, const char* name, size_t capacity = 0)
+      : d_(inner), name_(name), capacity_(capacity) {}
   const char* name() const override { return name_; }
   // Lowers as the inner device does (the same kernels, the same bits).
   Backend backend() const override { return d_.backend(); }
@@ -63,8 +69,32 @@ class OffsetDevice final : public Device {
   bool wide_floats() const override { return d_.wide_floats(); }
 
   size_t arena_alignment() const override { return d_.arena_alignment(); }
-  void* allocate(size_t bytes) const override { return to_device(d_.allocate(bytes)); }
-  void free(void* p) const override { d_.free(to_host(p)); }
+  void* allocate(size_t bytes) const override {
+    if (capacity_) {
+      std::lock_guard<std::mutex> lock(m_);
+      if (bytes > capacity_ - held_) throw std::bad_alloc();  // out of its memory
+      void* p = to_device(d_.allocate(bytes));
+      held_ += bytes;
+      sizes_[p] = bytes;
+      return p;
+    }
+    return to_device(d_.allocate(bytes));
+  }
+  void free(void* p) const override {
+    if (capacity_ && p) {
+      std::lock_guard<std::mutex> lock(m_);
+      auto it = sizes_.find(p);
+      if (it != sizes_.end()) held_ -= it->second, sizes_.erase(it);
+    }
+    d_.free(to_host(p));
+  }
+  bool memory_info(size_t& free_bytes, size_t& total_bytes) const override {
+    if (!capacity_) return false;
+    std::lock_guard<std::mutex> lock(m_);
+    free_bytes = capacity_ - held_;
+    total_bytes = capacity_;
+    return true;
+  }
   bool host_addressable() const override { return false; }
   void copy_to_device(void* dst, const void* src, size_t bytes) const override {
     std::memcpy(to_host(dst), src, bytes);
@@ -97,6 +127,10 @@ class OffsetDevice final : public Device {
  private:
   const Device& d_;
   const char* name_;
+  size_t capacity_;
+  mutable std::mutex m_;
+  mutable size_t held_ = 0;
+  mutable std::unordered_map<const void*, size_t> sizes_;
 };
 
 }  // namespace
@@ -104,6 +138,11 @@ class OffsetDevice final : public Device {
 const Device& offset_device(bool cpu_kernels) {
   static const OffsetDevice ref(reference_device(false), "reference-offset"), cpu(cpu_device(), "cpu-offset");
   return cpu_kernels ? cpu : ref;
+}
+
+const Device& own_memory_device() {
+  static const OffsetDevice dev(cpu_device(), "cpu-own-memory", kOwnMemoryDeviceBytes);
+  return dev;
 }
 
 }  // namespace memfit

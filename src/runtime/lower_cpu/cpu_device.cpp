@@ -37,7 +37,7 @@ class CpuDevice final : public HostDevice {
 
   double measure_product_flops_per_second() const override {
     // Measured on a micro-batch of 16 (ops/conv/cpu.hpp), which runs at
-    // 16 / 20 of the large-batch rate by the fit's model (train/fit.cpp).
+    // 16 / 20 of the large-batch rate by the fit's model (fit/fit.cpp).
     const double measured = kernels::cpu::conv_flops_per_second();
     if (!(measured > 0)) return 0.0;
     return std::clamp(measured * 20.0 / 16.0, 1e8, 1e14);
