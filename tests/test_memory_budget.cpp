@@ -104,7 +104,7 @@ TEST(MemoryBudget, PlanJsonAddsUp) {
     // library_heap: oneDNN's own gemm buffers, nonzero on CPUs without its
     // brgemm kernels (AVX2).
     for (const char* k : {"baseline", "parameters", "gradients", "optimizer_state", "activations_arena", "library_heap",
-                          "inputs", "data_pipeline", "evaluation"}) {
+                          "inputs", "arena_rounding", "data_pipeline", "evaluation"}) {
       const std::string path = std::string("by_class/") + k;
       EXPECT_TRUE(json_at(j, path).is_number_unsigned()) << k;
       sum += json_uint(j, path);

@@ -7,7 +7,7 @@ from . import _memfit
 # The classes in the order the command's table lists them; the arena's
 # parts (what is live at its peak) follow it, indented.
 _CLASSES = ["baseline", "parameters", "gradients", "optimizer_state", "activations_arena", "library_heap",
-            "inputs", "data_pipeline", "evaluation"]
+            "inputs", "arena_rounding", "data_pipeline", "evaluation"]
 _ARENA_PARTS = ["saved_activations", "transient_activations", "arena_gradients", "kernel_scratch", "fragmentation"]
 
 

@@ -159,7 +159,9 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
   if (bufs.size() > 10) bufs.resize(10);
   r.largest = bufs;
   r.library_heap = std::max(p.library_heap_bytes, in.eval_library_heap);
-  const size_t persistent = r.params + r.grads + r.optstate + r.inputs + r.tier_buffer;
+  r.rounding = pages(r.params) - r.params + pages(r.grads) - r.grads + pages(r.optstate) - r.optstate +
+               pages(r.inputs) - r.inputs;
+  const size_t persistent = r.params + r.grads + r.optstate + r.inputs + r.rounding + r.tier_buffer;
   r.comm = in.comm_bytes;
   r.rank = in.rank;
   r.ranks = in.ranks;
@@ -440,6 +442,7 @@ std::string report_json(const MemoryReport& r, const Budget& b) {
                    {"fragmentation", r.fragmentation},
                    {"library_heap", r.library_heap},
                    {"inputs", r.inputs},
+                   {"arena_rounding", r.rounding},
                    {"data_pipeline", r.data},
                    {"evaluation", r.eval},
                    {"communication", r.comm}};

@@ -86,6 +86,10 @@ struct MemoryReport {
   bool grads_sharded = false;
   size_t grads_unfused = 0, grads_live = 0;
   size_t library_heap = 0;    // the largest heap a kernel's library takes inside one run
+  // The parameter, gradient, optimizer-state and input arenas rounded up to
+  // whole pages, as the executor allocates them (the activations arena is
+  // counted in pages already).
+  size_t rounding = 0;
   // The offload tier (StepPolicy::offload): bytes of the tiered values on
   // disk (not memory: not in total), what a step reads and writes there,
   // the copies of them live at the arena's peak, and the store's I/O

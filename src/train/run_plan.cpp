@@ -192,8 +192,11 @@ class Planner {
     mi_.baseline -= std::min(mi_.baseline, mi_.import_bytes);
     mi_.rss_at_start = rss_start_;
     mi_.data_bytes = data_bytes_of(train_mem_, test_mem_);
-    mi_.eval_bytes = (p_.eval_shares ? 0 : eval_plan.arena_bytes[0]) +
-                     eval_plan.arena_bytes[static_cast<size_t>(Arena::Inputs)];
+    // Evaluation's own arenas (the activations where it does not borrow the
+    // training's, and its inputs), in whole pages as they are allocated.
+    auto pages = [](size_t b) { return (b + 4095) / 4096 * 4096; };
+    mi_.eval_bytes = (p_.eval_shares ? 0 : pages(eval_plan.arena_bytes[0])) +
+                     pages(eval_plan.arena_bytes[static_cast<size_t>(Arena::Inputs)]);
     mi_.eval_library_heap = eval_plan.library_heap_bytes;
     describe_data(ds, mi_);
     mi_.ranks = o_.ranks;
