@@ -411,20 +411,17 @@ TEST(DataStream, GetBeforePrepareIsALogicError) {
   EXPECT_EQ(d.in_memory_resident_bytes(), 5u * 4u + 5u + 256u * sizeof(float));
 }
 
-TEST(DataStream, DefaultCacheDirFollowsTheEnvironment) {
-  const char* keep_m = std::getenv("MEMFIT_CACHE_DIR");
-  const char* keep_x = std::getenv("XDG_CACHE_HOME");
-  const char* keep_h = std::getenv("HOME");
-  const std::string m = keep_m ? keep_m : "", x = keep_x ? keep_x : "", h = keep_h ? keep_h : "";
-  setenv("MEMFIT_CACHE_DIR", "/some/where", 1);
-  EXPECT_EQ(default_cache_dir(), "/some/where");
-  unsetenv("MEMFIT_CACHE_DIR");
-  setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
-  EXPECT_EQ(default_cache_dir(), "/xdg/cache/memfit");
-  setenv("XDG_CACHE_HOME", "relative/ignored", 1);
-  setenv("HOME", "/home/someone", 1);
-  EXPECT_EQ(default_cache_dir(), "/home/someone/.cache/memfit");
-  keep_m ? (void)setenv("MEMFIT_CACHE_DIR", m.c_str(), 1) : (void)unsetenv("MEMFIT_CACHE_DIR");
-  keep_x ? (void)setenv("XDG_CACHE_HOME", x.c_str(), 1) : (void)unsetenv("XDG_CACHE_HOME");
-  keep_h ? (void)setenv("HOME", h.c_str(), 1) : (void)unsetenv("HOME");
+TEST(DataStream, TheCacheDirectoryFollowsWhatTheCommandRead) {
+  // What the command read from MEMFIT_CACHE_DIR, XDG_CACHE_HOME and HOME,
+  // in that order; a relative XDG_CACHE_HOME is ignored, as its
+  // specification says.
+  EXPECT_EQ(cache_dir_for({"/some/where", "/xdg/cache", "/home/someone"}), "/some/where");
+  EXPECT_EQ(cache_dir_for({"", "/xdg/cache", "/home/someone"}), "/xdg/cache/memfit");
+  EXPECT_EQ(cache_dir_for({"", "relative/ignored", "/home/someone"}), "/home/someone/.cache/memfit");
+  // No HOME: the password database's home of this user, which every
+  // account has here; a library caller that names no directory gets the
+  // per-user one under /tmp, never a home.
+  const std::string from_passwd = cache_dir_for({});
+  EXPECT_NE(from_passwd.find("/.cache/memfit"), std::string::npos) << from_passwd;
+  EXPECT_EQ(fallback_cache_dir(), "/tmp/memfit-cache-" + std::to_string(getuid()));
 }

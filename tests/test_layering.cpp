@@ -218,3 +218,51 @@ TEST(Layering, EveryFolderHasALayerAndTheLayersFormNoCycle) {
       EXPECT_NE(text.str().find("add_library(memfit_" + layer + "${suffix}"), std::string::npos)
           << "no library memfit_" << layer << " in CMakeLists.txt";
 }
+
+namespace {
+
+// The calls in `source` (its // comments left out) that read or change the
+// process environment, or set the process's OpenMP thread count.
+std::vector<std::string> environment_uses(const std::string& source) {
+  static const std::regex use_re(
+      "\\b(getenv|secure_getenv|setenv|unsetenv|putenv|clearenv|omp_set_num_threads)\\s*\\(|\\benviron\\b");
+  std::vector<std::string> found;
+  std::istringstream in(source);
+  for (std::string line; std::getline(in, line);) {
+    if (const size_t c = line.find("//"); c != std::string::npos) line.resize(c);
+    for (std::sregex_iterator it(line.begin(), line.end(), use_re), end; it != end; ++it)
+      found.push_back((*it)[1].matched ? (*it)[1].str() : "environ");
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST(Layering, NothingBelowTheCommandReadsTheEnvironment) {
+  // The command (src/cli, and the Python package beside it) reads the
+  // environment once (cli/environment.hpp) and passes what it found down as
+  // options; the layers below take everything as arguments. The one thread
+  // count set below it is run_with_threads's, on a thread of its own.
+  EXPECT_EQ(environment_uses("x = std::getenv(\"HOME\");  // getenv( in a comment\n::setenv(a, b, 0);"),
+            (std::vector<std::string>{"getenv", "setenv"}));
+  EXPECT_EQ(environment_uses("posix_spawn(&p, a, nullptr, nullptr, v, environ);\nomp_set_num_threads(1);"),
+            (std::vector<std::string>{"environ", "omp_set_num_threads"}));
+  EXPECT_TRUE(environment_uses("int n = omp_get_max_threads();  // not setenv(\n").empty());
+  size_t files = 0;
+  std::string bad;
+  for (const char* top : {"include", "src", "models"})
+    for (const auto& e : fs::recursive_directory_iterator(kRoot / top)) {
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".hpp" && ext != ".cu")) continue;
+      const std::string rel = fs::relative(e.path(), kRoot).string();
+      if (layer_of(rel) == "cli") continue;
+      ++files;
+      std::ifstream f(e.path());
+      std::stringstream text;
+      text << f.rdbuf();
+      for (const std::string& use : environment_uses(text.str()))
+        if (!(use == "omp_set_num_threads" && rel == "src/base/process.cpp")) bad += "\n  " + rel + ": " + use;
+    }
+  EXPECT_GT(files, 100u) << "the sources were not found under " << kRoot;
+  EXPECT_TRUE(bad.empty()) << "environment reads below the command:" << bad;
+}

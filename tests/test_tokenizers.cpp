@@ -43,12 +43,12 @@ namespace {
 const std::string kVocab = std::string(MEMFIT_MINILM_DIR) + "/vocab.txt";
 const std::string kFortunes = "/usr/share/games/fortunes";
 
-bool have_ranks() { return fs::is_regular_file(default_gpt2_ranks()); }
+bool have_ranks() { return fs::is_regular_file(built_in_gpt2_ranks()); }
 bool have_vocab() { return fs::is_regular_file(kVocab); }
 
 #define SKIP_WITHOUT_RANKS()                                                                              \
   if (!have_ranks())                                                                                      \
-  GTEST_SKIP() << "GPT-2's BPE ranks are not at " << default_gpt2_ranks()                                 \
+  GTEST_SKIP() << "GPT-2's BPE ranks are not at " << built_in_gpt2_ranks()                                 \
                << ": `make deps` installs them (deps/gpt2/gpt2.tiktoken from PyPI's openai-whisper)"
 #define SKIP_WITHOUT_VOCAB()                                                                              \
   if (!have_vocab())                                                                                      \
@@ -64,7 +64,7 @@ const nlohmann::json& fixture() {
 }
 
 const Gpt2Tokenizer& gpt2() {
-  static const Gpt2Tokenizer t = Gpt2Tokenizer::from_file(default_gpt2_ranks());
+  static const Gpt2Tokenizer t = Gpt2Tokenizer::from_file(built_in_gpt2_ranks());
   return t;
 }
 
@@ -412,16 +412,8 @@ TEST(Tokenizers, SpecsAndTheirErrors) {
   EXPECT_CONTAINS(error_of([] { make_tokenizer("gpt2:/nonexistent/r.tiktoken"); }), "/nonexistent/r.tiktoken");
   EXPECT_CONTAINS(error_of([] { make_tokenizer("wordpiece:/nonexistent/vocab.txt"); }), "/nonexistent/vocab.txt");
   EXPECT_CONTAINS(error_of([] { make_tokenizer("nonsense"); }), "expected char, gpt2");
-  // gpt2's default ranks: $MEMFIT_GPT2_RANKS, else the build's deps/gpt2/gpt2.tiktoken.
-  const std::string built_in = default_gpt2_ranks();
-  if (!std::getenv("MEMFIT_GPT2_RANKS")) {
-    EXPECT_NE(built_in.find("deps/gpt2/gpt2.tiktoken"), std::string::npos) << built_in;
-    setenv("MEMFIT_GPT2_RANKS", "/elsewhere/r.tiktoken", 1);
-    EXPECT_EQ(default_gpt2_ranks(), "/elsewhere/r.tiktoken");
-    EXPECT_CONTAINS(error_of([] { make_tokenizer("gpt2"); }), "/elsewhere/r.tiktoken");
-    unsetenv("MEMFIT_GPT2_RANKS");
-    EXPECT_EQ(default_gpt2_ranks(), built_in);
-  }
+  // gpt2's default ranks below the command: the build's deps/gpt2/gpt2.tiktoken.
+  EXPECT_NE(built_in_gpt2_ranks().find("deps/gpt2/gpt2.tiktoken"), std::string::npos) << built_in_gpt2_ranks();
 }
 
 TEST(Tokenizers, EveryKindSavesAndLoadsSelfContained) {
@@ -430,7 +422,7 @@ TEST(Tokenizers, EveryKindSavesAndLoadsSelfContained) {
   toks.push_back(make_tokenizer("char", {text}));
   const std::string dir = tmp_dir();
   if (have_ranks()) {  // from a copy of the ranks, removed before loading
-    fs::copy_file(default_gpt2_ranks(), dir + "/r.tiktoken");
+    fs::copy_file(built_in_gpt2_ranks(), dir + "/r.tiktoken");
     toks.push_back(make_tokenizer("gpt2:" + dir + "/r.tiktoken"));
     fs::remove(dir + "/r.tiktoken");
   }
@@ -558,5 +550,25 @@ TEST(TokenizeCommand, PrintsIdsDecodesAndRefusesBadInput) {
   r = memfit::testing::run_memfit({"tokenize", "--count", in});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_CONTAINS(r.out, "11 tokens, 11 bytes");
+  fs::remove_all(dir);
+}
+
+// The command reads $MEMFIT_GPT2_RANKS (src/cli/environment.cpp) and passes
+// it down as an option: `memfit tokenize` and a run's options (`memfit
+// plan`) both look for the ranks where it says, and name it when missing.
+TEST(TokenizeCommand, TakesTheRanksFileFromTheEnvironment) {
+  const std::string dir = tmp_dir(), in = dir + "/in.txt";
+  write(in, "Hello there.\n");
+  const char* keep = std::getenv("MEMFIT_GPT2_RANKS");
+  const std::string kept = keep ? keep : "";
+  setenv("MEMFIT_GPT2_RANKS", "/elsewhere/r.tiktoken", 1);
+  const auto tok = memfit::testing::run_memfit({"tokenize", "--tokenizer", "gpt2", in});
+  const auto plan = memfit::testing::run_memfit(
+      {"plan", "--model", "gpt-tiny", "--tokenizer", "gpt2", "--data", in, "--block-size", "8", "--batch", "2"});
+  keep ? (void)setenv("MEMFIT_GPT2_RANKS", kept.c_str(), 1) : (void)unsetenv("MEMFIT_GPT2_RANKS");
+  EXPECT_NE(tok.exit_code, 0);
+  EXPECT_CONTAINS(tok.err, "/elsewhere/r.tiktoken");
+  EXPECT_NE(plan.exit_code, 0);
+  EXPECT_CONTAINS(plan.err + plan.out, "/elsewhere/r.tiktoken");
   fs::remove_all(dir);
 }

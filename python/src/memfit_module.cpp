@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/environment.hpp"
 #include "cli/run_args.hpp"
 #include "data/array_dataset.hpp"
 #include "data/cache_file.hpp"
@@ -71,10 +72,7 @@ class CommandThreads {
 
  private:
   static int default_threads() {
-    if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-      const int n = std::atoi(env);  // the first of a list such as "4,2"
-      if (n > 0) return n;
-    }
+    if (const int n = cli::read_environment().omp_num_threads; n > 0) return n;
     return std::max(1, omp_get_num_procs());
   }
   int saved_;
@@ -401,7 +399,7 @@ PYBIND11_MODULE(_memfit, m) {
       "A Dataset read item by item on the loader's thread: read(i, epoch) -> (float32 C x H x W, label).");
 
   m.def(
-      "default_cache_dir", [] { return data::default_cache_dir(); },
+      "default_cache_dir", [] { return cli::read_environment().cache_dir; },
       "The cache directory when none is given ($MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit, ~/.cache/memfit).");
 
   m.def(
@@ -465,7 +463,7 @@ PYBIND11_MODULE(_memfit, m) {
         if (train_data) train_data->give(o, false);
         if (test_data) test_data->give(o, true);
         o.handle_signals = false;  // Python's handlers stay; PythonLog turns Ctrl-C into a stop request
-        dist::Comm& comm = dist::Comm::world();  // MPI_Init under mpirun
+        dist::Comm& comm = cli::start_job(cli::read_environment());  // MPI_Init under mpirun
         g_comm_started = true;
         o.ranks = comm.size();
         o.rank = comm.rank();

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <exception>
+#include <thread>
 
 namespace memfit::train {
 
@@ -55,6 +57,20 @@ void start_threads() {
     touch[0] = static_cast<char>(omp_get_thread_num());
     (void)touch[0];
   }
+}
+
+void run_with_threads(int threads, const std::function<void()>& f) {
+  std::exception_ptr failed;
+  std::thread t([&] {
+    try {
+      omp_set_num_threads(threads);  // this thread's count only (OpenMP keeps one per thread)
+      f();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  t.join();
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace memfit::train

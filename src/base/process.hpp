@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 namespace memfit::train {
 
@@ -26,5 +27,11 @@ void configure_allocator();
 // Runs one OpenMP parallel region so that the worker threads (their stacks
 // and thread state) exist before the process baseline is measured.
 void start_threads();
+
+// Runs f on a thread of its own whose OpenMP parallel regions take `threads`
+// threads, and returns when it is done (rethrowing what it threw). The
+// caller's thread count, and every other thread's, stays as it was: a
+// measurement on one thread changes nothing the run set for the process.
+void run_with_threads(int threads, const std::function<void()>& f);
 
 }  // namespace memfit::train

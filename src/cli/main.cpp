@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/environment.hpp"
 #include "cli/run_args.hpp"
 #include "data/tokenizer.hpp"
 #include "memfit/graph.hpp"
@@ -104,14 +105,12 @@ int cmd_train(const std::vector<std::string>& argv) {
   // Under mpirun: this process is one rank of the job. Rank 0 speaks for
   // the job (plan, progress, metrics, the result); the others print only
   // their errors.
-  const dist::Comm& comm = dist::Comm::world();
+  const dist::Comm& comm = dist::Comm::world();  // started by main
   o.ranks = comm.size();
   o.rank = comm.rank();
   o.ranks_here = comm.local_size();
   use_machine_options(o);
-  // A test seam, not an option: the tests of the recovery from running out
-  // of memory ask for it through the environment.
-  if (const char* e = std::getenv("MEMFIT_TEST_OOM_AT_STEP")) o.inject_oom_at_step = std::strtoll(e, nullptr, 10);
+  if (const auto at = cli::read_environment().inject_oom_at_step) o.inject_oom_at_step = *at;
   try {
     train::validate(o);  // what several ranks refuse
   } catch (const std::invalid_argument& e) {
@@ -300,7 +299,8 @@ int cmd_tokenize(const std::vector<std::string>& argv) {
       if (spec == "char" && decode)
         return usage_error(a, "--decode with the char tokenizer needs the alphabet the ids index: --tokenizer "
                               "RUN/tokenizer.json (a saved tokenizer)");
-      tok = data::make_tokenizer(spec, {text}, source);
+      const std::string ranks = cli::read_environment().gpt2_ranks;
+      tok = data::make_tokenizer(spec, {text}, source, ranks.empty() ? data::built_in_gpt2_ranks() : ranks);
     } else if (std::filesystem::is_regular_file(spec)) {
       tok = data::load_tokenizer(spec);
     } else {
@@ -388,7 +388,7 @@ int main(int argc, char** argv) {
   std::optional<Finalize> finalize;
   try {
     if (cmd == "train") {
-      const dist::Comm& c = dist::Comm::world();  // MPI_Init under mpirun, before any thread starts
+      const dist::Comm& c = cli::start_job(cli::read_environment());  // MPI_Init under mpirun, before any thread starts
       if (c.distributed()) who = "memfit (" + c.describe() + ")";
       finalize.emplace();
     }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "cli/args.hpp"
+#include "cli/environment.hpp"
 #include "data/dataset.hpp"
 #include "memfit/graph.hpp"
 #include "models/model.hpp"
@@ -66,8 +67,8 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
       "IDX data: keep it in memory, stream it from a disk cache, or auto (default): in memory unless streaming "
       "makes the plan fit or lets the fit pick a faster plan");
   a.add("cache-dir", &o.cache_dir, "DIR",
-        "where streamed IDX data is decompressed to and a language model's tokens are cached (default "
-        "$MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or ~/.cache/memfit)");
+        "where streamed IDX data is decompressed to, a language model's tokens and the machine's measured speed "
+        "are cached (default $MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit or ~/.cache/memfit)");
   a.add("batch", &o.batch, "N", "batch size (default 64)");
   a.add("optimizer", &o.optimizer.kind, "sgd|adam|adamw|adafactor",
         "optimizer (default sgd with momentum 0.9); adafactor: factored second moment, no first moment");
@@ -292,6 +293,7 @@ bool parse_flags(Args& a, const std::vector<std::string>& argv, const std::strin
     r.error = err;
     return false;
   }
+  apply_environment(read_environment(), r.options);
   return true;
 }
 

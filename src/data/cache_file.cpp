@@ -39,24 +39,21 @@ void remove_stale_temps(const fs::path& final_path) {
 
 }  // namespace
 
-std::string default_cache_dir() {
-  if (const char* d = std::getenv("MEMFIT_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return (fs::path(x) / "memfit").string();
-  std::string home;
-  if (const char* h = std::getenv("HOME"); h && *h) {
-    home = h;
-  } else {
+std::string cache_dir_for(const CacheDirSources& s) {
+  if (!s.memfit_cache_dir.empty()) return s.memfit_cache_dir;
+  if (!s.xdg_cache_home.empty() && s.xdg_cache_home[0] == '/') return (fs::path(s.xdg_cache_home) / "memfit").string();
+  std::string home = s.home;
+  if (home.empty()) {
     struct passwd pw, *res = nullptr;
     char buf[4096];
     if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &res) == 0 && res && res->pw_dir && *res->pw_dir)
       home = res->pw_dir;
   }
   if (!home.empty()) return (fs::path(home) / ".cache" / "memfit").string();
-  std::error_code ec;
-  fs::path tmp = fs::temp_directory_path(ec);
-  if (ec) tmp = "/tmp";
-  return (tmp / ("memfit-cache-" + std::to_string(getuid()))).string();
+  return fallback_cache_dir();
 }
+
+std::string fallback_cache_dir() { return "/tmp/memfit-cache-" + std::to_string(getuid()); }
 
 FileStamp stamp_of(const std::string& path) {
   struct stat st;
@@ -74,7 +71,7 @@ std::string hex16(uint64_t h) {
 }
 
 std::string ensure_cache_dir(const std::string& dir_in, const std::string& what, const std::string& hint) {
-  const std::string dir = dir_in.empty() ? default_cache_dir() : dir_in;
+  const std::string dir = dir_in.empty() ? fallback_cache_dir() : dir_in;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec))

@@ -9,10 +9,21 @@
 
 namespace memfit::data {
 
-// The cache directory when none is given: $MEMFIT_CACHE_DIR, else
-// $XDG_CACHE_HOME/memfit (when absolute), else $HOME/.cache/memfit (HOME or
-// the password database), else <temp dir>/memfit-cache-<uid>.
-std::string default_cache_dir();
+// Where the caches live when the run names no directory. The command reads
+// the environment once (src/cli/environment.hpp) and passes what it found;
+// nothing below the command reads the environment.
+struct CacheDirSources {
+  std::string memfit_cache_dir;  // $MEMFIT_CACHE_DIR
+  std::string xdg_cache_home;    // $XDG_CACHE_HOME
+  std::string home;              // $HOME
+};
+// s.memfit_cache_dir when not empty, else <xdg_cache_home>/memfit when it is
+// absolute, else <home>/.cache/memfit (home, else the password database's
+// entry of this user), else fallback_cache_dir().
+std::string cache_dir_for(const CacheDirSources& s);
+// /tmp/memfit-cache-<uid>: the directory "" means to the layers below the
+// command (a library caller that names none; the command always names one).
+std::string fallback_cache_dir();
 
 // A cache file's identity of a source file: its absolute path (links
 // resolved where they exist), size and modification time in nanoseconds.
@@ -27,7 +38,7 @@ FileStamp stamp_of(const std::string& path);
 // 16 lower-case hex digits: the part of a cache file's name that keys it.
 std::string hex16(uint64_t h);
 
-// Creates the cache directory `dir` ("" = default_cache_dir()) and returns
+// Creates the cache directory `dir` ("" = fallback_cache_dir()) and returns
 // it. Throws std::runtime_error naming it (and `hint`) when it cannot be made.
 std::string ensure_cache_dir(const std::string& dir, const std::string& what, const std::string& hint);
 

@@ -58,7 +58,7 @@ std::string idx_cache_path(const std::string& source, const std::string& cache_d
   h = rng::fnv1a(h, &s.mtime_ns, sizeof s.mtime_ns);
   std::string name = fs::path(source).filename().string();
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) name.resize(name.size() - 3);
-  const std::string dir = cache_dir.empty() ? default_cache_dir() : cache_dir;
+  const std::string dir = cache_dir.empty() ? fallback_cache_dir() : cache_dir;
   return (fs::path(dir) / (name + "-" + hex16(h) + ".idx")).string();
 }
 

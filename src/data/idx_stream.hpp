@@ -25,21 +25,21 @@
 #include <string>
 #include <vector>
 
-#include "data/cache_file.hpp"  // default_cache_dir
+#include "data/cache_file.hpp"  // fallback_cache_dir
 #include "data/dataset.hpp"
 #include "data/idx.hpp"
 
 namespace memfit::data {
 
 // Where the raw cache of the IDX images file `source` goes in `cache_dir`
-// ("" = default_cache_dir()): "<dir>/<name>-<16 hex digits>.idx", the digits
+// ("" = fallback_cache_dir()): "<dir>/<name>-<16 hex digits>.idx", the digits
 // a hash of the source's absolute path, size and mtime. A raw (uncompressed)
 // source is its own cache: its path is returned. Throws std::runtime_error
 // naming the source when it cannot be stat'ed.
 std::string idx_cache_path(const std::string& source, const std::string& cache_dir = "");
 
 struct StreamOptions {
-  std::string cache_dir;  // "" = default_cache_dir()
+  std::string cache_dir;  // "" = fallback_cache_dir()
   // true: build or check the cache and open it in open(); false: only the
   // labels and the images' header are read (enough to plan memory), and
   // prepare() must run before get().

@@ -113,7 +113,7 @@ TokenCacheKey token_cache_key(const std::string& corpus, const std::string& toke
 }
 
 std::string token_cache_path(const TokenCacheKey& key, const std::string& cache_dir) {
-  const std::string dir = cache_dir.empty() ? default_cache_dir() : cache_dir;
+  const std::string dir = cache_dir.empty() ? fallback_cache_dir() : cache_dir;
   return (fs::path(dir) / (key.name + "-" + hex16(key.hash) + ".tokens")).string();
 }
 

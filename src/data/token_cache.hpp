@@ -46,7 +46,7 @@ struct TokenCacheKey {
 TokenCacheKey token_cache_key(const std::string& corpus, const std::string& tokenizer_identity, double val_fraction,
                               uint64_t seed);
 
-// "<cache_dir>/<name>-<hex>.tokens" (cache_dir "" = default_cache_dir()).
+// "<cache_dir>/<name>-<hex>.tokens" (cache_dir "" = fallback_cache_dir()).
 std::string token_cache_path(const TokenCacheKey& key, const std::string& cache_dir);
 
 struct TokenCacheData {

@@ -63,10 +63,7 @@ std::string read_file_bounded(const std::string& path, size_t max_bytes, const s
 
 }  // namespace detail
 
-std::string default_gpt2_ranks() {
-  if (const char* e = std::getenv("MEMFIT_GPT2_RANKS"); e && *e) return e;
-  return MEMFIT_GPT2_RANKS_DEFAULT;
-}
+std::string built_in_gpt2_ranks() { return MEMFIT_GPT2_RANKS_DEFAULT; }
 
 namespace {
 

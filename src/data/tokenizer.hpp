@@ -50,11 +50,11 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = default;
 };
 
-// The GPT-2 ranks file `gpt2` (without a path) reads: $MEMFIT_GPT2_RANKS if
-// set and not empty, else the build's default, the project's
-// deps/gpt2/gpt2.tiktoken (CMake's MEMFIT_GPT2_RANKS; `make deps-text` installs
-// it there).
-std::string default_gpt2_ranks();
+// The GPT-2 ranks file `gpt2` (without a path) reads unless the caller names
+// another: the build's, the project's deps/gpt2/gpt2.tiktoken (CMake's
+// MEMFIT_GPT2_RANKS; `make deps-text` installs it there). The command passes
+// $MEMFIT_GPT2_RANKS instead when it is set (TrainOptions::gpt2_ranks).
+std::string built_in_gpt2_ranks();
 
 // A tokenizer from a spec:
 //   char            the alphabet of `corpus` (its parts together), named
@@ -69,7 +69,7 @@ std::string default_gpt2_ranks();
 // std::runtime_error naming the file for a missing or malformed one.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::vector<std::string_view>& corpus = {},
                                           const std::string& source = "the text",
-                                          const std::string& gpt2_ranks = default_gpt2_ranks());
+                                          const std::string& gpt2_ranks = built_in_gpt2_ranks());
 
 // What save() wrote, whichever kind. Throws std::runtime_error naming the
 // file for a missing, unreadable, oversized or malformed one.

@@ -13,15 +13,6 @@
 namespace memfit::dist {
 namespace {
 
-// Started by an MPI launcher: Open MPI's mpirun sets these (PMIx for newer
-// launchers). Without them memfit never initialises MPI, so a plain run
-// starts no MPI runtime at all.
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 #ifdef MEMFIT_HAVE_MPI
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) {
@@ -43,8 +34,23 @@ MPI_Request g_request = MPI_REQUEST_NULL;
 
 }  // namespace
 
+namespace {
+// The Launch the job was made with: start()'s, or a single process's when
+// world() came first.
+Launch g_launch;
+bool g_made = false;
+}  // namespace
+
+Comm& Comm::start(const Launch& how) {
+  if (g_made && (how.by_mpi != g_launch.by_mpi || how.announced_size != g_launch.announced_size))
+    throw std::logic_error("the job was made before Comm::start, as a single process");
+  g_launch = how;
+  return world();
+}
+
 Comm& Comm::world() {
-  static Comm c;
+  static Comm c(g_launch);
+  g_made = true;
   return c;
 }
 
@@ -56,18 +62,12 @@ bool Comm::built_with_mpi() {
 #endif
 }
 
-Comm::Comm() {
+Comm::Comm(const Launch& how) {
   char h[256] = {};
   ::gethostname(h, sizeof h - 1);
   host_ = h;
-  if (!launched_by_mpi()) return;
+  if (!how.by_mpi) return;
 #ifdef MEMFIT_HAVE_MPI
-  // Open MPI's nonblocking reduce: the binomial tree (each rank's part in
-  // one round) rather than the segmented chain it picks for large pieces,
-  // whose rounds did not advance between backward's nodes (measured: 1 of
-  // gpt-char's 14 gradient buckets started during backward with the chain,
-  // 12 with the tree). A value the user set stays.
-  ::setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
   int provided = 0;
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
   mpi_ = true;
@@ -80,8 +80,7 @@ Comm::Comm() {
 #else
   // mpirun started a build without MPI: every process would train alone and
   // write the same files. Refuse instead.
-  const char* n = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (n && std::atoi(n) > 1)
+  if (how.announced_size > 1)
     throw std::runtime_error("this memfit was built without MPI (libopenmpi-dev was missing at build time): "
                              "install it (make deps-run) and rebuild to train on several ranks");
 #endif

@@ -1,6 +1,7 @@
-// The processes of one data-parallel job. Under mpirun (Open MPI's
-// environment is present) this is MPI_COMM_WORLD; otherwise, or in a build
-// without MPI, a single process whose collectives are no-ops. Every
+// The processes of one data-parallel job. Started by an MPI launcher (the
+// command tells, from its environment: Launch) this is MPI_COMM_WORLD;
+// otherwise, or in a build without MPI, a single process whose collectives
+// are no-ops. Every
 // collective is called by every rank in the same order, from the main
 // thread only. MPI's default error handler stays: when a rank dies, the
 // runtime ends the job (the others do not wait for it).
@@ -25,9 +26,24 @@ constexpr size_t kPieceBytes = size_t(4) << 20;
 // buffer of the piece.
 constexpr size_t comm_scratch_bytes(int ranks) { return ranks > 1 ? 2 * kPieceBytes : 0; }
 
+// How this process was started, as the command read it from its
+// environment (src/cli/environment.cpp): by an MPI launcher or not, and the
+// job's size the launcher announced (0 when it announced none).
+struct Launch {
+  bool by_mpi = false;
+  int announced_size = 0;
+};
+
 class Comm {
  public:
-  // The job this process belongs to, initialised on first use.
+  // The job this process belongs to, made by the command's call of start()
+  // (MPI_Init when `how` says an MPI launcher started it), before any other
+  // thread starts. Throws std::logic_error when the job was already made
+  // with another Launch, and std::runtime_error when several ranks were
+  // launched on a build without MPI.
+  static Comm& start(const Launch& how);
+  // The job made by start(); a single process when nothing started one (a
+  // library caller, a test).
   static Comm& world();
   // True when this build links MPI.
   static bool built_with_mpi();
@@ -72,7 +88,7 @@ class Comm {
   void finalize();
 
  private:
-  Comm();
+  explicit Comm(const Launch& how);
   int rank_ = 0, size_ = 1, local_size_ = 1;
   bool mpi_ = false;
   bool in_flight_ = false;

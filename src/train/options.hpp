@@ -88,7 +88,14 @@ struct TrainOptions {
   // fit or lets the fit pick a faster plan. Image folders are always read
   // from disk. With auto_fit off, auto means memory.
   std::string data_in = "auto";
-  std::string cache_dir;       // the IDX (disk) and token caches' directory ("" = data::default_cache_dir())
+  // The IDX (disk), token and machine-profile caches' directory. The command
+  // fills it when --cache-dir is not given, from what it read of the
+  // environment ($MEMFIT_CACHE_DIR, $XDG_CACHE_HOME/memfit, ~/.cache/memfit:
+  // src/cli/environment.hpp); "" (a library caller's) = data::fallback_cache_dir().
+  std::string cache_dir;
+  // The ranks file --tokenizer gpt2 reads; the command fills it from
+  // $MEMFIT_GPT2_RANKS ("" = data::built_in_gpt2_ranks()).
+  std::string gpt2_ranks;
   int64_t threads = 0;         // 0: all cores
   // bf16 convolutions and linear layers: "auto" (measured: whichever this
   // CPU runs faster), "native" (oneDNN's bf16 primitives) or "f32" (f32

@@ -29,12 +29,16 @@ bool has_idx(const std::string& dir) {
   return false;
 }
 
+std::string gpt2_ranks_of(const TrainOptions& o) {
+  return o.gpt2_ranks.empty() ? data::built_in_gpt2_ranks() : o.gpt2_ranks;
+}
+
 // The run's tokenizer: the one saved in --resume's run directory, else
 // --tokenizer's, built over the texts for char.
 std::shared_ptr<const data::Tokenizer> open_tokenizer(const TrainOptions& o, const std::vector<std::string_view>& texts) {
   const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
   if (!saved.empty() && fs::exists(saved)) return data::load_tokenizer(saved.string());
-  return data::make_tokenizer(o.tokenizer, texts, o.data);
+  return data::make_tokenizer(o.tokenizer, texts, o.data, gpt2_ranks_of(o));
 }
 
 std::string vocabulary_note(const data::Tokenizer& t) {
@@ -98,7 +102,7 @@ void open_text(const TrainOptions& o, const models::Model& model, Datasets& d, s
   std::shared_ptr<const data::Tokenizer> tok;
   const fs::path saved = o.resume.empty() ? fs::path() : fs::path(o.resume) / "tokenizer.json";
   if (!saved.empty() && fs::exists(saved)) tok = data::load_tokenizer(saved.string());
-  else if (o.tokenizer != "char") tok = data::make_tokenizer(o.tokenizer, {}, o.data);
+  else if (o.tokenizer != "char") tok = data::make_tokenizer(o.tokenizer, {}, o.data, gpt2_ranks_of(o));
   std::string identity = "char:corpus";
   if (tok) {
     const std::string form = tok->saved();

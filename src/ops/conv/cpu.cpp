@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "base/process.hpp"
 #include "kernels/cpu/dnnl_util.hpp"
 
 namespace memfit::kernels::cpu {
@@ -232,14 +233,13 @@ ConvParams probe_conv() {
   return p;
 }
 
-// Runs f with `threads` OpenMP threads (the library's parallel regions take
-// omp_get_max_threads()), then puts the caller's count back.
+// f's result, run on one OpenMP thread (the library's parallel regions take
+// omp_get_max_threads()): on a thread of its own, so the caller's count is
+// never touched.
 template <class F>
-auto with_threads(int threads, F f) {
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  auto r = f();
-  omp_set_num_threads(before);
+auto on_one_thread(F f) {
+  decltype(f()) r{};
+  train::run_with_threads(1, [&] { r = f(); });
   return r;
 }
 
@@ -266,7 +266,7 @@ double time_probe_conv(ElemType act, int runs = 7, double window = 0.0, Clock cl
 // one thread in its CPU time: a ratio of per-core speeds, which a loaded
 // machine leaves alone.
 bool measure_bf16_native() {
-  return with_threads(1, [] {
+  return on_one_thread([] {
     double secs[2] = {1e30, 1e30};
     for (int round = 0; round < 2; ++round)
       for (int bf = 0; bf < 2; ++bf) {
@@ -291,7 +291,7 @@ double conv_flops_per_second() {
   if (!(all > 0)) return 0.0;
   double rate = flops / all;
   if (threads > 1) {
-    const double one = with_threads(1, [] { return time_probe_conv(ElemType::F32, 7, 0.02, Clock::ThreadCpu); });
+    const double one = on_one_thread([] { return time_probe_conv(ElemType::F32, 7, 0.02, Clock::ThreadCpu); });
     if (one > 0) rate = std::max(rate, kConvThreadScaling * threads * flops / one);
   }
   return rate;
