@@ -10,8 +10,9 @@
 //  forward   P[N*T,G] = x[N*T,I] w_ih^T (one product for every step), then
 //            the recurrence: Q[N,G] = h[N,H] w_hh^T and the gate loop (SIMD,
 //            sigmoid/tanh from simd_math's vexp) per step. H <= 128: each
-//            sample runs all its steps on one thread (row products against
-//            w_hh^T, samples split across the team); larger H: per step one
+//            sample runs all its steps on one thread, kRowGroup samples
+//            interleaved (their row products against w_hh^T share the
+//            weights' loads: row_products.hpp; groups split across the team); larger H: per step one
 //            oneDNN product over the batch, then the gate loop per sample.
 //  backward  per step t = T-1..0: the gate loop writes dgates of step t
 //            into D[N,G] and into dA[N*T,G] (row n*T+t), then
@@ -30,6 +31,7 @@
 #include "kernels/cpu/bf16_simd.hpp"
 #include "kernels/cpu/dnnl_util.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/row_products.hpp"
 #include "kernels/cpu/simd_math.hpp"
 
 namespace memfit::kernels::cpu {
@@ -55,6 +57,7 @@ constexpr int64_t kPerSampleMaxH = 128;
 bool per_sample(int64_t H) { return H <= kPerSampleMaxH; }
 
 float* at(void* base, size_t off) { return reinterpret_cast<float*>(static_cast<std::byte*>(base) + off); }
+
 
 class LstmFwd final : public Kernel {
  public:
@@ -90,19 +93,21 @@ class LstmFwd final : public Kernel {
       float* wt = at(scratch_, off_wt_);
       for (int64_t r = 0; r < G; ++r)
         for (int64_t k = 0; k < H; ++k) wt[k * G + r] = whh[r * H + k];
-      parallel_for(N, N * T * G * H, [&](int64_t n) {
-        float* q = at(scratch_, off_q_) + n * G;
-        const float* hn = h + n * H;
+      // A sample's q is its recurrent product (a sample past its length
+      // gets one too, which its steps never read).
+      parallel_for(row_groups(N), N * T * G * H, [&](int64_t grp) {
+        const float* hs[kRowGroup];
+        float* qs[kRowGroup];
+        int64_t ns[kRowGroup];
+        for (int s = 0; s < kRowGroup; ++s) {
+          ns[s] = group_row(grp, s, N);
+          hs[s] = h + ns[s] * H;
+          qs[s] = at(scratch_, off_q_) + ns[s] * G;
+        }
         for (int64_t t = 0; t < T; ++t) {
-          if (t > 0 && t < lstm_steps(p_.lengths ? in<int32_t>(5) : nullptr, n, T)) {
-            std::fill(q, q + G, 0.0f);
-            for (int64_t k = 0; k < H; ++k) {
-              const V hk = simd::set1(hn[k]);
-              const float* w = wt + k * G;
-              simd::for_row(G, [&](int64_t j, Mask m) { simd::store(q + j, simd::fmadd(hk, simd::load(w + j, m), simd::load(q + j, m)), m); });
-            }
-          }
-          step_row(n, t);
+          if (t > 0) rows_times(hs, H, wt, G, qs);
+          for (int s = 0; s < kRowGroup; ++s)
+            if (first_of_row(ns, s)) step_row(ns[s], t);
         }
       });
     } else {
@@ -240,20 +245,22 @@ class LstmBwd final : public Kernel {
     };
     if (per_sample_) {
       const float* whh = in<float>(2);
-      parallel_for(N, N * T * G * H, [&](int64_t n) {
-        const int64_t L = lstm_steps(len, n, T);
-        float* r = Rh + n * H;
+      // Each sample's recurrent dh for step t - 1: dgates_t w_hh (past its
+      // length the dgates are zeros, and step L - 1 reads dh_last instead).
+      parallel_for(row_groups(N), N * T * G * H, [&](int64_t grp) {
+        const float* ds[kRowGroup];
+        float* rs[kRowGroup];
+        int64_t ns[kRowGroup];
+        for (int s = 0; s < kRowGroup; ++s) {
+          ns[s] = group_row(grp, s, N);
+          rs[s] = Rh + ns[s] * H;
+        }
         for (int64_t t = T - 1; t >= 0; --t) {
-          row(n, t);
-          if (t == 0 || t >= L) continue;
-          // The sample's recurrent dh for step t - 1: dgates_t w_hh.
-          const float* dar = dA + (n * T + t) * G;
-          std::fill(r, r + H, 0.0f);
-          for (int64_t k = 0; k < G; ++k) {
-            const V d = simd::set1(dar[k]);
-            const float* w = whh + k * H;
-            simd::for_row(H, [&](int64_t j, Mask m) { simd::store(r + j, simd::fmadd(d, simd::load(w + j, m), simd::load(r + j, m)), m); });
+          for (int s = 0; s < kRowGroup; ++s) {
+            if (first_of_row(ns, s)) row(ns[s], t);
+            ds[s] = dA + (ns[s] * T + t) * G;
           }
+          if (t > 0) rows_times(ds, G, whh, H, rs);
         }
       });
     } else {

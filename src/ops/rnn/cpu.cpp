@@ -6,8 +6,9 @@
 //  forward   P[N*T,G] = x[N*T,I] w_ih^T (one product for every step), then
 //            the recurrence: Q[N,G] = h[N,H] w_hh^T and the cell per step.
 //            H <= 128: each sample runs all its steps on one thread (row
-//            products against w_hh^T, which stays in the core's cache;
-//            samples split across the team); larger H: per step one oneDNN
+//            products against w_hh^T, which stays in the core's cache,
+//            kRowGroup samples together: row_products.hpp; groups split
+//            across the team); larger H: per step one oneDNN
 //            product over the batch, then the cell per sample.
 //  backward  per step t = T-1..0 the cell writes the pre-activation
 //            gradients of step t into dAi[N*T,G] (row n*T+t; the input
@@ -31,6 +32,7 @@
 #include "kernels/cpu/bf16_simd.hpp"
 #include "kernels/cpu/dnnl_util.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/row_products.hpp"
 
 namespace memfit::kernels::cpu {
 namespace {
@@ -47,11 +49,6 @@ constexpr int64_t kPerSampleMaxH = 128;
 float* at(void* base, size_t off) { return reinterpret_cast<float*>(static_cast<std::byte*>(base) + off); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// acc[0..len) += s * w[0..len)
-inline void axpy(float* acc, float s, const float* w, int64_t len) {
-  const simd::V sv = simd::set1(s);
-  simd::for_row(len, [&](int64_t j, Mask m) { simd::store(acc + j, simd::fmadd(sv, simd::load(w + j, m), simd::load(acc + j, m)), m); });
-}
 
 class RnnFwd final : public Kernel {
  public:
@@ -80,14 +77,22 @@ class RnnFwd final : public Kernel {
       float* wt = at(scratch_, off_wt_);
       for (int64_t r = 0; r < G; ++r)  // w_hh^T [H,G]: a sample's recurrent product reads rows
         for (int64_t k = 0; k < H; ++k) wt[k * G + r] = whh[r * H + k];
-      parallel_for(N, N * T * G * H, [&](int64_t n) {
-        float* q = Q + n * G;
-        const float* hn = h + n * H;
+      parallel_for(row_groups(N), N * T * G * H, [&](int64_t grp) {
+        const float* hs[kRowGroup];
+        float* qs[kRowGroup];
+        int64_t ns[kRowGroup];
+        for (int s = 0; s < kRowGroup; ++s) {
+          ns[s] = group_row(grp, s, N);
+          hs[s] = h + ns[s] * H;
+          qs[s] = Q + ns[s] * G;
+        }
         for (int64_t t = 0; t < T; ++t) {
-          std::fill(q, q + G, 0.0f);
-          if (t > 0)
-            for (int64_t k = 0; k < H; ++k) axpy(q, hn[k], wt + k * G, G);
-          cell(n, t);
+          if (t == 0)
+            for (float* q : qs) std::fill(q, q + G, 0.0f);
+          else
+            rows_times(hs, H, wt, G, qs);
+          for (int s = 0; s < kRowGroup; ++s)
+            if (first_of_row(ns, s)) cell(ns[s], t);
         }
       });
     } else {
@@ -167,13 +172,20 @@ class RnnBwd final : public Kernel {
     else std::memset(dhs, 0, size_t(N * H) * 4);
     if (per_sample_) {
       const float* whh = in<float>(2);
-      parallel_for(N, N * T * G * H, [&](int64_t n) {
-        float* dh = dhs + n * H;
+      parallel_for(row_groups(N), N * T * G * H, [&](int64_t grp) {
+        const float* das[kRowGroup];
+        float* dh[kRowGroup];
+        int64_t ns[kRowGroup];
+        for (int s = 0; s < kRowGroup; ++s) {
+          ns[s] = group_row(grp, s, N);
+          dh[s] = dhs + ns[s] * H;
+        }
         for (int64_t t = T - 1; t >= 0; --t) {
-          row(n, t);
-          if (t == 0) continue;
-          const float* dah = dAh + (n * T + t) * G;
-          for (int64_t k = 0; k < G; ++k) axpy(dh, dah[k], whh + k * H, H);
+          for (int s = 0; s < kRowGroup; ++s) {
+            if (first_of_row(ns, s)) row(ns[s], t);
+            das[s] = dAh + (ns[s] * T + t) * G;
+          }
+          if (t > 0) rows_times<true>(das, G, whh, H, dh);
         }
       });
     } else {
