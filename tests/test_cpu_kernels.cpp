@@ -43,6 +43,7 @@
 #include "ops/pool/cpu.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_table.hpp"
+#include "runtime/lower_cpu/cpu_lowering.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 #include "runtime/lowered.hpp"
 #include "compile/step_graph.hpp"
@@ -1273,7 +1274,7 @@ TEST(CpuKernels, BlockedLayoutChoice) {
     LowerOptions off;
     off.blocked_layouts = false;
     const LoweredGraph lg(g, device_for(Backend::Cpu), off);
-    EXPECT_EQ(lg.layout(c1), Layout::Plain);
+    EXPECT_EQ(cpu_layout(lg, c1), Layout::Plain);
     ExecConfig cfg;
     cfg.blocked_layouts = false;
     Executor ex(g, cfg);

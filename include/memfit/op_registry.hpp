@@ -33,18 +33,8 @@ struct GradContext {
   }
 };
 
-// Which activation operands (input and output positions) an op's fast CPU
-// kernel takes in the channel-blocked layout as well as plain; `same`: all
-// of them must share one layout. Empty: plain only.
-struct BlockedOperands {
-  std::vector<size_t> ins, outs;
-  bool same = false;
-  bool any() const { return !ins.empty() || !outs.empty(); }
-};
-
 // Everything the passes need to know about an op, so that none of them
-// switches on its name: the planner (in place, views), the CPU lowering
-// (layouts), mixed precision (rounded weights, ops that convert types
+// switches on its name: the planner (in place, views), mixed precision (rounded weights, ops that convert types
 // themselves), recomputation (cost, state updates) and autodiff.
 struct OpTraits {
   // Output 0 may take over the buffer of this input when the input's last
@@ -74,7 +64,6 @@ struct OpTraits {
   // that running it twice changes no state (batch norm's running
   // statistics: "update_stats"). Empty: none.
   std::string recompute_disables;
-  BlockedOperands blocked;
   // The reference kernel is also the CPU kernel (data movement: concat,
   // slice, split); no fast CPU kernel is expected.
   bool reference_serves_cpu = false;

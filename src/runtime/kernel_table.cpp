@@ -20,6 +20,16 @@ void KernelTable::add(const std::string& op, KernelFactory f, KernelCondition ta
   else conditions_.erase(op);
 }
 
+void KernelTable::set_layouts(const std::string& op, OperandLayouts l) {
+  if (l.any()) layouts_[op] = std::move(l);
+  else layouts_.erase(op);
+}
+
+const OperandLayouts* KernelTable::layouts(const std::string& op) const {
+  auto it = layouts_.find(op);
+  return it == layouts_.end() ? nullptr : &it->second;
+}
+
 const KernelFactory* KernelTable::find(const std::string& op) const {
   auto it = factories_.find(op);
   return it == factories_.end() ? nullptr : &it->second;
@@ -76,6 +86,10 @@ void register_device_kernel(const std::string& table, const std::string& op, Ker
 void register_kernel(const std::string& op, KernelFactory f) { add_to("reference", op, std::move(f)); }
 void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes) {
   add_to("cpu", op, std::move(f), std::move(takes));
+}
+void register_cpu_layouts(const std::string& op, OperandLayouts l) {
+  std::lock_guard<std::mutex> lock(tables_mutex());
+  tables()["cpu"].set_layouts(op, std::move(l));
 }
 void register_cuda_kernel(const std::string& op, KernelFactory f) { add_to("cuda", op, std::move(f)); }
 const KernelFactory* find_cuda_kernel(const std::string& op) { return kernel_table("cuda").find(op); }

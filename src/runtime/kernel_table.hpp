@@ -23,20 +23,34 @@ using KernelFactory = std::function<std::unique_ptr<kernels::Kernel>(const Lower
 // layout), by the factory's own condition beyond the activation type.
 using KernelCondition = std::function<bool(const Graph&, const Node&)>;
 
+// Which activation operands (input and output positions) a device's
+// kernels for an op take in the device's own layout as well as plain (the
+// CPU's channel-blocked nChw16c: runtime/lower_cpu/layout.hpp); `same`: all
+// of them must share one layout. Empty: plain only.
+struct OperandLayouts {
+  std::vector<size_t> ins, outs;
+  bool same = false;
+  bool any() const { return !ins.empty() || !outs.empty(); }
+};
+
 // One device's kernels: a factory per op, and where the device's lowering
-// needs it before any kernel is made, the condition under which the
-// factory takes a node.
+// needs them before any kernel is made, the condition under which the
+// factory takes a node and the operands it takes in the device's layout.
 class KernelTable {
  public:
   void add(const std::string& op, KernelFactory f, KernelCondition takes = {});
+  void set_layouts(const std::string& op, OperandLayouts l);
   const KernelFactory* find(const std::string& op) const;
   // The op's condition for n (true where it has none).
   bool takes(const Graph& g, const Node& n) const;
+  // The op's operands in the device's layout (nullptr: plain only).
+  const OperandLayouts* layouts(const std::string& op) const;
   std::vector<std::string> ops() const;  // sorted
 
  private:
   std::map<std::string, KernelFactory> factories_;
   std::map<std::string, KernelCondition> conditions_;
+  std::map<std::string, OperandLayouts> layouts_;
 };
 
 // The kernel tables by name: "reference" (the scalar oracle's, which also
@@ -60,6 +74,10 @@ void register_kernel(const std::string& op, KernelFactory f);
 // condition where the channel-blocked layouts depend on it (the layouts are
 // chosen before any kernel is made: runtime/lower_cpu/layout.cpp).
 void register_cpu_kernel(const std::string& op, KernelFactory f, KernelCondition takes = {});
+// The operands the CPU's kernels for op take channel-blocked (the op's
+// lower_cpu.cpp; an op whose one element-wise lowering serves every device,
+// cast, without a CPU factory of its own).
+void register_cpu_layouts(const std::string& op, OperandLayouts l);
 // CUDA lowering (ops/<family>/lower_cuda.cpp): serves the CUDA device; an op
 // without one is refused there, naming it (no host fallback: the arenas are
 // device memory). A factory returning nullptr marks a node that needs no

@@ -39,7 +39,7 @@ void put(std::string& s, double x) {
 }  // namespace
 
 LoweredGraph::LoweredGraph(const Graph& g, const Device& d, LowerOptions o)
-    : g_(g), d_(d), opt_(o), layouts_(g.num_values(), kernels::cpu::Layout::Plain) {
+    : g_(g), d_(d), opt_(o) {
   d.prepare(*this);
   if (!o.plain && !d.wide_floats() && any_low_precision(g)) {
     view_graph_ = memfit::f32_view(g);
@@ -72,7 +72,6 @@ std::string node_signature(const LoweredGraph& lg, NodeId id) {
   s += '|';
   s += lg.options().plain ? 'p' : '-';
   s += lg.options().blocked_layouts ? 'b' : '-';
-  s += lg.bf16_products_native() ? 'n' : '-';
   s += '|';
   s += n.op;
   s += '|';
@@ -98,7 +97,6 @@ std::string node_signature(const LoweredGraph& lg, NodeId id) {
       for (int64_t d : val.shape) put(s, d);
       s += dtype_name(val.dtype);
       s += '/';
-      put(s, static_cast<int64_t>(lg.layout(v)));
       if (side == 0 && val.producer >= 0) near.push_back(type_mask(g, g.node(val.producer)));
     }
   }
@@ -110,6 +108,10 @@ std::string node_signature(const LoweredGraph& lg, NodeId id) {
   near.erase(std::unique(near.begin(), near.end()), near.end());
   s += "|near:";
   for (uint32_t m : near) put(s, static_cast<int64_t>(m));
+  if (const DeviceLowering* d = lg.device_lowering()) {
+    s += "|device:";
+    d->sign(lg, id, s);
+  }
   return s;
 }
 

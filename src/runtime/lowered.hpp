@@ -2,24 +2,36 @@
 // factory reads besides its own node, computed once per graph (not once per
 // factory call) and passed to every factory.
 //
-// A factory may read its node, its operands' values, the layouts and flags
-// held here and the operand types of the nodes next to its operands (max
-// pooling pairs its forward and backward kernels that way). plan_for's cache
-// key (node_signature) covers exactly these, so a factory that reads more of
-// the graph must extend node_signature too.
+// A factory may read its node, its operands' values, its device's own part
+// of the lowering (DeviceLowering: the CPU's layouts and bf16 product path)
+// and the operand types of the nodes next to its operands (max pooling pairs
+// its forward and backward kernels that way). plan_for's cache key
+// (node_signature) covers exactly these, so a factory that reads more of the
+// graph must extend node_signature (or its device's sign()) too.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/layout.hpp"
 #include "memfit/graph.hpp"
 #include "memfit/runtime.hpp"
 
 namespace memfit {
 
 class Device;
+class LoweredGraph;
+
+// A device's own part of one graph's lowering, made by its prepare() and
+// read only by its own factories (the CPU's: runtime/lower_cpu/cpu_lowering.hpp).
+// Nothing else sees inside it.
+class DeviceLowering {
+ public:
+  virtual ~DeviceLowering() = default;
+  // Appends to s what the kernel of node id depends on in this state, for
+  // node_signature.
+  virtual void sign(const LoweredGraph& lg, NodeId id, std::string& s) const = 0;
+};
 
 struct LowerOptions {
   // false: every value plain (ExecConfig::blocked_layouts).
@@ -31,8 +43,8 @@ struct LowerOptions {
 
 class LoweredGraph {
  public:
-  // Lets the device fill in its part (Device::prepare): the layouts and the
-  // bf16 product path; makes the f32 view's context where one is needed.
+  // Lets the device fill in its part (Device::prepare); makes the f32
+  // view's context where one is needed.
   LoweredGraph(const Graph& g, const Device& d, LowerOptions o = {});
   ~LoweredGraph();
   LoweredGraph(const LoweredGraph&) = delete;
@@ -44,15 +56,8 @@ class LoweredGraph {
   Backend backend() const;
   const LowerOptions& options() const { return opt_; }
 
-  // The layout the fast CPU kernels keep each value in (all Plain on other
-  // devices, in an f32 view, and with blocked_layouts off).
-  kernels::cpu::Layout layout(ValueId v) const { return layouts_[static_cast<size_t>(v)]; }
-  const std::vector<kernels::cpu::Layout>& layouts() const { return layouts_; }
-  // Convolutions and linear layers with bf16 activations compute in bf16
-  // (true) or in f32 between conversions (false): read once per graph from
-  // kernels::cpu::bf16_convs_native() by the CPU device (bf16 graphs only).
-  bool bf16_products_native() const { return bf16_native_; }
-
+  // The device's own part of this lowering (nullptr where it keeps none).
+  const DeviceLowering* device_lowering() const { return state_.get(); }
   // The context of g's f32 view (every bf16/f16 value retyped f32) with
   // plain layouts, which a low-precision node without a kernel of its own
   // types is lowered from (runtime/mixed.hpp); nullptr if g has no
@@ -63,24 +68,23 @@ class LoweredGraph {
   const std::vector<std::vector<NodeId>>& readers() const;
 
   // For Device::prepare.
-  void set_layouts(std::vector<kernels::cpu::Layout> l) { layouts_ = std::move(l); }
-  void set_bf16_products_native(bool on) { bf16_native_ = on; }
+  void set_device_lowering(std::unique_ptr<DeviceLowering> s) { state_ = std::move(s); }
 
  private:
   const Graph& g_;
   const Device& d_;
   LowerOptions opt_;
-  std::vector<kernels::cpu::Layout> layouts_;
-  bool bf16_native_ = true;
+  std::unique_ptr<DeviceLowering> state_;
   std::unique_ptr<Graph> view_graph_;
   std::unique_ptr<LoweredGraph> view_;
   mutable std::vector<std::vector<NodeId>> readers_;
 };
 
 // What a factory's kernel for node id depends on, as a string: device,
-// lowering flags, op, attributes, each operand's shape, type and layout, and
-// the operand types of the neighbouring nodes (each input's producer, every
-// reader of an operand). Equal signatures make kernels with equal scratch
+// lowering flags, op, attributes, each operand's shape and type, the operand
+// types of the neighbouring nodes (each input's producer, every reader of an
+// operand), and the device's own part (DeviceLowering::sign: on the CPU
+// each operand's layout and the bf16 product path). Equal signatures make kernels with equal scratch
 // and heap bytes: plan_for's cache key.
 std::string node_signature(const LoweredGraph& lg, NodeId id);
 

@@ -21,13 +21,16 @@ std::unique_ptr<kernels::Kernel> bn_kernel(const LoweredGraph& lg, NodeId id, Ma
   auto p = bn_params(g, n);
   const auto act = cpu_act(g, n);
   if (!act || !handled(p)) return nullptr;
-  const auto l = lg.layout(n.inputs[0]);
+  const auto l = cpu_layout(lg, n.inputs[0]);
   return blocked_checked(make(p, l, *act), l != kernels::cpu::Layout::Plain, g, n);
 }
 
 }  // namespace
 
 void register_batchnorm_cpu_kernels() {
+  // x and y (and dy, dx) in one layout.
+  register_cpu_layouts("batch_norm", {{0}, {0}, true});
+  register_cpu_layouts("batch_norm_bwd", {{0, 1}, {0}, true});
   register_cpu_kernel("batch_norm", [](const LoweredGraph& lg, NodeId id) {
     return bn_kernel(lg, id, [](const auto& p, auto l, auto act) { return kernels::cpu::make_batch_norm(p, l, act); });
   }, takes);

@@ -10,7 +10,6 @@ void register_batchnorm_ops() {
   bn.name = "batch_norm";
   // A recomputed batch norm must not update the running statistics again.
   bn.traits.recompute_disables = "update_stats";
-  bn.traits.blocked = {{0}, {0}, true};
   bn.infer = [](const Graph& g, const Node& n) {
     if (n.inputs.size() != 5) shape_fail(g, n, "batch_norm takes x, gamma, beta, running_mean, running_var");
     const Shape& x = in_shape(g, n, 0);
@@ -37,7 +36,6 @@ void register_batchnorm_ops() {
   OpDef bwd;
   bwd.name = "batch_norm_bwd";
   bwd.traits.no_gradient = true;
-  bwd.traits.blocked = {{0, 1}, {0}, true};
   bwd.infer = [](const Graph& g, const Node& n) {
     const Shape& x = in_shape(g, n, 0);
     DType dt = in_dtype(g, n, 0);

@@ -22,7 +22,7 @@ void lower_last_axis_ref(const std::string& op, P (*params)(const Graph&, const 
 // op lowers to make(params(g, n), activation type) for f32 or bf16
 // activations; f16, or bf16 in a build without the bf16 loops, falls back to
 // the reference kernel between conversions (runtime/mixed.hpp). The operands
-// are always plain (no traits.blocked).
+// are always plain (no register_cpu_layouts).
 template <class P>
 void lower_last_axis_cpu(const std::string& op, P (*params)(const Graph&, const Node&),
                          std::unique_ptr<kernels::Kernel> (*make)(const P&, kernels::ElemType)) {

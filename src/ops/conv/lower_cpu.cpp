@@ -22,13 +22,17 @@ void register_conv_cpu_kernels() {
   auto weights16 = [](const LoweredGraph& lg, const Graph& g, const Node& n, kernels::ElemType act) {
     return bf16_weight(g, n.inputs[1]) && !(act == kernels::ElemType::BF16 && product_type(lg, act) != act);
   };
+  // The activations blocked or plain, each on its own (the weights plain).
+  register_cpu_layouts("conv2d", {{0}, {0}, false});
+  register_cpu_layouts("conv2d_bwd_data", {{0}, {0}, false});
+  register_cpu_layouts("conv2d_bwd_weight", {{0, 1}, {}, false});
   register_cpu_kernel("conv2d", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
     const auto act = cpu_act(g, n, true);
     if (!act) return nullptr;
-    const auto& L = lg.layouts();
-    const Layout x = L[static_cast<size_t>(n.inputs[0])], y = L[static_cast<size_t>(n.outputs[0])];
+    const auto L = [&lg](ValueId v) { return cpu_layout(lg, v); };
+    const Layout x = L(n.inputs[0]), y = L(n.outputs[0]);
     return checked(kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
                                                          shape_of(g, n.outputs[0]), n.inputs.size() == 3),
                                              x, y, product_type(lg, *act), weights16(lg, g, n, *act)),
@@ -39,8 +43,8 @@ void register_conv_cpu_kernels() {
     const Node& n = lg.node(id);
     const auto act = cpu_act(g, n, true);
     if (!act) return nullptr;
-    const auto& L = lg.layouts();
-    const Layout dy = L[static_cast<size_t>(n.inputs[0])], dx = L[static_cast<size_t>(n.outputs[0])];
+    const auto L = [&lg](ValueId v) { return cpu_layout(lg, v); };
+    const Layout dy = L(n.inputs[0]), dx = L(n.outputs[0]);
     return checked(kernels::cpu::make_conv2d_bwd_data(
                        conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false),
                        dy, dx, product_type(lg, *act), weights16(lg, g, n, *act)),
@@ -51,8 +55,8 @@ void register_conv_cpu_kernels() {
     const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
-    const auto& L = lg.layouts();
-    const Layout x = L[static_cast<size_t>(n.inputs[0])], dy = L[static_cast<size_t>(n.inputs[1])];
+    const auto L = [&lg](ValueId v) { return cpu_layout(lg, v); };
+    const Layout x = L(n.inputs[0]), dy = L(n.inputs[1]);
     return checked(kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
                                                                     shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0),
                                                         x, dy, product_type(lg, *act)),

@@ -81,15 +81,12 @@ void register_conv_ops() {
   OpTraits fwd;
   fwd.heavy = true;
   fwd.low_precision_weights = {1};
-  fwd.blocked = {{0}, {0}, false};
   register_op({"conv2d", infer_conv, grad_conv, fwd, flops_conv});
   OpTraits bwd_data;
   bwd_data.no_gradient = true;
   bwd_data.low_precision_weights = {1};
-  bwd_data.blocked = {{0}, {0}, false};
   OpTraits bwd_weight;
   bwd_weight.no_gradient = true;
-  bwd_weight.blocked = {{0, 1}, {}, false};
   register_op({"conv2d_bwd_data",
                [](const Graph& g, const Node& n) {
                  return std::vector<ValueMeta>{{n.attrs.ints("x_shape"), g.value(n.inputs[0]).dtype}};

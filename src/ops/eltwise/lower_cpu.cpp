@@ -5,6 +5,13 @@ namespace memfit {
 
 void register_eltwise_cpu_kernels() {
   using KPtr = std::unique_ptr<kernels::Kernel>;
+  // Element-wise: any layout, the same for every operand. cast's one
+  // lowering (runtime/mixed.cpp) serves every device.
+  register_cpu_layouts("relu", {{0}, {0}, true});
+  register_cpu_layouts("relu_bwd", {{0, 1}, {0}, true});
+  register_cpu_layouts("add", {{0, 1}, {0}, true});
+  register_cpu_layouts("scale", {{0}, {0}, true});
+  register_cpu_layouts("cast", {{0}, {0}, true});
   auto n_of = [](const Graph& g, const Node& n) { return numel(g.value(n.outputs[0]).shape); };
   register_cpu_kernel("relu", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();

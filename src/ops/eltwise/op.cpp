@@ -18,7 +18,6 @@ std::vector<ValueMeta> infer_add(const Graph& g, const Node& n) {
 void register_eltwise_ops() {
   OpDef relu = simple_op("relu", 0);
   relu.traits.no_gradient = false;
-  relu.traits.blocked = {{0}, {0}, true};
   relu.traits.commutes_with_max_pool = true;
   relu.grad = [](GradContext& c) {
     std::vector<ValueId> r{kNone};
@@ -28,12 +27,10 @@ void register_eltwise_ops() {
   register_op(relu);
   // relu_bwd(y, dy): dx may overwrite dy.
   OpDef relu_bwd = simple_op("relu_bwd", 1);
-  relu_bwd.traits.blocked = {{0, 1}, {0}, true};
   register_op(relu_bwd);
 
   OpDef add = simple_op("add", 0);
   add.traits.no_gradient = false;
-  add.traits.blocked = {{0, 1}, {0}, true};
   add.infer = infer_add;
   add.grad = [](GradContext& c) {
     ValueId d = c.out_grads[0];
@@ -43,7 +40,6 @@ void register_eltwise_ops() {
 
   OpDef scale = simple_op("scale", 0);
   scale.traits.no_gradient = false;
-  scale.traits.blocked = {{0}, {0}, true};
   scale.grad = [](GradContext& c) {
     std::vector<ValueId> r{kNone};
     if (c.out_grads[0] != kNone && c.need[0])
@@ -70,7 +66,6 @@ void register_eltwise_ops() {
   cast.name = "cast";
   cast.traits.converts_types = true;
   cast.traits.reference_serves_cpu = true;  // one lowering (runtime/mixed.cpp) serves every backend
-  cast.traits.blocked = {{0}, {0}, true};  // element-wise: any layout, the same on both sides
   cast.infer = [](const Graph& g, const Node& n) {
     const auto to = static_cast<DType>(n.attrs.i("dtype"));
     if (!is_float(in_dtype(g, n, 0)) || !is_float(to)) shape_fail(g, n, "cast converts between float types only");

@@ -56,13 +56,15 @@ void register_pool_cpu_kernels() {
     if (!act) return nullptr;
     return kernels::cpu::make_avg_pool2d_bwd(pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])), *act);
   });
+  register_cpu_layouts("global_avg_pool", {{0}, {}, false});
+  register_cpu_layouts("global_avg_pool_bwd", {{}, {0}, false});
   register_cpu_kernel("global_avg_pool", [](const LoweredGraph& lg, NodeId id) -> KPtr {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     const Shape& x = shape_of(g, n.inputs[0]);
-    const auto l = lg.layout(n.inputs[0]);
+    const auto l = cpu_layout(lg, n.inputs[0]);
     return blocked_checked(kernels::cpu::make_global_avg_pool({x[0], x[1], x[2] * x[3]}, l, *act),
                            l != kernels::cpu::Layout::Plain, g, n);
   });
@@ -72,7 +74,7 @@ void register_pool_cpu_kernels() {
     const auto act = cpu_act(g, n);
     if (!act) return nullptr;
     const Shape& x = n.attrs.ints("x_shape");
-    const auto l = lg.layout(n.outputs[0]);
+    const auto l = cpu_layout(lg, n.outputs[0]);
     return blocked_checked(kernels::cpu::make_global_avg_pool_bwd({x[0], x[1], x[2] * x[3]}, l, *act),
                            l != kernels::cpu::Layout::Plain, g, n);
   });

@@ -73,7 +73,6 @@ void register_pool_ops() {
     OpDef b;
     b.name = name;
     b.traits.no_gradient = true;
-    if (std::string(name) == "global_avg_pool_bwd") b.traits.blocked = {{}, {0}, false};
     b.infer = [](const Graph& g, const Node& n) {
       return std::vector<ValueMeta>{{n.attrs.ints("x_shape"), in_dtype(g, n, 0)}};
     };
@@ -82,7 +81,6 @@ void register_pool_ops() {
 
   OpDef gp;
   gp.name = "global_avg_pool";
-  gp.traits.blocked = {{0}, {}, false};
   gp.infer = [](const Graph& g, const Node& n) {
     expect_rank(g, n, 0, 4);
     const Shape& x = in_shape(g, n, 0);

@@ -2,14 +2,51 @@
 // where one is registered and takes the node, else the reference kernel,
 // between conversions when the node stores bf16/fp16.
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/engine.hpp"
 #include "ops/conv/cpu.hpp"
 #include "runtime/device.hpp"
 #include "runtime/kernel_table.hpp"
+#include "runtime/lower_cpu/cpu_lowering.hpp"
 #include "runtime/lower_cpu/layout.hpp"
 
 namespace memfit {
+
+void CpuLowering::sign(const LoweredGraph& lg, NodeId id, std::string& s) const {
+  s += bf16_products_native ? 'n' : '-';
+  const Node& n = lg.node(id);
+  for (const auto* vs : {&n.inputs, &n.outputs}) {
+    s += '/';
+    for (ValueId v : *vs) {
+      s += std::to_string(static_cast<int>(layouts[static_cast<size_t>(v)]));
+      s += ',';
+    }
+  }
+}
+
+const CpuLowering* cpu_lowering(const LoweredGraph& lg) {
+  return dynamic_cast<const CpuLowering*>(lg.device_lowering());
+}
+
+kernels::cpu::Layout cpu_layout(const LoweredGraph& lg, ValueId v) {
+  const CpuLowering* c = cpu_lowering(lg);
+  return c ? c->layouts[static_cast<size_t>(v)] : kernels::cpu::Layout::Plain;
+}
+
+std::vector<kernels::cpu::Layout> cpu_value_layouts(const LoweredGraph& lg) {
+  std::vector<kernels::cpu::Layout> r(lg.graph().num_values());
+  for (size_t v = 0; v < r.size(); ++v) r[v] = cpu_layout(lg, static_cast<ValueId>(v));
+  return r;
+}
+
+bool bf16_products_native(const LoweredGraph& lg) {
+  const CpuLowering* c = cpu_lowering(lg);
+  return !c || c->bf16_products_native;
+}
+
 namespace {
 
 class CpuDevice final : public HostDevice {
@@ -19,13 +56,16 @@ class CpuDevice final : public HostDevice {
 
   void prepare(LoweredGraph& lg) const override {
     const Graph& g = lg.graph();
-    if (!lg.options().plain && lg.options().blocked_layouts) lg.set_layouts(cpu_layouts(g));
+    auto state = std::make_unique<CpuLowering>();
+    if (!lg.options().plain && lg.options().blocked_layouts) state->layouts = cpu_layouts(g);
+    else state->layouts.assign(g.num_values(), kernels::cpu::Layout::Plain);
     // The bf16 product path matters (and is measured) only for bf16 graphs.
     for (const Value& v : g.values())
       if (v.dtype == DType::bf16) {
-        lg.set_bf16_products_native(kernels::cpu::bf16_convs_native());
+        state->bf16_products_native = kernels::cpu::bf16_convs_native();
         break;
       }
+    lg.set_device_lowering(std::move(state));
   }
 
   std::unique_ptr<kernels::Kernel> make_kernel(const LoweredGraph& lg, NodeId id) const override {

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/engine.hpp"
 #include "runtime/kernel_table.hpp"
+#include "runtime/lower_cpu/cpu_lowering.hpp"
 #include "runtime/mixed.hpp"
 
 namespace memfit {
@@ -51,7 +52,7 @@ inline bool all_f32(const Graph& g, const Node& n) { return cpu_act(g, n) == ker
 // context's bf16 product path, read once per graph from
 // kernels::cpu::bf16_convs_native): the type to make their kernel for.
 inline kernels::ElemType product_type(const LoweredGraph& lg, kernels::ElemType act) {
-  return act == kernels::ElemType::BF16 && !lg.bf16_products_native() ? kernels::ElemType::F32 : act;
+  return act == kernels::ElemType::BF16 && !bf16_products_native(lg) ? kernels::ElemType::F32 : act;
 }
 
 // k, made for storage type made_for (product_type()): wrapped in the

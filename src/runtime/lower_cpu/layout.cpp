@@ -50,8 +50,9 @@ std::vector<Layout> cpu_layouts(const Graph& g) {
   Sets sets(V);
   std::vector<bool> ok(V);
   for (size_t v = 0; v < V; ++v) ok[v] = candidate(g.value(static_cast<ValueId>(v)));
-  // Which operands each op's fast kernel takes blocked: its traits.
-  auto listed = [](const BlockedOperands* r, size_t i, bool input) {
+  // Which operands each op's fast kernel takes blocked: the CPU table's.
+  const KernelTable& cpu = kernel_table("cpu");
+  auto listed = [](const OperandLayouts* r, size_t i, bool input) {
     if (!r) return false;
     const auto& l = input ? r->ins : r->outs;
     return std::find(l.begin(), l.end(), i) != l.end();
@@ -60,8 +61,7 @@ std::vector<Layout> cpu_layouts(const Graph& g) {
   // the whole set out (below, once the sets are complete).
   std::vector<size_t> poisoned;
   for (const Node& n : g.nodes()) {
-    const BlockedOperands& b = op_def(n.op).traits.blocked;
-    const BlockedOperands* r = b.any() ? &b : nullptr;
+    const OperandLayouts* r = cpu.layouts(n.op);
     const bool fast = r && fast_node(g, n);
     std::vector<size_t> linked;
     for (int side = 0; side < 2; ++side) {
