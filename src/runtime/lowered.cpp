@@ -51,8 +51,6 @@ LoweredGraph::LoweredGraph(const Graph& g, const Device& d, LowerOptions o)
 
 LoweredGraph::~LoweredGraph() = default;
 
-Backend LoweredGraph::backend() const { return d_.backend(); }
-
 const std::vector<std::vector<NodeId>>& LoweredGraph::readers() const {
   if (readers_.empty()) {
     readers_.resize(g_.num_values());

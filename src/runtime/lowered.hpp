@@ -53,7 +53,6 @@ class LoweredGraph {
   const Graph& graph() const { return g_; }
   const Node& node(NodeId id) const { return g_.node(id); }
   const Device& device() const { return d_; }
-  Backend backend() const;
   const LowerOptions& options() const { return opt_; }
 
   // The device's own part of this lowering (nullptr where it keeps none).

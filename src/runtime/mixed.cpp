@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/bf16.hpp"
+#include "runtime/device.hpp"
 #include "memfit/op_registry.hpp"
 #include "kernels/cpu/parallel.hpp"
 
@@ -158,10 +159,12 @@ class CastKernel final : public kernels::Kernel {
 
 }  // namespace
 
-std::unique_ptr<kernels::Kernel> make_cast_kernel(const Graph& g, const Node& n, Backend b) {
+std::unique_ptr<kernels::Kernel> make_cast_kernel(const LoweredGraph& lg, NodeId id) {
+  const Graph& g = lg.graph();
+  const Node& n = lg.node(id);
   return std::make_unique<CastKernel>(g.value(n.inputs[0]).dtype, g.value(n.outputs[0]).dtype,
                                       static_cast<size_t>(numel(g.value(n.inputs[0]).shape)),
-                                      b == Backend::Reference64, n.attrs.i("loss_scale", 0) != 0);
+                                      lg.device().wide_floats(), n.attrs.i("loss_scale", 0) != 0);
 }
 
 DType low_precision_type(const Graph& g, const Node& n) {

@@ -18,6 +18,7 @@
 #include "kernels/kernel.hpp"
 #include "memfit/graph.hpp"
 #include "memfit/runtime.hpp"
+#include "runtime/lowered.hpp"
 
 namespace memfit {
 
@@ -31,8 +32,9 @@ std::unique_ptr<Graph> f32_view(const Graph& g);
 // kernel described above. Returns nullptr if inner is nullptr (views).
 std::unique_ptr<kernels::Kernel> wrap_low_precision(const Graph& g, const Node& n, std::unique_ptr<kernels::Kernel> inner);
 
-// The cast op's kernel (every backend).
-std::unique_ptr<kernels::Kernel> make_cast_kernel(const Graph& g, const Node& n, Backend b);
+// The cast op's kernel (every device; in double where the device stores
+// floats wide).
+std::unique_ptr<kernels::Kernel> make_cast_kernel(const LoweredGraph& lg, NodeId id);
 
 
 }  // namespace memfit

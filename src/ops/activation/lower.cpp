@@ -7,10 +7,10 @@ namespace memfit {
 
 void register_activation_ref_kernels() {
   register_kernel("activation", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::Activation>(lg.backend(), activation_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::Activation>(lg, activation_params(lg.graph(), lg.node(id)));
   });
   register_kernel("activation_bwd", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::ActivationBwd>(lg.backend(), activation_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::ActivationBwd>(lg, activation_params(lg.graph(), lg.node(id)));
   });
 }
 

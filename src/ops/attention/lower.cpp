@@ -7,10 +7,10 @@ namespace memfit {
 
 void register_attention_ref_kernels() {
   register_kernel("attention", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::Attention>(lg.backend(), attention_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::Attention>(lg, attention_params(lg.graph(), lg.node(id)));
   });
   register_kernel("attention_bwd", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::AttentionBwd>(lg.backend(), attention_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::AttentionBwd>(lg, attention_params(lg.graph(), lg.node(id)));
   });
 }
 

@@ -26,14 +26,12 @@ void register_batchnorm_ref_kernels() {
   register_kernel("batch_norm", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::BatchNorm>(b, checked_bn_params(g, n));
+    return make_ref<kernels::ref::BatchNorm>(lg, checked_bn_params(g, n));
   });
   register_kernel("batch_norm_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::BatchNormBwd>(b, checked_bn_params(g, n));
+    return make_ref<kernels::ref::BatchNormBwd>(lg, checked_bn_params(g, n));
   });
 }
 

@@ -7,10 +7,10 @@ namespace memfit {
 
 void register_binary_ref_kernels() {
   register_kernel("binary", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::Binary>(lg.backend(), binary_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::Binary>(lg, binary_params(lg.graph(), lg.node(id)));
   });
   register_kernel("binary_bwd", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::BinaryBwd>(lg.backend(), binary_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::BinaryBwd>(lg, binary_params(lg.graph(), lg.node(id)));
   });
 }
 

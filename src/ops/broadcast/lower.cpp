@@ -7,13 +7,13 @@ namespace memfit {
 
 void register_broadcast_ref_kernels() {
   register_kernel("add_broadcast", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::AddBroadcast>(lg.backend(), broadcast_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::AddBroadcast>(lg, broadcast_params(lg.graph(), lg.node(id)));
   });
   register_kernel("expand_leading", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::ExpandLeading>(lg.backend(), broadcast_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::ExpandLeading>(lg, broadcast_params(lg.graph(), lg.node(id)));
   });
   register_kernel("sum_leading", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::SumLeading>(lg.backend(), broadcast_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::SumLeading>(lg, broadcast_params(lg.graph(), lg.node(id)));
   });
 }
 

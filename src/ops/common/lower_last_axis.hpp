@@ -15,7 +15,7 @@ namespace memfit {
 template <template <class> class K, class P>
 void lower_last_axis_ref(const std::string& op, P (*params)(const Graph&, const Node&)) {
   register_kernel(op, [params](const LoweredGraph& lg, NodeId id) {
-    return make_ref<K>(lg.backend(), params(lg.graph(), lg.node(id)));
+    return make_ref<K>(lg, params(lg.graph(), lg.node(id)));
   });
 }
 

@@ -7,14 +7,12 @@ void register_dropout_ref_kernels() {
   register_kernel("dropout", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::Dropout>(b, dropout_params(g, n));
+    return make_ref<kernels::ref::Dropout>(lg, dropout_params(g, n));
   });
   register_kernel("dropout_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::DropoutBwd>(b, dropout_params(g, n));
+    return make_ref<kernels::ref::DropoutBwd>(lg, dropout_params(g, n));
   });
 }
 

@@ -9,35 +9,30 @@ void register_eltwise_ref_kernels() {
   register_kernel("relu", [=](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::Relu>(b, kernels::EltwiseParams{n_of(g, n)});
+    return make_ref<kernels::ref::Relu>(lg, kernels::EltwiseParams{n_of(g, n)});
   });
   register_kernel("relu_bwd", [=](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::ReluBwd>(b, kernels::EltwiseParams{n_of(g, n)});
+    return make_ref<kernels::ref::ReluBwd>(lg, kernels::EltwiseParams{n_of(g, n)});
   });
   register_kernel("add", [=](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::Add>(b, kernels::EltwiseParams{n_of(g, n)});
+    return make_ref<kernels::ref::Add>(lg, kernels::EltwiseParams{n_of(g, n)});
   });
   register_kernel("scale", [=](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::Scale>(b, kernels::EltwiseParams{n_of(g, n), n.attrs.f("alpha")});
+    return make_ref<kernels::ref::Scale>(lg, kernels::EltwiseParams{n_of(g, n), n.attrs.f("alpha")});
   });
   register_kernel("fill", [=](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::Fill>(b, kernels::FillParams{n_of(g, n), n.attrs.f("value")});
+    return make_ref<kernels::ref::Fill>(lg, kernels::FillParams{n_of(g, n), n.attrs.f("value")});
   });
   register_kernel("cast", [](const LoweredGraph& lg, NodeId id) {
-    return make_cast_kernel(lg.graph(), lg.node(id), lg.backend());
+    return make_cast_kernel(lg, id);
   });
 }
 

@@ -9,20 +9,18 @@ void register_embedding_ref_kernels() {
   register_kernel("embedding", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::Embedding>(b, embedding_params(g, n));
+    return make_ref<kernels::ref::Embedding>(lg, embedding_params(g, n));
   });
   register_kernel("gather_rows", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::GatherRows>(lg.backend(), gather_rows_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::GatherRows>(lg, gather_rows_params(lg.graph(), lg.node(id)));
   });
   register_kernel("gather_rows_bwd", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::GatherRowsBwd>(lg.backend(), gather_rows_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::GatherRowsBwd>(lg, gather_rows_params(lg.graph(), lg.node(id)));
   });
   register_kernel("embedding_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::EmbeddingBwd>(b, embedding_params(g, n));
+    return make_ref<kernels::ref::EmbeddingBwd>(lg, embedding_params(g, n));
   });
 }
 

@@ -8,14 +8,12 @@ void register_loss_ref_kernels() {
   register_kernel("softmax_xent", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::SoftmaxXent>(b, xent_params(g, n));
+    return make_ref<kernels::ref::SoftmaxXent>(lg, xent_params(g, n));
   });
   register_kernel("softmax_xent_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::SoftmaxXentBwd>(b, xent_params(g, n));
+    return make_ref<kernels::ref::SoftmaxXentBwd>(lg, xent_params(g, n));
   });
 }
 

@@ -9,8 +9,8 @@ void register_lstm_ref_kernels() {
     const bool fwd = std::string(op) == "lstm";
     register_kernel(op, [fwd](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
       const kernels::LstmParams p = lstm_params(lg.graph(), lg.node(id));
-      if (fwd) return make_ref<kernels::ref::Lstm>(lg.backend(), p);
-      return make_ref<kernels::ref::LstmBwd>(lg.backend(), p);
+      if (fwd) return make_ref<kernels::ref::Lstm>(lg, p);
+      return make_ref<kernels::ref::LstmBwd>(lg, p);
     });
   }
 }

@@ -7,7 +7,7 @@ namespace memfit {
 
 void register_metrics_ref_kernels() {
   register_kernel("xent_metrics", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::XentMetrics>(lg.backend(), metrics_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::XentMetrics>(lg, metrics_params(lg.graph(), lg.node(id)));
   });
 }
 

@@ -8,10 +8,10 @@ namespace memfit {
 namespace {
 
 // bf16 and 8-bit state: f32 arithmetic on its own storage, so no double
-// reference (Reference64 stores every float wide).
+// reference (whose device stores every float wide).
 template <class P>
-std::unique_ptr<kernels::Kernel> make_compact(Backend b, const P& p) {
-  if (b == Backend::Reference64)
+std::unique_ptr<kernels::Kernel> make_compact(const LoweredGraph& lg, const P& p) {
+  if (wide(lg))
     throw std::runtime_error("bf16 and 8-bit optimizer state, bf16 master weights and bf16 gradients have no double-precision "
                              "reference kernel (use the cpu "
                              "or the f32 reference backend)");
@@ -24,42 +24,40 @@ void register_optim_ref_kernels() {
   register_kernel("sgd_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     kernels::SgdParams p;
     fill_optimizer_params(g, n, p);
     p.momentum = n.attrs.f("momentum");
     p.nesterov = n.attrs.i("nesterov") != 0;
     p.state = state_layout(g, n, p.momentum != 0.0 ? 1 : 0);
     if (p.state.format != kernels::StateFormat::F32 || p.state.any_bf16_weights() || p.state.any_bf16_grads())
-      return make_compact(b, p);
-    return make_ref<kernels::ref::SgdUpdate>(b, p);
+      return make_compact(lg, p);
+    return make_ref<kernels::ref::SgdUpdate>(lg, p);
   });
   register_kernel("grad_accumulate", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     const Value& acc = g.value(n.inputs[0]);
     const DType gt = g.value(n.inputs[1]).dtype;
     if (gt != DType::f32 || (acc.dtype != DType::f32 && acc.dtype != DType::bf16))
       throw std::runtime_error("grad_accumulate adds an f32 gradient into an f32 or bf16 one; '" + acc.name + "' is " +
                                dtype_name(acc.dtype) + " and its micro-batch gradient " + dtype_name(gt));
     if (acc.dtype == DType::bf16) {
-      if (b == Backend::Reference64)
+      if (wide(lg))
         throw std::runtime_error("bf16 accumulated gradients have no double-precision reference kernel (use the cpu "
                                  "or the f32 reference backend)");
       return std::unique_ptr<kernels::Kernel>(
           std::make_unique<kernels::ref::GradAccumulateBf16>(numel(acc.shape), n.attrs.s("param")));
     }
-    return make_ref<kernels::ref::GradAccumulate>(b, kernels::EltwiseParams{numel(acc.shape)});
+    return make_ref<kernels::ref::GradAccumulate>(lg, kernels::EltwiseParams{numel(acc.shape)});
   });
   register_kernel("grad_accumulate_matmul", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
-    if (lg.backend() == Backend::Reference64)
+    if (wide(lg))
       throw std::runtime_error("bf16 accumulated gradients have no double-precision reference kernel (use the cpu "
                                "or the f32 reference backend)");
     return std::make_unique<kernels::ref::GradAccumulateMatmulBf16>(accumulate_matmul_params(lg.graph(), lg.node(id)));
   });
   register_kernel("grad_accumulate_rows", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
-    if (lg.backend() == Backend::Reference64)
+    if (wide(lg))
       throw std::runtime_error("bf16 accumulated gradients have no double-precision reference kernel (use the cpu "
                                "or the f32 reference backend)");
     return std::make_unique<kernels::ref::GradAccumulateRowsBf16>(accumulate_rows_params(lg.graph(), lg.node(id)));
@@ -68,20 +66,19 @@ void register_optim_ref_kernels() {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
     const Value& v = g.value(n.inputs.at(0));
-    if (v.dtype != DType::f32 || lg.backend() == Backend::Reference64)
+    if (v.dtype != DType::f32 || wide(lg))
       throw std::runtime_error("grad_reduce sums f32 gradients over the ranks; '" + v.name + "' is " +
-                               dtype_name(v.dtype) + (lg.backend() == Backend::Reference64 ? " on the double reference" : ""));
+                               dtype_name(v.dtype) + (wide(lg) ? " on the double reference" : ""));
     return std::make_unique<kernels::ref::GradReduce>(numel(v.shape), static_cast<int>(n.attrs.i("root")));
   });
   register_kernel("adam_update", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     kernels::AdamParams p;
     fill_adam_params(g, n, p);
     if (p.state.format != kernels::StateFormat::F32 || p.state.any_bf16_weights() || p.state.any_bf16_grads())
-      return make_compact(b, p);
-    return make_ref<kernels::ref::AdamUpdate>(b, p);
+      return make_compact(lg, p);
+    return make_ref<kernels::ref::AdamUpdate>(lg, p);
   });
   register_kernel("adafactor_update", [](const LoweredGraph& lg, NodeId id) {
     kernels::AdafactorParams p;
@@ -92,7 +89,7 @@ void register_optim_ref_kernels() {
                                  lg.graph().value(lg.node(id).inputs[t]).name + "' is " +
                                  dtype_name(lg.graph().value(lg.node(id).inputs[t]).dtype) +
                                  " (bf16 master weights and bf16 accumulated gradients take sgd, adam or adamw)");
-    return make_ref<kernels::ref::AdafactorUpdate>(lg.backend(), p);
+    return make_ref<kernels::ref::AdafactorUpdate>(lg, p);
   });
 }
 

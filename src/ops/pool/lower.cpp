@@ -8,39 +8,33 @@ void register_pool_ref_kernels() {
   register_kernel("max_pool2d", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::MaxPool2d>(b, pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
+    return make_ref<kernels::ref::MaxPool2d>(lg, pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
   });
   register_kernel("max_pool2d_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::MaxPool2dBwd>(b, pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
+    return make_ref<kernels::ref::MaxPool2dBwd>(lg, pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
   });
   register_kernel("avg_pool2d", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::AvgPool2d>(b, pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
+    return make_ref<kernels::ref::AvgPool2d>(lg, pool_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.outputs[0])));
   });
   register_kernel("avg_pool2d_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
-    return make_ref<kernels::ref::AvgPool2dBwd>(b, pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
+    return make_ref<kernels::ref::AvgPool2dBwd>(lg, pool_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[0])));
   });
   register_kernel("global_avg_pool", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     const Shape& x = shape_of(g, n.inputs[0]);
-    return make_ref<kernels::ref::GlobalAvgPool>(b, kernels::GlobalPoolParams{x[0], x[1], x[2] * x[3]});
+    return make_ref<kernels::ref::GlobalAvgPool>(lg, kernels::GlobalPoolParams{x[0], x[1], x[2] * x[3]});
   });
   register_kernel("global_avg_pool_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     const Shape& x = n.attrs.ints("x_shape");
-    return make_ref<kernels::ref::GlobalAvgPoolBwd>(b, kernels::GlobalPoolParams{x[0], x[1], x[2] * x[3]});
+    return make_ref<kernels::ref::GlobalAvgPoolBwd>(lg, kernels::GlobalPoolParams{x[0], x[1], x[2] * x[3]});
   });
 }
 

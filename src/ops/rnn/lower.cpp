@@ -6,10 +6,10 @@ namespace memfit {
 
 void register_rnn_ref_kernels() {
   register_kernel("rnn", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
-    return make_ref<kernels::ref::Rnn>(lg.backend(), rnn_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::Rnn>(lg, rnn_params(lg.graph(), lg.node(id)));
   });
   register_kernel("rnn_bwd", [](const LoweredGraph& lg, NodeId id) -> std::unique_ptr<kernels::Kernel> {
-    return make_ref<kernels::ref::RnnBwd>(lg.backend(), rnn_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::RnnBwd>(lg, rnn_params(lg.graph(), lg.node(id)));
   });
 }
 

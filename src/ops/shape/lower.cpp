@@ -5,12 +5,13 @@ namespace memfit {
 namespace {
 
 // Layout kernels copy whatever they are given: integer values keep their own
-// storage type in every backend, float values follow the backend.
+// storage type on every device, float values follow the device (wide on
+// the double reference).
 template <template <class> class K, class P>
-std::unique_ptr<kernels::Kernel> make_copy_kernel(DType dt, Backend b, const P& p) {
+std::unique_ptr<kernels::Kernel> make_copy_kernel(DType dt, const LoweredGraph& lg, const P& p) {
   if (dt == DType::i32) return std::make_unique<K<int32_t>>(p);
   if (dt == DType::u8) return std::make_unique<K<uint8_t>>(p);
-  return make_ref<K>(b, p);
+  return make_ref<K>(lg, p);
 }
 
 int64_t norm_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
@@ -33,32 +34,29 @@ void register_shape_ref_kernels() {
   register_kernel("concat", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     const Shape& y = shape_of(g, n.outputs[0]);
     const int64_t axis = norm_axis(n.attrs.i("axis"), y.size());
     kernels::ConcatParams p{outer_of(y, axis), inner_of(y, axis), {}};
     for (ValueId v : n.inputs) p.sizes.push_back(shape_of(g, v)[static_cast<size_t>(axis)]);
-    return make_copy_kernel<kernels::ref::Concat>(g.value(n.outputs[0]).dtype, b, p);
+    return make_copy_kernel<kernels::ref::Concat>(g.value(n.outputs[0]).dtype, lg, p);
   });
   register_kernel("slice", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     const Shape& x = shape_of(g, n.inputs[0]);
     const int64_t axis = norm_axis(n.attrs.i("axis"), x.size());
     kernels::SliceParams p{outer_of(x, axis), inner_of(x, axis), x[static_cast<size_t>(axis)], n.attrs.i("start"),
                            n.attrs.i("len")};
-    return make_copy_kernel<kernels::ref::Slice>(g.value(n.outputs[0]).dtype, b, p);
+    return make_copy_kernel<kernels::ref::Slice>(g.value(n.outputs[0]).dtype, lg, p);
   });
   register_kernel("slice_bwd", [](const LoweredGraph& lg, NodeId id) {
     const Graph& g = lg.graph();
     const Node& n = lg.node(id);
-    const Backend b = lg.backend();
     const Shape& x = shape_of(g, n.outputs[0]);
     const int64_t axis = norm_axis(n.attrs.i("axis"), x.size());
     kernels::SliceParams p{outer_of(x, axis), inner_of(x, axis), x[static_cast<size_t>(axis)], n.attrs.i("start"),
                            n.attrs.i("len")};
-    return make_ref<kernels::ref::SliceBwd>(b, p);
+    return make_ref<kernels::ref::SliceBwd>(lg, p);
   });
   // Views need no kernel.
   register_kernel("reshape", [](const LoweredGraph&, NodeId) { return std::unique_ptr<kernels::Kernel>(); });

@@ -7,10 +7,10 @@ namespace memfit {
 
 void register_xent_rows_ref_kernels() {
   register_kernel("xent_rows", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::XentRows>(lg.backend(), xent_rows_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::XentRows>(lg, xent_rows_params(lg.graph(), lg.node(id)));
   });
   register_kernel("xent_rows_bwd", [](const LoweredGraph& lg, NodeId id) {
-    return make_ref<kernels::ref::XentRowsBwd>(lg.backend(), xent_rows_params(lg.graph(), lg.node(id)));
+    return make_ref<kernels::ref::XentRowsBwd>(lg, xent_rows_params(lg.graph(), lg.node(id)));
   });
 }
 
