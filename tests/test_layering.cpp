@@ -266,3 +266,37 @@ TEST(Layering, NothingBelowTheCommandReadsTheEnvironment) {
   EXPECT_GT(files, 100u) << "the sources were not found under " << kRoot;
   EXPECT_TRUE(bad.empty()) << "environment reads below the command:" << bad;
 }
+
+TEST(Layering, NothingDecidesOnTheBackendShorthand) {
+  // Backend is a shorthand for the built-in devices' names (device_for). A
+  // device that plugs in has no Backend value, so what differs between
+  // devices is asked of the Device (its traits), never of the shorthand:
+  // below the command, Backend's values appear where the shorthand is
+  // defined and named (runtime.hpp, backend_name) and ExecConfig's
+  // shorthand is read where it becomes a device (device_of) only.
+  static const std::regex use_re("\\bBackend::|\\.backend\\b|->backend\\b");
+  size_t files = 0;
+  std::string bad;
+  for (const char* top : {"include", "src", "models"})
+    for (const auto& e : fs::recursive_directory_iterator(kRoot / top)) {
+      const std::string ext = e.path().extension().string();
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".hpp" && ext != ".cu")) continue;
+      const std::string rel = fs::relative(e.path(), kRoot).string();
+      if (layer_of(rel) == "cli") continue;
+      ++files;
+      std::ifstream f(e.path());
+      int line_no = 0;
+      for (std::string line; std::getline(f, line);) {
+        ++line_no;
+        if (const size_t c = line.find("//"); c != std::string::npos) line.resize(c);
+        std::smatch m;
+        if (!std::regex_search(line, m, use_re)) continue;
+        const bool value = m.str().rfind("Backend::", 0) == 0;
+        const bool allowed = value ? (rel == "include/memfit/runtime.hpp" || rel == "src/runtime/executor.cpp")
+                                   : rel == "src/runtime/device.cpp";
+        if (!allowed) bad += "\n  " + rel + ":" + std::to_string(line_no) + ": " + m.str();
+      }
+    }
+  EXPECT_GT(files, 100u) << "the sources were not found under " << kRoot;
+  EXPECT_TRUE(bad.empty()) << "decisions on the Backend shorthand below the command:" << bad;
+}

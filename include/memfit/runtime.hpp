@@ -45,8 +45,11 @@ class Kernel;
 struct StepContext;
 }  // namespace kernels
 
-// The user-facing device selector (device_for in runtime/device.hpp maps it
-// to the Device the executor runs on).
+// A shorthand for the built-in devices' names (device_for in
+// runtime/device.hpp: device_named(backend_name(b))), for tests and tools;
+// ExecConfig::device names any registered device. Nothing in the engine
+// decides on it: what differs between devices is asked of the Device
+// (host_addressable, wide_floats, stores, ...); test_layering checks it.
 // Cpu: oneDNN and hand-written fast kernels (f32 and bf16 storage).
 // Reference: plain scalar kernels in f32. Reference64: the same in double
 // (gradient checks); every float value is stored as double.

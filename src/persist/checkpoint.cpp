@@ -95,7 +95,7 @@ bool is_state(const Value& v) {
 }
 
 void require_f32_storage(Executor& ex) {
-  if (ex.config().backend == Backend::Reference64)
+  if (ex.device().wide_floats())  // (a double oracle)
     throw std::runtime_error("checkpoints are written from f32 storage only");
 }
 

@@ -62,15 +62,7 @@ std::string cuda_unavailable_reason() {
 size_t cuda_arena_allocations() { return 0; }
 #endif
 
-const Device& device_for(Backend b) {
-  switch (b) {
-    case Backend::Cpu: return cpu_device();
-    case Backend::Reference: return reference_device(false);
-    case Backend::Reference64: return reference_device(true);
-    case Backend::Cuda: return cuda_device();
-  }
-  throw std::invalid_argument("unknown backend");
-}
+const Device& device_for(Backend b) { return device_named(backend_name(b)); }
 
 namespace {
 

@@ -6,14 +6,16 @@
 // lowering context (runtime/lowered.hpp). The planner, autodiff and the op
 // registry know nothing of devices.
 //
-// Devices today (device_for maps the user-facing Backend to one):
-//   CpuDevice (Backend::Cpu, runtime/lower_cpu/cpu_device.cpp): the fast CPU
+// Devices are found by name (device_named; Backend is a shorthand for the
+// built-in ones' names, and nothing decides on it: what differs between
+// devices is asked of the Device). Built in:
+//   CpuDevice ("cpu", runtime/lower_cpu/cpu_device.cpp): the fast CPU
 //     kernel where one is registered and takes the node, else the reference
 //     kernel, between conversions when the node stores bf16/fp16.
-//   ReferenceDevice (Backend::Reference / Reference64,
+//   ReferenceDevice ("reference" / "reference64",
 //     runtime/lower/reference_device.cpp): the scalar oracle, storing floats
 //     as f32 or, for Reference64, every float value as double.
-//   CudaDevice (Backend::Cuda, runtime/cuda/cuda_device.cpp): arenas in GPU
+//   CudaDevice ("cuda", runtime/cuda/cuda_device.cpp): arenas in GPU
 //     memory (one cudaMalloc per arena), kernels from ops/<family>/cuda.cu.
 // The first two keep their arenas in host memory (HostDevice). docs/adding-an-op.md
 // says how to add one.
@@ -58,7 +60,6 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual const char* name() const = 0;
-  virtual Backend backend() const = 0;
 
   // Bytes per element of a value of type t as this device stores it.
   virtual size_t elem_size(DType t) const { return dtype_size(t); }
@@ -176,8 +177,8 @@ const Device& offset_device(bool cpu_kernels = false);
 // memory), the host's RAM apart against --memory or the host's limit.
 constexpr size_t kOwnMemoryDeviceBytes = size_t(1) << 30;
 const Device& own_memory_device();
-// The device a backend names (one instance per process; devices hold no
-// per-graph state).
+// The built-in device a Backend names (device_named(backend_name(b)); one
+// instance per process; devices hold no per-graph state).
 const Device& device_for(Backend b);
 
 // Devices by name. Built in: "cpu", "reference", "reference64",

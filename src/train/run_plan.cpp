@@ -144,7 +144,6 @@ class Planner {
     p_.eval_g = build_step_graph(espec);
 
     cfg_.device = &device_named(o_.device);
-    cfg_.backend = cfg_.device->backend();
     cfg_.plan = o_.plan;
     cfg_.defer_allocation = true;
     cfg_.tier_dir = offload_dir(o_);
@@ -441,7 +440,7 @@ class Planner {
   FitResult fit_offloaded(const StepSpec& base, size_t target, const ExecConfig& fcfg,
                           const std::vector<FitPrecision>& precisions, const std::vector<FitState>& states,
                           std::string& note) {
-    if (!o_.offload.empty() || o_.ranks > 1 || device_named(o_.device).backend() == Backend::Cuda || base.optimizer.clip_grad_norm > 0)
+    if (!o_.offload.empty() || o_.ranks > 1 || !device_named(o_.device).host_addressable() || base.optimizer.clip_grad_norm > 0)
       return {};
     const std::string dir = offload_dir(o_);
     TierSpeed speed;
@@ -493,8 +492,8 @@ class Planner {
     const bool compact = device_named(o_.device).stores(DType::bf16);
     std::vector<FitState> approx = approx_fit_states(
         o_.optimizer, !o_.optimizer_state_set && compact,
-        !o_.master_weights_set && device_named(o_.device).backend() != Backend::Reference64 && compact,
-        !o_.accumulated_grads_set && device_named(o_.device).backend() != Backend::Reference64 && compact && o_.ranks == 1);
+        !o_.master_weights_set && !device_named(o_.device).wide_floats() && compact,
+        !o_.accumulated_grads_set && !device_named(o_.device).wide_floats() && compact && o_.ranks == 1);
     // What the user fixed stays as given (the list holds one value of it).
     for (FitState& st : approx) {
       if (o_.master_weights_set) st.weights = o_.master_weights;

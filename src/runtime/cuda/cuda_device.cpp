@@ -28,7 +28,6 @@ std::string ops_list() {
 class CudaDevice final : public Device {
  public:
   const char* name() const override { return "cuda"; }
-  Backend backend() const override { return Backend::Cuda; }
   // cudaMalloc's own alignment (256 bytes) is what the kernels need;
   // planned offsets inside an arena keep the planner's alignment.
   size_t arena_alignment() const override { return 256; }

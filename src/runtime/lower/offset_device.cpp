@@ -63,8 +63,6 @@ class OffsetDevice final : public Device {
   OffsetDevice(const Device& inner, const char* name, size_t capacity = 0)
       : d_(inner), name_(name), capacity_(capacity) {}
   const char* name() const override { return name_; }
-  // Lowers as the inner device does (the same kernels, the same bits).
-  Backend backend() const override { return d_.backend(); }
   size_t elem_size(DType t) const override { return d_.elem_size(t); }
   bool wide_floats() const override { return d_.wide_floats(); }
 

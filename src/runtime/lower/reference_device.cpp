@@ -10,7 +10,6 @@ class ReferenceDevice final : public HostDevice {
  public:
   explicit ReferenceDevice(bool wide) : wide_(wide) {}
   const char* name() const override { return wide_ ? "reference64" : "reference"; }
-  Backend backend() const override { return wide_ ? Backend::Reference64 : Backend::Reference; }
   size_t elem_size(DType t) const override { return wide_ && is_float(t) ? 8 : dtype_size(t); }
   bool wide_floats() const override { return wide_; }
   std::unique_ptr<kernels::Kernel> make_kernel(const LoweredGraph& lg, NodeId id) const override {

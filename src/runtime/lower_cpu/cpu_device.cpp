@@ -52,7 +52,6 @@ namespace {
 class CpuDevice final : public HostDevice {
  public:
   const char* name() const override { return "cpu"; }
-  Backend backend() const override { return Backend::Cpu; }
 
   void prepare(LoweredGraph& lg) const override {
     const Graph& g = lg.graph();
