@@ -6,7 +6,9 @@
 // against its own (--memory, else the host's limit).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "json_out.hpp"
 #include "run_binary.hpp"
 #include "runtime/device.hpp"
+#include "runtime/tier_store.hpp"
 
 namespace {
 
@@ -106,6 +109,42 @@ TEST(MemorySpaces, TheFitKeepsTheStepInsideTheDevicesBudget) {
   // arenas, in whole pages as allocated (this device's alignment is the
   // page; a GPU's, 256 bytes, is finer).
   EXPECT_EQ(used, planned);
+}
+
+// A model whose weights and optimizer state outgrow the device's memory (a
+// GPU's, here the test device's): the fit keeps them in the offload tier,
+// whose copies reach the device's memory through the device, and the run
+// takes no more of the device's memory than its budget. The budget is 60%
+// of the parameters and optimizer state alone (exact AdamW must hold both
+// in memory, so nothing fits there). Not where the directory is a tmpfs:
+// the fit does not offload onto memory.
+TEST(MemorySpaces, TheFitOffloadsWhatTheDevicesMemoryCannotHold) {
+  TempDir d("spaces_offload");
+  if (memfit::ram_backed(d.path.string())) GTEST_SKIP() << d.path << " is a tmpfs";
+  {
+    std::ofstream text(d / "text.txt");
+    for (int i = 0; i < 3000; ++i)
+      text << "Line " << i << ": the quick brown fox jumps over the lazy dog, " << (i * 7919) % 1000 << " times.\n";
+  }
+  const std::string base = "--device cpu-own-memory --model gpt-char --optimizer adamw --batch 4 --json --data " +
+                           (d / "text.txt") + " --offload-dir " + d.path.string();
+  const auto whole = memfit_run("plan " + base);
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  const Json by_class = memfit::testing::last_json(whole.out).at("by_class");
+  const size_t held = by_class.at("parameters").get<size_t>() + by_class.at("optimizer_state").get<size_t>();
+  const size_t budget = held * 6 / 10;
+  const std::string flag = " --device-memory " + std::to_string(budget);
+  const auto t = memfit_run("train " + base + flag + " --steps 2 --eval-every 0 --out " + d / "run");
+  ASSERT_EQ(t.exit_code, 0) << t.out << t.err;
+  EXPECT_NE(t.err.find("nothing fits in memory; offloading to " + d.path.string()), std::string::npos) << t.err;
+  EXPECT_NE(t.err.find("offload tier (disk)"), std::string::npos) << t.err;
+  const Json j = memfit::testing::last_json(t.out);
+  const size_t used = j.at("device_used_bytes").get<size_t>();
+  std::printf("gpt-char b4 AdamW: parameters and state %zu bytes; device budget %zu: used %zu (planned %zu)\n", held,
+              budget, used, j.at("device_planned_bytes").get<size_t>());
+  EXPECT_LE(used, budget);
+  EXPECT_EQ(used, j.at("device_planned_bytes").get<size_t>());
+  EXPECT_TRUE(std::isfinite(j.at("final_train_loss").get<double>()));
 }
 
 TEST(MemorySpaces, AHostOverItsBudgetIsRefusedNamingTheHost) {

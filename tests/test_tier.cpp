@@ -229,6 +229,59 @@ TEST(TierStore, KeptFileCommitsWholeSteps) {
   ::unlink(path.c_str());
 }
 
+// A buffer in memory the host cannot address is reached only through the
+// copies given (`via`): its pointers here lie at a non-canonical offset, so
+// any memcpy through them would fault. Every byte of the blocks crosses
+// the copies once, in pieces no larger than the store's buffer.
+namespace {
+struct OffsetCopies final : kernels::BufferCopies {
+  static constexpr uintptr_t kOffset = uintptr_t{1} << 62;
+  static void* host(const void* p) { return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) - kOffset); }
+  static void* device(void* p) { return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) + kOffset); }
+  void to_buffer(void* dst, const void* h, size_t bytes) const override {
+    std::memcpy(host(dst), h, bytes);
+    in += bytes;
+    largest = std::max(largest, bytes);
+  }
+  void from_buffer(void* h, const void* src, size_t bytes) const override {
+    std::memcpy(h, host(src), bytes);
+    out += bytes;
+    largest = std::max(largest, bytes);
+  }
+  mutable size_t in = 0, out = 0, largest = 0;
+};
+}  // namespace
+
+TEST(TierStore, ReachesBuffersTheHostCannotAddressThroughTheCopiesGiven) {
+  const size_t S = TierStore::kSector;
+  const std::vector<TierStore::Block> blocks{{"a", 3 * S + 17}, {"b", TierStore::kBuffer + S + 5}, {"c", 1}};
+  TierStore st(tmp_dir(), blocks);
+  OffsetCopies via;
+  size_t total = 0;
+  std::vector<std::vector<uint8_t>> want, got;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    want.push_back(random_bytes(blocks[i].bytes, 40 + static_cast<uint32_t>(i)));
+    got.emplace_back(blocks[i].bytes, 0);
+    total += blocks[i].bytes;
+  }
+  // Synchronous writes and reads of "a"; queued ones of the others.
+  st.write("a", OffsetCopies::device(want[0].data()), want[0].size(), &via);
+  for (size_t i = 1; i < blocks.size(); ++i)
+    st.write_async(blocks[i].name, OffsetCopies::device(want[i].data()), want[i].size(), &via);
+  st.read("a", OffsetCopies::device(got[0].data()), got[0].size(), &via);
+  for (size_t i = 1; i < blocks.size(); ++i)
+    st.read_async(blocks[i].name, OffsetCopies::device(got[i].data()), got[i].size(), &via);
+  for (size_t i = 1; i < blocks.size(); ++i) st.wait(OffsetCopies::device(got[i].data()));
+  for (size_t i = 0; i < blocks.size(); ++i) EXPECT_EQ(got[i], want[i]) << blocks[i].name;
+  EXPECT_EQ(via.out, total);
+  EXPECT_EQ(via.in, total);
+  EXPECT_LE(via.largest, TierStore::kBuffer);
+  // Host access outside a step (checkpoints, initial values) is the host's.
+  std::vector<uint8_t> b(want[1].size());
+  st.read_range("b", 0, b.data(), b.size());
+  EXPECT_EQ(b, want[1]);
+}
+
 TEST(TierStore, ClearErrors) {
   try {
     TierStore st("/nonexistent/offload", {{"w", 10}});
@@ -305,6 +358,27 @@ TEST(TierPass, EveryTieredValueMovesOnlyThroughTierNodes) {
   }
 }
 
+namespace {
+
+// Tiered steps (b) against untiered ones (a): the same losses and state,
+// bit for bit, and the store moved exactly what the plan says, every step.
+void expect_same_steps_moving_planned_bytes(const memfit::testing::Trained& a, const memfit::testing::Trained& b,
+                                            int steps, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    ASSERT_TRUE(std::isfinite(b.losses[s])) << what << " step " << s;
+    EXPECT_EQ(std::memcmp(&a.losses[s], &b.losses[s], 4), 0)
+        << what << " step " << s << ": " << a.losses[s] << " vs " << b.losses[s];
+  }
+  ASSERT_EQ(a.bytes.size(), b.bytes.size()) << what;
+  for (const auto& [name, w] : a.bytes) EXPECT_EQ(w, b.bytes.at(name)) << what << ": '" << name << "' differs";
+  EXPECT_GT(b.plan.tier_read_bytes, 0u) << what;
+  EXPECT_EQ(b.tier_read, uint64_t(steps) * b.plan.tier_read_bytes) << what;
+  EXPECT_EQ(b.tier_written, uint64_t(steps) * b.plan.tier_written_bytes) << what;
+}
+
+}  // namespace
+
 TEST(TierPass, TieredStepsAreBitIdenticalAndMoveThePlannedBytes) {
   constexpr int kSteps = 20;
   for (const auto& [base, offload, ahead] : std::vector<std::tuple<train::StepSpec, std::string, int>>{
@@ -318,20 +392,36 @@ TEST(TierPass, TieredStepsAreBitIdenticalAndMoveThePlannedBytes) {
                              offload + " ahead " + std::to_string(ahead);
     const memfit::testing::Trained a = memfit::testing::train_steps(base, kSteps);
     const memfit::testing::Trained b = memfit::testing::train_steps(tiered, kSteps, tiered_config());
-    ASSERT_EQ(a.losses.size(), b.losses.size());
-    for (size_t s = 0; s < a.losses.size(); ++s) {
-      ASSERT_TRUE(std::isfinite(b.losses[s])) << what << " step " << s;
-      EXPECT_EQ(std::memcmp(&a.losses[s], &b.losses[s], 4), 0)
-          << what << " step " << s << ": " << a.losses[s] << " vs " << b.losses[s];
-    }
-    ASSERT_EQ(a.bytes.size(), b.bytes.size()) << what;
-    for (const auto& [name, w] : a.bytes) EXPECT_EQ(w, b.bytes.at(name)) << what << ": '" << name << "' differs";
-    // The store moved exactly what the plan says, every step.
-    EXPECT_GT(b.plan.tier_read_bytes, 0u) << what;
-    EXPECT_EQ(b.tier_read, uint64_t(kSteps) * b.plan.tier_read_bytes) << what;
-    EXPECT_EQ(b.tier_written, uint64_t(kSteps) * b.plan.tier_written_bytes) << what;
+    expect_same_steps_moving_planned_bytes(a, b, kSteps, what);
     EXPECT_EQ(a.plan.arena_bytes[static_cast<size_t>(Arena::Tier)], 0u);
   }
+}
+
+// The tier is the same on every device: on one whose memory the host
+// cannot address (the test devices' arenas fault on any host access), the
+// tier kernels reach their buffers through the device's copies, a piece at
+// a time through the store's host buffer, as a GPU's would. The steps give
+// the bits of the CPU's untiered steps (the test devices run the CPU's
+// kernels) and move the planned bytes; on "cpu-own-memory" the tiered
+// values leave the device's memory.
+TEST(TierPass, TheTierReachesDeviceMemoryThroughTheDevicesCopies) {
+  constexpr int kSteps = 8;
+  for (const char* device : {"cpu-offset", "cpu-own-memory"})
+    for (const auto& [base, offload, ahead] : std::vector<std::tuple<train::StepSpec, std::string, int>>{
+             {convnet(true), "all", 1}, {gpt_tiny(false), "all", 0}, {gpt_tiny(false), "state", 2}}) {
+      train::StepSpec tiered = base;
+      tiered.offload = offload;
+      tiered.offload_ahead = ahead;
+      const std::string what = std::string(device) + ": " + base.model + " offload " + offload + " ahead " +
+                               std::to_string(ahead);
+      ExecConfig on_device = tiered_config();
+      on_device.device = &device_named(device);
+      ASSERT_FALSE(on_device.device->host_addressable()) << what;
+      const memfit::testing::Trained a = memfit::testing::train_steps(base, kSteps);
+      const memfit::testing::Trained b = memfit::testing::train_steps(tiered, kSteps, on_device);
+      expect_same_steps_moving_planned_bytes(a, b, kSteps, what);
+      EXPECT_LT(b.plan.total_bytes(), a.plan.total_bytes()) << what << ": the device holds less";
+    }
 }
 
 namespace {

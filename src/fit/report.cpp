@@ -176,10 +176,12 @@ MemoryReport make_report(const Graph& g, const Plan& p, const MemoryInputs& in) 
     r.host_staging = in.host_staging;
     r.host_budget = in.host_budget;
     r.host_budget_source = in.host_budget_source;
-    r.host = std::max(r.baseline + r.library_heap + r.data + r.comm + r.host_staging,
+    // (The offload tier's I/O buffer is the host's: the device's copies
+    // reach its memory from there.)
+    r.host = std::max(r.baseline + r.library_heap + r.data + r.comm + r.host_staging + r.tier_buffer,
                       r.baseline + in.import_bytes + r.data);
-    r.total = persistent + r.arena + r.eval;
-    r.naive = persistent + pages(p.naive_transient_bytes) + r.eval;
+    r.total = persistent - r.tier_buffer + r.arena + r.eval;
+    r.naive = persistent - r.tier_buffer + pages(p.naive_transient_bytes) + r.eval;
   }
   return r;
 }
@@ -323,7 +325,9 @@ std::string format_report(const MemoryReport& r, const Budget& b, const std::str
   if (r.library_heap) row(o, "library heap", r.library_heap, "oneDNN's gemm packing inside one matmul (no brgemm on this CPU)");
   row(o, "batch inputs", r.inputs);
   if (r.tier) {
-    row(o, "offload I/O buffer", r.tier_buffer, "what the offload file's reads and writes pass through");
+    row(o, "offload I/O buffer", r.tier_buffer,
+        r.device.empty() ? "what the offload file's reads and writes pass through"
+                         : "host memory: what the offload file's reads and writes pass through");
     row(o, "offload tier (disk)", r.tier,
         ("not memory: in " + (r.offload_dir.empty() ? std::string("the offload directory") : r.offload_dir) +
          "; a step reads " + format_bytes(r.tier_read) + " and writes " + format_bytes(r.tier_written) +

@@ -31,12 +31,25 @@ struct Collectives {
 // read fills it, a queued write reads it), which returns when every copy
 // queued on that buffer is done, or throws the error one of them met. A
 // read queued after a write of the same block sees what it wrote.
+//
+// The buffer is memory the tier kernel was bound to. On a device whose
+// memory the host cannot address (a GPU's), `via` is how the tier reaches
+// it: the device's own copies, a piece at a time through the tier's host
+// buffer (so the tier is a memory space with a copy engine, the same for
+// every device). Null: the buffer is host memory, copied by memcpy.
+struct BufferCopies {
+  virtual ~BufferCopies() = default;
+  virtual void to_buffer(void* dst, const void* host, size_t bytes) const = 0;
+  virtual void from_buffer(void* host, const void* src, size_t bytes) const = 0;
+};
+
 struct TierIO {
   virtual ~TierIO() = default;
-  virtual void read(const std::string& block, void* dst, size_t bytes) = 0;
-  virtual void write(const std::string& block, const void* src, size_t bytes) = 0;
-  virtual void read_async(const std::string& block, void* dst, size_t bytes) = 0;
-  virtual void write_async(const std::string& block, const void* src, size_t bytes) = 0;
+  virtual void read(const std::string& block, void* dst, size_t bytes, const BufferCopies* via = nullptr) = 0;
+  virtual void write(const std::string& block, const void* src, size_t bytes, const BufferCopies* via = nullptr) = 0;
+  virtual void read_async(const std::string& block, void* dst, size_t bytes, const BufferCopies* via = nullptr) = 0;
+  virtual void write_async(const std::string& block, const void* src, size_t bytes,
+                           const BufferCopies* via = nullptr) = 0;
   virtual void wait(const void* buffer) = 0;
 };
 
@@ -77,6 +90,11 @@ class Kernel {
   // at its first call (oneDNN's x64:gemm:jit convolutions): the plan has it
   // generated before the baseline is measured (Device::settle).
   virtual bool runs_library_gemm() const { return false; }
+  // Whether run() reaches its buffers only through its device's copies
+  // (BufferCopies), never through the pointers themselves: it takes the
+  // device's own pointers, which a device that hands its other kernels
+  // translated ones (the test devices) must leave as they are.
+  virtual bool copies_through_device() const { return false; }
   // Called once after planning. Pointers stay valid for the kernel's life.
   void bind(std::vector<void*> in, std::vector<void*> out, void* scratch) {
     in_ = std::move(in);

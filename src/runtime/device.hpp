@@ -56,9 +56,12 @@ struct DeviceInfo {
   bool bf16_compute = false;    // the library computes in bf16
 };
 
-class Device {
+// A device is also the copy engine of the memory space its arenas are in
+// (kernels::BufferCopies): the offload tier reaches a buffer in memory the
+// host cannot address through the device's copies.
+class Device : public kernels::BufferCopies {
  public:
-  virtual ~Device() = default;
+  ~Device() override = default;
   virtual const char* name() const = 0;
 
   // Bytes per element of a value of type t as this device stores it.
@@ -130,6 +133,10 @@ class Device {
   }
   // True if every element of the f32 buffers (device memory) is finite.
   virtual bool all_finite(const std::vector<std::pair<const float*, size_t>>& bufs) const = 0;
+
+  // The copy engine (kernels::BufferCopies): the device's copies.
+  void to_buffer(void* dst, const void* host, size_t bytes) const final { copy_to_device(dst, host, bytes); }
+  void from_buffer(void* host, const void* src, size_t bytes) const final { copy_to_host(host, src, bytes); }
 };
 
 // Arenas in host memory (aligned_alloc), copies by memcpy.

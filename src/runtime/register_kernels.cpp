@@ -22,7 +22,8 @@ void register_cpu_kernels() {
 // The families with CUDA kernels (ops/<family>/cuda.cu, lower_cuda.cpp),
 // compiled where the build has CUDA (MEMFIT_HAVE_CUDA).
 #define MEMFIT_CUDA_FAMILIES(X) \
-  X(activation) X(batchnorm) X(conv) X(dropout) X(eltwise) X(linear) X(loss) X(metrics) X(optim) X(pool) X(shape)
+  X(activation) X(batchnorm) X(conv) X(dropout) X(eltwise) X(linear) X(loss) X(metrics) X(optim) X(pool) X(shape) \
+  X(tier)
 #ifdef MEMFIT_HAVE_CUDA
 #define MEMFIT_DECLARE_CUDA(f) void register_##f##_cuda_kernels();
 MEMFIT_CUDA_FAMILIES(MEMFIT_DECLARE_CUDA)

@@ -186,7 +186,8 @@ void TierStore::pwrite_all(const std::byte* src, size_t n, size_t at) {
   }
 }
 
-void TierStore::do_read(const Entry& e, const std::string& block, size_t offset, std::byte* out, size_t bytes) {
+void TierStore::do_read(const Entry& e, const std::string& block, size_t offset, std::byte* out, size_t bytes,
+                        const kernels::BufferCopies* via) {
   size_t pos = offset;  // within the block
   const size_t end = offset + bytes;
   while (pos < end) {
@@ -202,7 +203,8 @@ void TierStore::do_read(const Entry& e, const std::string& block, size_t offset,
                                  "): the disk or its filesystem is failing");
     }
     const size_t take = std::min(end, s0 + len) - pos;
-    std::memcpy(out, buf_ + (pos - s0), take);
+    if (via) via->to_buffer(out, buf_ + (pos - s0), take);
+    else std::memcpy(out, buf_ + (pos - s0), take);
     out += take;
     pos += take;
   }
@@ -210,7 +212,7 @@ void TierStore::do_read(const Entry& e, const std::string& block, size_t offset,
 }
 
 void TierStore::do_write(Entry& e, const std::string& block, size_t offset, const std::byte* in, size_t bytes,
-                         bool step) {
+                         bool step, const kernels::BufferCopies* via) {
   if (awaiting_adopt_)
     throw std::logic_error("offload tier: '" + block + "' written in a reopened offload file before its step record "
                            "was adopted");
@@ -239,7 +241,8 @@ void TierStore::do_write(Entry& e, const std::string& block, size_t offset, cons
     } else if (take < len) {
       std::memset(buf_ + take, 0, len - take);
     }
-    std::memcpy(buf_ + (pos - s0), in, take);
+    if (via) via->from_buffer(buf_ + (pos - s0), in, take);
+    else std::memcpy(buf_ + (pos - s0), in, take);
     for (size_t s = 0; s < len; s += kSector) sums_[(at + s0 + s) / kSector] = sector_checksum(buf_ + s, kSector);
     pwrite_all(buf_, len, at + s0);
     in += take;
@@ -262,7 +265,8 @@ void TierStore::write_range(const std::string& block, size_t offset, const void*
   do_write(e, block, offset, static_cast<const std::byte*>(src), bytes, false);
 }
 
-void TierStore::enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes) {
+void TierStore::enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes,
+                        const kernels::BufferCopies* via) {
   auto it = blocks_.find(block);
   if (it == blocks_.end()) throw std::logic_error("offload tier: queuing a copy of unknown block '" + block + "'");
   if (bytes != it->second.bytes)
@@ -272,17 +276,18 @@ void TierStore::enqueue(bool write, const std::string& block, std::byte* buffer,
   if (queued_ - done_ >= kQueue) done_cv_.wait(lock, [&] { return queued_ - done_ < kQueue; });
   if (error_) std::rethrow_exception(error_);
   const uint64_t seq = ++queued_;
-  ring_[seq % kQueue] = {write, &it->second, &it->first, buffer, bytes, seq};
+  ring_[seq % kQueue] = {write, &it->second, &it->first, buffer, bytes, seq, via};
   q_cv_.notify_one();
 }
 
-void TierStore::read_async(const std::string& block, void* dst, size_t bytes) {
-  enqueue(false, block, static_cast<std::byte*>(dst), bytes);
+void TierStore::read_async(const std::string& block, void* dst, size_t bytes, const kernels::BufferCopies* via) {
+  enqueue(false, block, static_cast<std::byte*>(dst), bytes, via);
 }
 
-void TierStore::write_async(const std::string& block, const void* src, size_t bytes) {
+void TierStore::write_async(const std::string& block, const void* src, size_t bytes,
+                            const kernels::BufferCopies* via) {
   // (The I/O thread only reads a write's buffer.)
-  enqueue(true, block, static_cast<std::byte*>(const_cast<void*>(src)), bytes);
+  enqueue(true, block, static_cast<std::byte*>(const_cast<void*>(src)), bytes, via);
 }
 
 void TierStore::io_loop() {
@@ -295,8 +300,8 @@ void TierStore::io_loop() {
     std::exception_ptr err;
     try {
       std::lock_guard<std::mutex> file(mu_);
-      if (c.write) do_write(*c.e, *c.block, 0, c.buffer, c.bytes, true);
-      else do_read(*c.e, *c.block, 0, c.buffer, c.bytes);
+      if (c.write) do_write(*c.e, *c.block, 0, c.buffer, c.bytes, true, c.via);
+      else do_read(*c.e, *c.block, 0, c.buffer, c.bytes, c.via);
     } catch (...) {
       err = std::current_exception();
     }
@@ -348,21 +353,24 @@ double TierStore::wait_seconds() const {
   return wait_seconds_;
 }
 
-void TierStore::read(const std::string& block, void* dst, size_t bytes) {
+void TierStore::read(const std::string& block, void* dst, size_t bytes, const kernels::BufferCopies* via) {
   if (bytes != block_bytes(block))
     throw std::logic_error("offload tier: reading " + std::to_string(bytes) + " bytes of '" + block + "', which holds " +
                            std::to_string(block_bytes(block)));
-  read_range(block, 0, dst, bytes);
+  Entry& e = entry(block, 0, bytes, "read");
+  drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  do_read(e, block, 0, static_cast<std::byte*>(dst), bytes, via);
 }
 
-void TierStore::write(const std::string& block, const void* src, size_t bytes) {
+void TierStore::write(const std::string& block, const void* src, size_t bytes, const kernels::BufferCopies* via) {
   if (bytes != block_bytes(block))
     throw std::logic_error("offload tier: writing " + std::to_string(bytes) + " bytes of '" + block + "', which holds " +
                            std::to_string(block_bytes(block)));
   Entry& e = entry(block, 0, bytes, "write");
   drain();
   std::lock_guard<std::mutex> lock(mu_);
-  do_write(e, block, 0, static_cast<const std::byte*>(src), bytes, true);
+  do_write(e, block, 0, static_cast<const std::byte*>(src), bytes, true, via);
 }
 
 TierStore::Committed TierStore::sync() {

@@ -84,10 +84,15 @@ class TierStore final : public kernels::TierIO {
   TierStore& operator=(const TierStore&) = delete;
 
   // A whole block (the tier kernels).
-  void read(const std::string& block, void* dst, size_t bytes) override;
-  void write(const std::string& block, const void* src, size_t bytes) override;
-  void read_async(const std::string& block, void* dst, size_t bytes) override;
-  void write_async(const std::string& block, const void* src, size_t bytes) override;
+  // (`via`: how to reach a buffer in memory the host cannot address,
+  // kernels::BufferCopies; null for host memory.)
+  void read(const std::string& block, void* dst, size_t bytes, const kernels::BufferCopies* via = nullptr) override;
+  void write(const std::string& block, const void* src, size_t bytes,
+             const kernels::BufferCopies* via = nullptr) override;
+  void read_async(const std::string& block, void* dst, size_t bytes,
+                  const kernels::BufferCopies* via = nullptr) override;
+  void write_async(const std::string& block, const void* src, size_t bytes,
+                   const kernels::BufferCopies* via = nullptr) override;
   void wait(const void* buffer) override;
   // Waits for every queued copy; throws the error one of them met.
   void drain();
@@ -146,6 +151,7 @@ class TierStore final : public kernels::TierIO {
     std::byte* buffer = nullptr;
     size_t bytes = 0;
     uint64_t seq = 0;
+    const kernels::BufferCopies* via = nullptr;
   };
   // Copies queued and not yet done at most (enqueue waits for room): the
   // queue is a ring made with the store, so that queuing allocates nothing
@@ -155,11 +161,14 @@ class TierStore final : public kernels::TierIO {
   void pread_all(std::byte* dst, size_t n, size_t at);
   void pwrite_all(const std::byte* src, size_t n, size_t at);
   // The copies themselves (mu_ held).
-  void do_read(const Entry& e, const std::string& block, size_t offset, std::byte* dst, size_t bytes);
+  void do_read(const Entry& e, const std::string& block, size_t offset, std::byte* dst, size_t bytes,
+               const kernels::BufferCopies* via = nullptr);
   // A step's write (whole blocks) goes to the copy that is not committed;
   // a write outside a step, to the current copy.
-  void do_write(Entry& e, const std::string& block, size_t offset, const std::byte* src, size_t bytes, bool step);
-  void enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes);
+  void do_write(Entry& e, const std::string& block, size_t offset, const std::byte* src, size_t bytes, bool step,
+                const kernels::BufferCopies* via = nullptr);
+  void enqueue(bool write, const std::string& block, std::byte* buffer, size_t bytes,
+               const kernels::BufferCopies* via);
   void io_loop();
   // Waits until copies up to `seq` are done (q_mu_ held by `lock`).
   void wait_until(std::unique_lock<std::mutex>& lock, uint64_t seq);

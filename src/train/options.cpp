@@ -74,8 +74,6 @@ void validate(const TrainOptions& o) {
     }
     if (o.offload_ahead < -1 || o.offload_ahead > 64) fail("--offload-ahead is the number of places of use the copies move ahead: 0 to 64");
     if (o.ranks > 1) fail("--offload runs in one process (the ranks exchange parameters in memory): drop it on several ranks");
-    if (o.device == "cuda")
-      fail("--offload has no CUDA copies yet (the tier kernels copy through host memory): drop it with --device cuda");
   }
   if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks)
     fail("--ranks must be positive (and --rank below it), got rank " + std::to_string(o.rank) + " of " +

@@ -60,7 +60,7 @@ std::string nothing_fits_message(const MemoryReport& rep, const Budget& budget, 
     << " fits either; the smallest plan ("
     << fr.smallest.describe() << ") needs " << format_bytes_up(fr.smallest.total_bytes)
     << ", so the smallest budget that would work is "
-    << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << " (--memory " << smallest_memory_flag(fr.smallest.total_bytes)
+    << format_bytes(parse_bytes(smallest_memory_flag(fr.smallest.total_bytes)).value_or(0)) << (rep.device.empty() ? " (--memory " : " (--device-memory ") << smallest_memory_flag(fr.smallest.total_bytes)
     << ": 2% and 4 MiB of slack for the fit, for the baseline's variation between plans and runs, and 1 MiB for "
          "the next process's own baseline)"
     << (budget.margin ? " plus the margin of a detected limit" : "") << ". Largest parts now: " << largest_classes(rep, 3) << ". Nothing was allocated.";
@@ -435,12 +435,13 @@ class Planner {
   }
 
   // The fit's search again with the offload sets (fit_offloads), where the
-  // user left --offload open, in one process on a host-addressable device;
+  // user left --offload open, in one process (on any device: the tier
+  // reaches device memory through the device's copies);
   // `note` says what was measured or why it was not tried.
   FitResult fit_offloaded(const StepSpec& base, size_t target, const ExecConfig& fcfg,
                           const std::vector<FitPrecision>& precisions, const std::vector<FitState>& states,
                           std::string& note) {
-    if (!o_.offload.empty() || o_.ranks > 1 || !device_named(o_.device).host_addressable() || base.optimizer.clip_grad_norm > 0)
+    if (!o_.offload.empty() || o_.ranks > 1 || base.optimizer.clip_grad_norm > 0)
       return {};
     const std::string dir = offload_dir(o_);
     TierSpeed speed;

@@ -105,7 +105,7 @@ class OffsetDevice final : public Device {
   void prepare(LoweredGraph& lg) const override { d_.prepare(lg); }
   std::unique_ptr<kernels::Kernel> make_kernel(const LoweredGraph& lg, NodeId id) const override {
     std::unique_ptr<kernels::Kernel> k = d_.make_kernel(lg, id);
-    if (!k) return k;
+    if (!k || k->copies_through_device()) return k;  // (its copies are this device's: they translate)
     return std::make_unique<Translated>(std::move(k));
   }
 
