@@ -62,4 +62,6 @@ def cpu_kind(fields=None):
 
 
 def cpu_kind_label(kind):
+    if kind.endswith("-as-avx2"):
+        return KIND_LABELS.get(kind[:-len("-as-avx2")], kind) + ", limited to AVX2 on both sides"
     return KIND_LABELS.get(kind, kind)

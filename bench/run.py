@@ -5,6 +5,7 @@
     /usr/bin/python3 bench/run.py --quick --build build-perf
     /usr/bin/python3 bench/run.py --torch-python /usr/bin/python3   (Debian's PyTorch 1.13)
     /usr/bin/python3 bench/run.py --models gpt-char,lstm-classifier --no-readme --out bench/results_text.md
+    /usr/bin/python3 bench/run.py --isa avx2     (an AVX-512 CPU limited to AVX2 on both sides)
 
 PyTorch is the current release from PyPI, in the virtual environment
 bench/.venv that `make bench` makes (`make bench-venv`); --torch-python
@@ -47,6 +48,14 @@ e.g. amd-avx2 for Zen 3, amd-avx512 for Zen 4/5, intel-amx for a Xeon with
 AMX), and replaces that kind's table in README.md between its bench markers,
 adding a table for a kind seen for the first time (not with --quick, --models
 or --no-readme: the README keeps the table of every case, one per CPU kind).
+
+--isa avx2 measures an AVX2 CPU's paths on a CPU with AVX-512: memfit's
+engine built for x86-64-v3 (build/bench/step_bench_v3) with oneDNN limited
+to AVX2 (ONEDNN_MAX_CPU_ISA), PyTorch with its own kernels, its oneDNN and
+MKL limited the same way (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA,
+MKL_ENABLE_INSTRUCTIONS; the run stops if PyTorch reports another ISA). Its
+table is the kind's with "-as-avx2" added: the same cores, caches and
+memory as an AVX2 CPU of two FMA units would have, not a Zen 3's.
 
 Where a case's time goes: step_bench's --profile prints the per-op kind and
 per-layer tables of its timed steps (not run here: timing each kernel slows
@@ -224,7 +233,10 @@ def main():
     ap.add_argument("--models", default=None,
                     help="only these models' cases (comma-separated: convnet,resnet18,gpt-char,gpt2,lstm-classifier)")
     ap.add_argument("--precisions", default="fp32,bf16")
-    kind = machine.cpu_kind()
+    ap.add_argument("--isa", choices=("native", "avx2"), default="native",
+                    help="avx2: both sides limited to AVX2 on this AVX-512 CPU (memfit's x86-64-v3 build)")
+    pre, _ = ap.parse_known_args()
+    kind = machine.cpu_kind() + ("-as-avx2" if pre.isa == "avx2" else "")
     ap.add_argument("--out", default=os.path.join(HERE, f"results_{kind}.md"),
                     help=f"the table's file (default bench/results_KIND.md, here results_{kind}.md)")
     ap.add_argument("--no-readme", action="store_true", help="do not update README.md")
@@ -237,13 +249,18 @@ def main():
     if not os.path.exists(a.torch_python):
         raise SystemExit(f"{a.torch_python} not found: make bench-venv installs PyTorch from PyPI into bench/.venv")
 
-    memfit = os.path.join(a.build, "bench", "step_bench")
+    limit = {}
+    if a.isa == "avx2":
+        if machine.cpu_kind().endswith("-avx2"):
+            raise SystemExit("--isa avx2: this CPU has no more than AVX2; run without --isa")
+        limit = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    memfit = os.path.join(a.build, "bench", "step_bench" + ("_v3" if a.isa == "avx2" else ""))
     if not os.path.exists(memfit):
         raise SystemExit(f"{memfit} not found: build first (make build, or pass --build DIR)")
     baseline = os.path.join(a.baseline_build, "bench", "step_bench") if a.baseline_build else None
     if baseline and not os.path.exists(baseline):
         raise SystemExit(f"{baseline} not found: build the baseline's step_bench first")
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), **limit)
     t = str(a.threads)
     load = os.getloadavg()[0]
     print(f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
@@ -298,7 +315,10 @@ def main():
                 if baseline:
                     base.append(got[2])
                     raw.append(got[2] | {"framework": "memfit-baseline", "rep": r})
-            torch_info = {"torch": pt[0]["torch"], "onednn": pt[0]["onednn"], "blas": pt[0].get("blas", "unknown")}
+            torch_info = {"torch": pt[0]["torch"], "onednn": pt[0]["onednn"], "blas": pt[0].get("blas", "unknown"),
+                          "isa": pt[0].get("cpu_capability", "unknown")}
+            if limit and torch_info["isa"] != "AVX2":
+                raise SystemExit(f"--isa avx2: PyTorch ran its kernels for {torch_info['isa']}, not AVX2")
             if mf[0].get("supported"):
                 flops_of[(model, batch, variant)] = mf[0]["step_flops"]
 
@@ -327,7 +347,10 @@ def main():
     lines = [
         f"Measured {now} on {cpu} (kind {kind}), {a.threads} threads each; load average {load:.1f} at the start, "
         f"{load_end:.1f} at the end. Command: `" + ' '.join(['/usr/bin/python3 bench/run.py'] + sys.argv[1:]) + "`.",
-        f"PyTorch {torch_info.get('torch')} (oneDNN {torch_info.get('onednn')}); memfit with oneDNN {peak['onednn']} "
+        ("Both sides limited to AVX2 on this CPU (`--isa avx2`: memfit's x86-64-v3 build, ONEDNN_MAX_CPU_ISA=AVX2, "
+         "ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2). " if limit else "") +
+        f"PyTorch {torch_info.get('torch')} (oneDNN {torch_info.get('onednn')}, its kernels for "
+        f"{torch_info.get('isa')}); memfit with oneDNN {peak['onednn']} "
         f"({peak['isa']}, {'bf16 compute' if peak.get('bf16_compute') else 'no bf16 compute'}), its own loops "
         f"built for {peak.get('vector_isa', '?')}. Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
         f"{flops_txt(peak['peak_fp32_flops'])}, bf16 {flops_txt(peak['peak_bf16_flops'])}.",
@@ -379,7 +402,7 @@ def main():
     with open(os.path.splitext(a.out)[0] + ".jsonl", "w") as f:
         f.write(json.dumps({"peak": peak, "cpu": cpu, "cpu_kind": kind, "cpu_fields": {
             k: v for k, v in machine.cpu_fields().items() if k in ("vendor_id", "cpu family", "model", "model name")},
-            "date": now, "load": load, "command": " ".join(sys.argv)}) + "\n")
+            "date": now, "load": load, "isa": a.isa, "torch_isa": torch_info.get("isa"), "command": " ".join(sys.argv)}) + "\n")
         for r in raw:
             f.write(json.dumps(r) + "\n")
     print("\n" + table)

@@ -27,7 +27,8 @@
 // executed; flops_uncounted names any product op kind without a FLOP count),
 // and the process's peak RSS (VmHWM). With --profile it also prints (to
 // stderr) the per-op and per-layer tables of the timed steps: their totals,
-// and each node's fastest.
+// and each node's fastest; and each product op's (each convolution
+// direction's) GFLOP/s against the fp32 peak measured after the steps.
 // --device cuda runs the step on the GPU (each timed step ends when the GPU
 // has finished it: the loss is read back); the JSON adds the GPU's name.
 // --plain keeps every activation in plain NCHW (no channel-blocked layouts).
@@ -51,6 +52,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -83,20 +85,53 @@ struct StepFlops {
   std::set<std::string> uncounted;
 };
 
+// A node's product FLOPs as step_flops counts them; -1 where it is no
+// product, 0 for a product op without a count.
+double node_product_flops(const Graph& g, const Node& n) {
+  const OpDef& d = op_def(n.op);
+  bool product = d.traits.heavy;
+  if (!product && n.fwd >= 0) {
+    const std::string& fop = g.node(n.fwd).op;
+    product = op_def(fop).traits.heavy && n.op.rfind(fop + "_bwd", 0) == 0;
+  }
+  if (!product) return -1;
+  return d.flops ? d.flops(g, n) : 0;
+}
+
 StepFlops step_flops(const Graph& g) {
   StepFlops f;
   for (const Node& n : g.nodes()) {
-    const OpDef& d = op_def(n.op);
-    bool product = d.traits.heavy;
-    if (!product && n.fwd >= 0) {
-      const std::string& fop = g.node(n.fwd).op;
-      product = op_def(fop).traits.heavy && n.op.rfind(fop + "_bwd", 0) == 0;
-    }
-    if (!product) continue;
-    if (d.flops) f.products += d.flops(g, n);
+    const double fl = node_product_flops(g, n);
+    if (fl < 0) continue;
+    if (op_def(n.op).flops) f.products += fl;
     else f.uncounted.insert(n.op);
   }
   return f;
+}
+
+// The products' rate per op (each direction of a convolution its own op:
+// conv2d, conv2d_bwd_data, conv2d_bwd_weight), from each node's fastest
+// timed step, against the machine's fp32 peak where it was given.
+std::string product_rates(const Graph& g, const std::vector<double>& t, double peak) {
+  std::map<std::string, std::pair<double, double>> by_op;  // op -> (FLOPs, seconds)
+  for (size_t k = 0; k < t.size(); ++k) {
+    const Node& n = g.node(static_cast<NodeId>(k));
+    const double fl = node_product_flops(g, n);
+    if (fl <= 0) continue;
+    by_op[n.op].first += fl;
+    by_op[n.op].second += t[k];
+  }
+  std::string r = "products per op (each node's fastest step):\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  %-24s %10s %10s %10s %8s\n", "op", "ms/step", "GFLOP", "GFLOP/s", "of peak");
+  r += buf;
+  for (auto& [op, ft] : by_op) {
+    const double rate = ft.second > 0 ? ft.first / ft.second : 0;
+    std::snprintf(buf, sizeof buf, "  %-24s %10.2f %10.2f %10.1f %7.0f%%\n", op.c_str(), 1e3 * ft.second,
+                  ft.first / 1e9, rate / 1e9, peak > 0 ? 100.0 * rate / peak : 0.0);
+    r += buf;
+  }
+  return r;
 }
 
 // Best FLOP/s of an n x n x n product with inputs of type dt.
@@ -324,6 +359,10 @@ int main(int argc, char** argv) {
   if (profile) {
     std::fprintf(stderr, "all timed steps:\n%s", profile_report(ex, ex.node_seconds(), steps).c_str());
     std::fprintf(stderr, "each node's fastest step:\n%s", profile_report(ex, fastest, 1).c_str());
+    // The fp32 peak, measured as --peak does, with the step's threads.
+    const double peak_flops = matmul_flops(dnnl::memory::data_type::f32, 3072, 4);
+    std::fprintf(stderr, "fp32 peak (best 3072^3 oneDNN matmul): %.1f GFLOP/s\n", peak_flops / 1e9);
+    std::fprintf(stderr, "%s", product_rates(sg->g, fastest, peak_flops).c_str());
   }
   const double loss = ex.fetch_scalar(sg->loss);
   std::vector<double> sorted = t;

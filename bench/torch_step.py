@@ -58,6 +58,15 @@ def onednn_version():
     return m.group(1) if m else "unknown"
 
 
+def cpu_capability():
+    """The vector ISA PyTorch's own CPU kernels dispatch to (AVX512, AVX2, ...;
+    ATEN_CPU_CAPABILITY lowers it)."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        return "unknown"
+
+
 def blas_info():
     m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     return m.group(1) if m else "unknown"
@@ -173,6 +182,7 @@ def main():
         "threads": torch.get_num_threads(), "median_step_s": med,
         "images_per_s": a.batch / med, "peak_rss_bytes": vm_hwm(), "loss": float(loss.detach()), "steps": len(times),
         "torch": torch.__version__, "onednn": onednn_version(), "blas": blas_info(), "step_s": times,
+        "cpu_capability": cpu_capability(),
     }
     if cuda:
         r.update(device=torch.cuda.get_device_name(), tf32=a.tf32,
