@@ -20,6 +20,7 @@
 // differ), masks and selections exactly.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -32,6 +33,7 @@
 
 #include "kernel_cases.hpp"
 #include "kernels/cpu/layout.hpp"
+#include "ops/conv/ref.hpp"
 #include "kernels/kernel.hpp"
 #include "memfit/autodiff.hpp"
 #include "memfit/builder.hpp"
@@ -294,7 +296,15 @@ TEST(CpuKernels, Conv2dBackwardWeight) {
     auto outs = g.add_node("conv2d_bwd_weight", {x, dy}, a, "conv");
     ASSERT_EQ(outs.size(), c.bias ? 2u : 1u);
     mark_outputs(g, outs);
-    expect_kernel(g, "conv2d_bwd_weight", "dnnl.conv2d_bwd_weight");
+    // Up to 3 input channels where oneDNN has no AVX-512 kernels (x and dy
+    // plain here): memfit's own kernel.
+    kernels::ConvParams p{c.N, c.C, c.H, c.W, c.K, c.R, c.S, conv_out(c)[2], conv_out(c)[3]};
+    p.stride_h = p.stride_w = c.stride;
+    p.pad_h = p.pad_w = c.pad;
+    p.dil_h = p.dil_w = c.dil;
+    p.groups = c.groups;
+    expect_kernel(g, "conv2d_bwd_weight",
+                  kernels::cpu::few_taps_preferred(p) ? "cpu.conv2d_bwd_weight_taps" : "dnnl.conv2d_bwd_weight");
     compare_multilinear(g, outs, 13);
   }
 }
@@ -1237,6 +1247,80 @@ TEST(CpuKernels, BlockedConv) {
       }
     }
   }
+}
+
+// The first layer's weight gradient (memfit's own kernel for few input taps,
+// x plain, dy blocked) against the double reference on the same f32 inputs.
+// Its sums are f32 over one image's OH x OW positions, then double: each
+// element is within (OH OW + 1) u sum |dy x| + u |dw| of the exact sum (u =
+// 2^-24, the f32 unit roundoff: the worst case of a sum of OH OW terms,
+// its flush to double and the final rounding), sum |dy x| from the
+// reference run on |x| and |dy|.
+TEST(CpuKernels, FewTapsWeightGradient) {
+  struct Case {
+    int64_t N, C, H, W, K, R, S, stride, pad, dil;
+    bool bias;
+  };
+  for (const Case& c : {Case{5, 1, 28, 28, 32, 5, 5, 1, 2, 1, true},   // the ConvNet's first layer
+                        Case{3, 1, 28, 28, 64, 3, 3, 1, 1, 1, false},  // ResNet-18's, on 28 x 28
+                        Case{2, 3, 11, 9, 16, 3, 3, 1, 1, 1, true},    // RGB, odd sizes
+                        Case{3, 2, 9, 10, 48, 3, 3, 1, 0, 2, false},   // dilated, no padding
+                        Case{1, 1, 7, 7, 16, 7, 3, 1, 3, 1, true}}) {  // a tall kernel, 21 taps
+    SCOPED_TRACE(::testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " "
+                                    << c.R << "x" << c.S << " stride " << c.stride << " pad " << c.pad << " dil "
+                                    << c.dil);
+    kernels::ConvParams p{c.N, c.C, c.H, c.W, c.K, c.R, c.S, 0, 0};
+    p.stride_h = p.stride_w = c.stride;
+    p.pad_h = p.pad_w = c.pad;
+    p.dil_h = p.dil_w = c.dil;
+    p.bias = c.bias;
+    p.OH = (c.H + 2 * c.pad - c.dil * (c.R - 1) - 1) / c.stride + 1;
+    p.OW = (c.W + 2 * c.pad - c.dil * (c.S - 1) - 1) / c.stride + 1;
+    const int64_t yhw = p.OH * p.OW;
+    const size_t nx = static_cast<size_t>(c.N * c.C * c.H * c.W), ny = static_cast<size_t>(c.N * c.K * yhw),
+                 nw = static_cast<size_t>(c.K * c.C * c.R * c.S);
+    std::vector<float> x = memfit::testing::random_floats(nx, 21), dy = memfit::testing::random_floats(ny, 22);
+    for (size_t i = 0; i < ny; i += 3) dy[i] = -dy[i];  // sums with cancellation
+    std::vector<size_t> outs{nw};
+    if (c.bias) outs.push_back(size_t(c.K));
+    auto ref = [&](const std::vector<float>& xf, const std::vector<float>& dyf) {
+      std::vector<double> xd(xf.begin(), xf.end()), dyd(dyf.begin(), dyf.end());
+      std::vector<std::vector<double>> o;
+      for (size_t n : outs) o.emplace_back(n, 0.0);
+      kernels::ref::Conv2dBwdWeight<double> r(p);
+      std::vector<void*> op;
+      for (auto& v : o) op.push_back(v.data());
+      r.bind({xd.data(), dyd.data()}, op, nullptr);
+      r.run(default_ctx());
+      return o;
+    };
+    std::vector<float> ax(x), ady(dy);
+    for (float& v : ax) v = std::abs(v);
+    for (float& v : ady) v = std::abs(v);
+    const auto exact = ref(x, dy), mag = ref(ax, ady);
+    const double u = std::ldexp(1.0, -24), n_sum = static_cast<double>(yhw + 1);
+    ASSERT_TRUE(kernels::cpu::conv2d_bwd_weight_taps_takes(p));
+    auto k = kernels::cpu::make_conv2d_bwd_weight_taps(p);
+    ASSERT_TRUE(k);
+    auto got = blk::run_kernel(*k, {x, dy}, outs);
+    for (size_t o = 0; o < outs.size(); ++o)
+      for (size_t i = 0; i < outs[o]; ++i) {
+        const double bound = n_sum * u * mag[o][i] + u * std::abs(exact[o][i]);
+        ASSERT_LE(std::abs(static_cast<double>(got[o][i]) - exact[o][i]), bound)
+            << (o ? "db[" : "dw[") << i << "]: " << got[o][i] << " against " << exact[o][i];
+      }
+  }
+  // Shapes it does not take: many taps, channels not a whole block, groups.
+  kernels::ConvParams many{2, 16, 8, 8, 16, 3, 3, 8, 8};
+  EXPECT_FALSE(kernels::cpu::conv2d_bwd_weight_taps_takes(many));
+  kernels::ConvParams k6{2, 1, 8, 8, 6, 3, 3, 6, 6};
+  EXPECT_FALSE(kernels::cpu::conv2d_bwd_weight_taps_takes(k6));
+  kernels::ConvParams grouped{2, 2, 8, 8, 16, 3, 3, 6, 6};
+  grouped.groups = 2;
+  EXPECT_FALSE(kernels::cpu::conv2d_bwd_weight_taps_takes(grouped));
+  kernels::ConvParams strided{2, 1, 8, 8, 16, 3, 3, 3, 3};
+  strided.stride_h = strided.stride_w = 2;
+  EXPECT_FALSE(kernels::cpu::conv2d_bwd_weight_taps_takes(strided));
 }
 
 // Which values the lowering keeps blocked: a conv -> batch norm -> relu ->

@@ -29,6 +29,18 @@ std::unique_ptr<Kernel> make_conv2d_bwd_data(const ConvParams& p, Layout dy = La
 std::unique_ptr<Kernel> make_conv2d_bwd_weight(const ConvParams& p, Layout x = Layout::Plain,
                                                Layout dy = Layout::Plain, ElemType act = ElemType::F32);
 
+// The f32 weight gradient of a stride-1 convolution with few input taps (C x
+// R x S at most kConvMaxTaps, groups 1, K a multiple of 4; x and dy plain),
+// memfit's own (ops/conv/cpu_taps.cpp); nullptr for another shape.
+// few_taps_preferred: where the lowering takes it instead of oneDNN's: at
+// most 3 input channels (a grey or RGB first layer) where oneDNN runs
+// without AVX-512 (measured there 1.3-4.5x faster; with AVX-512 as fast as
+// oneDNN's, which is kept).
+inline constexpr int64_t kConvMaxTaps = 32;
+bool conv2d_bwd_weight_taps_takes(const ConvParams& p);
+std::unique_ptr<Kernel> make_conv2d_bwd_weight_taps(const ConvParams& p);
+bool few_taps_preferred(const ConvParams& p);
+
 // Whether bf16 convolutions should run as oneDNN's bf16 primitives (true) or
 // as the f32 primitives between conversions (false; the lowering converts,
 // runtime/mixed.hpp). Both keep the same semantics: f32 products of the

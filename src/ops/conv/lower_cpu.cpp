@@ -57,10 +57,15 @@ void register_conv_cpu_kernels() {
     if (!act) return nullptr;
     const auto L = [&lg](ValueId v) { return cpu_layout(lg, v); };
     const Layout x = L(n.inputs[0]), dy = L(n.inputs[1]);
-    return checked(kernels::cpu::make_conv2d_bwd_weight(conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"),
-                                                                    shape_of(g, n.inputs[1]), n.attrs.i("bias", 0) != 0),
-                                                        x, dy, product_type(lg, *act)),
-                   x, dy, product_type(lg, *act), g, n);
+    const auto p = conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"), shape_of(g, n.inputs[1]),
+                               n.attrs.i("bias", 0) != 0);
+    // A first layer's one input channel, where oneDNN's kernel is slow:
+    // memfit's own (f32 only).
+    if (product_type(lg, *act) == kernels::ElemType::F32 && *act == kernels::ElemType::F32 && x == Layout::Plain &&
+        dy == Layout::Plain && kernels::cpu::few_taps_preferred(p))
+      return kernels::cpu::make_conv2d_bwd_weight_taps(p);
+    return checked(kernels::cpu::make_conv2d_bwd_weight(p, x, dy, product_type(lg, *act)), x, dy,
+                   product_type(lg, *act), g, n);
   });
 }
 
