@@ -60,8 +60,11 @@ MEMFIT_HD inline uint64_t stream_key(uint64_t seed, uint64_t stream, uint64_t co
 }
 
 // Element i of a stream as a uniform float in [0, 1) with 24 random bits.
+// The 24 bits go through int32 (exact either way): AVX2 has no conversion
+// from 64-bit integers, and a loop of draws converting from uint64 ran
+// scalar there, 5.5x slower (dropout in attention: 150 ms of a gpt-char step).
 MEMFIT_HD inline float uniform01(uint64_t key, uint64_t i) {
-  return static_cast<float>(splitmix64(key + i) >> 40) * (1.0f / 16777216.0f);
+  return static_cast<float>(static_cast<int32_t>(splitmix64(key + i) >> 40)) * (1.0f / 16777216.0f);
 }
 
 // Uniform in [-bound, bound): used for PyTorch-style default initialisation

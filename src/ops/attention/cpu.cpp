@@ -19,8 +19,8 @@
 // dout, dq += dS k, dk += dS^T q.
 //
 // Every product is one register-blocked loop (gemm below): 4 output rows x
-// up to 64 columns held in 16 vector accumulators, one broadcast of A per
-// row and k. exp is simd::vexp (2 ulp); lse = m + log l in f32.
+// up to 64 columns held in 16 vector accumulators with AVX-512 (6 rows x 16
+// columns with AVX2), one broadcast of A per row and k. exp is simd::vexp (2 ulp); lse = m + log l in f32.
 #include "ops/attention/cpu.hpp"
 
 #include <algorithm>
@@ -75,27 +75,46 @@ template <int RB, int NV>
     for (int v = 0; v < NV; ++v) simd::store(c + r * ldc + 16 * v, cv[r][v], m[v]);
 }
 
+// The tile: RB rows x NV 16-lane vectors of accumulators, in registers.
+// AVX-512 (32 registers): up to 4 x 4 (16 accumulators, 4 of B, one of A).
+// AVX2 (16 registers, a 16-lane V in two): 6 x 1 (12 halves of accumulators,
+// 2 of B, one of A); 4 x 4 there kept 32 halves in memory, and the attention
+// ran at 15-27% of the machine's peak.
+#if MEMFIT_BF16_SIMD
+constexpr int kRows = 4, kCols = 64;
+#else
+constexpr int kRows = 6, kCols = 16;
+#endif
+
 template <int RB>
 void gemm_rows(int64_t K, const float* a, int64_t ar, int64_t ak, const float* b, int64_t ldb, float* c, int64_t ldc,
                int64_t nn, bool acc) {
-  switch ((nn + 15) / 16) {
-    case 1: return gemm_tile<RB, 1>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
-    case 2: return gemm_tile<RB, 2>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
-    case 3: return gemm_tile<RB, 3>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
-    default: return gemm_tile<RB, 4>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
+  if constexpr (kCols == 16) {
+    return gemm_tile<RB, 1>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
+  } else {
+    switch ((nn + 15) / 16) {
+      case 1: return gemm_tile<RB, 1>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
+      case 2: return gemm_tile<RB, 2>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
+      case 3: return gemm_tile<RB, 3>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
+      default: return gemm_tile<RB, 4>(K, a, ar, ak, b, ldb, c, ldc, nn, acc);
+    }
   }
 }
 
-// C[R, N] (+)= A(R, K) B[K, N] (layouts as gemm_tile).
+// C[R, N] (+)= A(R, K) B[K, N] (layouts as gemm_tile). Each element's sum
+// runs over k in order whatever the tile, so both builds give the same bits.
 void gemm(int64_t R, int64_t K, int64_t N, const float* a, int64_t ar, int64_t ak, const float* b, int64_t ldb,
           float* c, int64_t ldc, bool acc) {
-  for (int64_t n0 = 0; n0 < N; n0 += 64) {
-    const int64_t nn = std::min<int64_t>(64, N - n0);
+  for (int64_t n0 = 0; n0 < N; n0 += kCols) {
+    const int64_t nn = std::min<int64_t>(kCols, N - n0);
     int64_t r0 = 0;
-    for (; r0 + 4 <= R; r0 += 4) gemm_rows<4>(K, a + r0 * ar, ar, ak, b + n0, ldb, c + r0 * ldc + n0, ldc, nn, acc);
+    for (; r0 + kRows <= R; r0 += kRows)
+      gemm_rows<kRows>(K, a + r0 * ar, ar, ak, b + n0, ldb, c + r0 * ldc + n0, ldc, nn, acc);
     const float* ar0 = a + r0 * ar;
     float* cr0 = c + r0 * ldc + n0;
     switch (R - r0) {
+      case 5: if constexpr (kRows > 5) gemm_rows<5>(K, ar0, ar, ak, b + n0, ldb, cr0, ldc, nn, acc); break;
+      case 4: if constexpr (kRows > 4) gemm_rows<4>(K, ar0, ar, ak, b + n0, ldb, cr0, ldc, nn, acc); break;
       case 3: gemm_rows<3>(K, ar0, ar, ak, b + n0, ldb, cr0, ldc, nn, acc); break;
       case 2: gemm_rows<2>(K, ar0, ar, ak, b + n0, ldb, cr0, ldc, nn, acc); break;
       case 1: gemm_rows<1>(K, ar0, ar, ak, b + n0, ldb, cr0, ldc, nn, acc); break;
