@@ -189,7 +189,7 @@ int usage(const char* msg) {
   std::fprintf(stderr, "step_bench: %s\nusage: step_bench [--model convnet|resnet18|gpt-char|lstm-classifier|...] "
                "[--batch N] [--steps N] [--warmup N] [--threads N] [--precision fp32|bf16] [--seq T] [--vocab V] "
                "[--classes C] [--profile] [--plain] [--serve] [--recompute none|cheap|segments] "
-               "[--update-in-backward] [--bf16-convs auto|native|f32] [--dropout P (a zoo GPT's)]\n", msg);
+               "[--update-in-backward] [--bf16-convs auto|native|f32] [--winograd auto|off|2|4] [--dropout P (a zoo GPT's)]\n", msg);
   return 2;
 }
 
@@ -219,7 +219,9 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") warmup = std::atoi(v);
     else if (a == "--threads") threads = std::atoi(v);
     else if (a == "--precision") precision = v;
-    else if (a == "--bf16-convs") {
+    else if (a == "--winograd") {
+      if (!kernels::cpu::choose_winograd(v)) return usage("--winograd takes auto, off, 2 or 4");
+    } else if (a == "--bf16-convs") {
       if (!kernels::cpu::choose_bf16_convs(v)) return usage("--bf16-convs takes auto, native or f32");
     }
     else if (a == "--device") {

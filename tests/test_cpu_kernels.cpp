@@ -20,6 +20,7 @@
 // differ), masks and selections exactly.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -1321,6 +1322,219 @@ TEST(CpuKernels, FewTapsWeightGradient) {
   kernels::ConvParams strided{2, 1, 8, 8, 16, 3, 3, 3, 3};
   strided.stride_h = strided.stride_w = 2;
   EXPECT_FALSE(kernels::cpu::conv2d_bwd_weight_taps_takes(strided));
+}
+
+// The Winograd F(2x2, 3x3) and F(4x4, 3x3) forward and backward-data
+// kernels against the double reference on the same f32 inputs. Bound per
+// element: (Cin + e) u y_abs, u = 2^-24 the f32 unit roundoff, where y_abs
+// is the same Winograd evaluation on absolute values (|A^T| (|G| |g| |G^T| .
+// |B^T| |d| |B|) |A| summed over the input channels, plus |bias|): each
+// term of the computed sum passes through at most that many roundings
+// (first order). Counted for F(2,3): the filter transform 2 per dimension
+// (the halvings are exact), the input transform 1 per dimension, the
+// product 1, Cin sums over the channels, the output transform 2 per
+// dimension and the bias: Cin + 12, e = 16. For F(4,3): the filter
+// transform 5 per dimension (three products by inexact constants such as
+// 1/6, two sums), the input 3, the product 1, the channels, the output 3
+// per dimension (the products by 2, 4 and 8 exact) and the bias: Cin + 29,
+// e = 32. y_abs, not the direct sum of |w x|, carries the transforms'
+// growth (F(4,3)'s coefficients reach 8 x 5), which is the error these
+// algorithms have.
+namespace wino {
+
+// c1[i][r][q] = sum over p of |A^T[i][p]| |G[p][r]| |B^T[p][q]| for F(m, 3):
+// how much tap r and input q of a tile feed output i, in absolute values.
+std::vector<double> abs_coefficients(int m) {
+  const int a = m + 2;
+  std::vector<double> AT, G, BT;
+  if (m == 2) {
+    AT = {1, 1, 1, 0, 0, 1, 1, 1};
+    G = {1, 0, 0, .5, .5, .5, .5, .5, .5, 0, 0, 1};
+    BT = {1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1};
+  } else {
+    AT = {1, 1, 1, 1, 1, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 4, 4, 0, 0, 1, 1, 8, 8, 1};
+    G = {1. / 4, 0, 0, 1. / 6, 1. / 6, 1. / 6, 1. / 6, 1. / 6, 1. / 6, 1. / 24, 1. / 12, 1. / 6,
+         1. / 24, 1. / 12, 1. / 6, 0, 0, 1};
+    BT = {4, 0, 5, 0, 1, 0, 0, 4, 4, 1, 1, 0, 0, 4, 4, 1, 1, 0, 0, 2, 1, 2, 1, 0, 0, 2, 1, 2, 1, 0, 0, 4, 0, 5, 0, 1};
+  }
+  std::vector<double> c(static_cast<size_t>(m * 3 * a), 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int r = 0; r < 3; ++r)
+      for (int q = 0; q < a; ++q)
+        for (int p = 0; p < a; ++p) c[static_cast<size_t>((i * 3 + r) * a + q)] += AT[i * a + p] * G[p * 3 + r] * BT[p * a + q];
+  return c;
+}
+
+// y_abs for out[o][i][j] = sum g[o][c][r][s] in[c][i - pad + r][j - pad + s]
+// (+ b[o]) computed with tiles of m x m outputs; in plain [N][Cin][H][W], g
+// [Cout][Cin][3][3].
+std::vector<double> abs_winograd(int m, const std::vector<float>& in, const std::vector<double>& g, const float* b,
+                                 int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t Cout, int64_t OH, int64_t OW,
+                                 int64_t pad) {
+  const int a = m + 2;
+  const auto c1 = abs_coefficients(m);
+  auto coef = [&](int64_t i, int r, int q) { return c1[static_cast<size_t>((i % m * 3 + r) * a + q)]; };
+  std::vector<double> y(static_cast<size_t>(N * Cout * OH * OW), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < Cout; ++o)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double sum = b ? std::abs(static_cast<double>(b[o])) : 0.0;
+          const int64_t h0 = i / m * m - pad, w0 = j / m * m - pad;
+          for (int64_t c = 0; c < Cin; ++c)
+            for (int r = 0; r < 3; ++r)
+              for (int s2 = 0; s2 < 3; ++s2) {
+                const double gv = g[static_cast<size_t>(((o * Cin + c) * 3 + r) * 3 + s2)];
+                for (int p = 0; p < a; ++p) {
+                  const int64_t h = h0 + p;
+                  if (h < 0 || h >= H || coef(i, r, p) == 0) continue;
+                  for (int q = 0; q < a; ++q) {
+                    const int64_t w = w0 + q;
+                    if (w < 0 || w >= W || coef(j, s2, q) == 0) continue;
+                    sum += coef(i, r, p) * coef(j, s2, q) * gv *
+                           std::abs(static_cast<double>(in[static_cast<size_t>(((n * Cin + c) * H + h) * W + w)]));
+                  }
+                }
+              }
+          y[static_cast<size_t>(((n * Cout + o) * OH + i) * OW + j)] = sum;
+        }
+  return y;
+}
+
+}  // namespace wino
+
+TEST(CpuKernels, WinogradConvolution) {
+  struct Case {
+    int64_t N, C, H, W, K, pad;
+    bool bias;
+  };
+  for (const Case& c : {Case{3, 32, 9, 9, 64, 1, true},    // odd sizes: a last row and column of half tiles
+                        Case{5, 64, 4, 4, 32, 1, false},   // ResNet-18's last stage: one tile row per 2 rows
+                        Case{2, 32, 7, 6, 32, 0, true},    // no padding (backward-data pads by 2)
+                        Case{2, 32, 5, 8, 32, 2, false},   // padding 2 (backward-data pads by 0)
+                        Case{7, 32, 6, 6, 32, 1, false}}) {  // a last tile row and column of 2 of 4 outputs
+    SCOPED_TRACE(::testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K
+                                    << " pad " << c.pad << (c.bias ? " bias" : ""));
+    kernels::ConvParams p{c.N, c.C, c.H, c.W, c.K, 3, 3, c.H + 2 * c.pad - 2, c.W + 2 * c.pad - 2};
+    p.pad_h = p.pad_w = c.pad;
+    p.bias = c.bias;
+    ASSERT_TRUE(kernels::cpu::conv2d_winograd_takes(p));
+    const int64_t xhw = c.H * c.W, yhw = p.OH * p.OW;
+    const size_t nx = static_cast<size_t>(c.N * c.C * xhw), ny = static_cast<size_t>(c.N * c.K * yhw),
+                 nw = static_cast<size_t>(c.K * c.C * 9);
+    std::vector<float> x = memfit::testing::random_floats(nx, 31), w = memfit::testing::random_floats(nw, 32),
+                       b = memfit::testing::random_floats(size_t(c.K), 33), dy = memfit::testing::random_floats(ny, 34);
+    const double u = std::ldexp(1.0, -24);
+    auto check = [&](const char* what, int tile, const std::vector<float>& got, const std::vector<double>& exact,
+                     const std::vector<double>& mag, int64_t cin) {
+      ASSERT_EQ(got.size(), exact.size());
+      const double e = tile == 2 ? 16 : 32;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_LE(std::abs(static_cast<double>(got[i]) - exact[i]), (static_cast<double>(cin) + e) * u * mag[i])
+            << what << " F(" << tile << ",3) [" << i << "]: " << got[i] << " against " << exact[i];
+    };
+    std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), bd(b.begin(), b.end()),
+        dyd(dy.begin(), dy.end());
+    // Forward.
+    {
+      std::vector<double> y(ny);
+      kernels::ref::Conv2d<double> r(p);
+      std::vector<void*> in{xd.data(), wd.data()};
+      if (c.bias) in.push_back(bd.data());
+      r.bind(in, {y.data()}, nullptr);
+      r.run(default_ctx());
+      std::vector<double> wa(nw);
+      for (size_t i = 0; i < nw; ++i) wa[i] = std::abs(wd[i]);
+      for (int tile : {2, 4}) {
+        const auto mag = wino::abs_winograd(tile, x, wa, c.bias ? b.data() : nullptr, c.N, c.C, c.H, c.W, c.K, p.OH,
+                                            p.OW, c.pad);
+        auto k = kernels::cpu::make_conv2d_winograd(p, tile);
+        ASSERT_TRUE(k);
+        EXPECT_EQ(std::string(k->name()), "cpu.conv2d_winograd" + std::to_string(tile));
+        std::vector<std::vector<float>> in_f{to_blocked(x, c.N, c.C, xhw), w};
+        if (c.bias) in_f.push_back(b);
+        auto got = blk::run_kernel(*k, in_f, {ny});
+        check("y", tile, to_plain(got[0], c.N, c.K, yhw), y, mag, c.C);
+      }
+    }
+    // Backward-data: the convolution of dy with the filters turned, padded by 2 - pad.
+    {
+      std::vector<double> dx(nx);
+      kernels::ref::Conv2dBwdData<double> r(p);
+      r.bind({dyd.data(), wd.data()}, {dx.data()}, nullptr);
+      r.run(default_ctx());
+      std::vector<double> wt(nw);  // [C][K][3][3], turned by 180 degrees
+      for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t ch = 0; ch < c.C; ++ch)
+          for (int64_t t = 0; t < 9; ++t)
+            wt[static_cast<size_t>((ch * c.K + k) * 9 + 8 - t)] = std::abs(wd[static_cast<size_t>((k * c.C + ch) * 9 + t)]);
+      for (int tile : {2, 4}) {
+        const auto mag = wino::abs_winograd(tile, dy, wt, nullptr, c.N, c.K, p.OH, p.OW, c.C, c.H, c.W, 2 - c.pad);
+        auto k = kernels::cpu::make_conv2d_bwd_data_winograd(p, tile);
+        ASSERT_TRUE(k);
+        EXPECT_EQ(std::string(k->name()), "cpu.conv2d_bwd_data_winograd" + std::to_string(tile));
+        auto got = blk::run_kernel(*k, {to_blocked(dy, c.N, c.K, yhw), w}, {nx});
+        check("dx", tile, to_plain(got[0], c.N, c.C, xhw), dx, mag, c.K);
+      }
+    }
+  }
+  // Many blocks of tiles (on each thread): each tile's sums do not depend on
+  // the block it falls in, so the whole batch equals each image run alone,
+  // to the bit.
+  {
+    const int64_t N = 60, C = 32, HW = 6;
+    kernels::ConvParams p{N, C, HW, HW, C, 3, 3, HW, HW};
+    p.pad_h = p.pad_w = 1;
+    p.bias = true;
+    kernels::ConvParams one = p;
+    one.N = 1;
+    const size_t n = static_cast<size_t>(N * C * HW * HW), per = n / N;
+    const std::vector<float> x = memfit::testing::random_floats(n, 41), w = memfit::testing::random_floats(size_t(C * C * 9), 42),
+                             b = memfit::testing::random_floats(size_t(C), 43);
+    for (int tile : {2, 4})
+      for (bool bwd : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "F(" << tile << ",3) " << (bwd ? "backward-data" : "forward"));
+        auto make = [&](const kernels::ConvParams& q) {
+          return bwd ? kernels::cpu::make_conv2d_bwd_data_winograd(q, tile) : kernels::cpu::make_conv2d_winograd(q, tile);
+        };
+        auto all = make(p);
+        std::vector<std::vector<float>> in{x, w};
+        if (!bwd) in.push_back(b);
+        const auto whole = blk::run_kernel(*all, in, {n});
+        for (int64_t i = 0; i < N; ++i) {
+          in[0].assign(x.begin() + i * per, x.begin() + (i + 1) * per);
+          auto k = make(one);
+          const auto alone = blk::run_kernel(*k, in, {per});
+          ASSERT_TRUE(std::equal(alone[0].begin(), alone[0].end(), whole[0].begin() + i * per)) << "image " << i;
+        }
+      }
+  }
+  // Tiles it does not have; shapes it does not take: 5x5, strided, dilated,
+  // grouped, channels not a multiple of 32.
+  auto base = [] {
+    kernels::ConvParams q{2, 32, 8, 8, 32, 3, 3, 8, 8};
+    q.pad_h = q.pad_w = 1;
+    return q;
+  };
+  kernels::ConvParams q = base();
+  EXPECT_TRUE(kernels::cpu::conv2d_winograd_takes(q));
+  EXPECT_FALSE(kernels::cpu::make_conv2d_winograd(q, 3));
+  EXPECT_FALSE(kernels::cpu::make_conv2d_bwd_data_winograd(q, 6));
+  q.R = q.S = 5;
+  EXPECT_FALSE(kernels::cpu::conv2d_winograd_takes(q));
+  q = base();
+  q.stride_h = q.stride_w = 2;
+  q.OH = q.OW = 4;
+  EXPECT_FALSE(kernels::cpu::conv2d_winograd_takes(q));
+  q = base();
+  q.dil_h = q.dil_w = 2;
+  EXPECT_FALSE(kernels::cpu::conv2d_winograd_takes(q));
+  q = base();
+  q.groups = 2;
+  EXPECT_FALSE(kernels::cpu::conv2d_winograd_takes(q));
+  q = base();
+  q.C = 24;
+  EXPECT_FALSE(kernels::cpu::conv2d_winograd_takes(q));
 }
 
 // Which values the lowering keeps blocked: a conv -> batch norm -> relu ->

@@ -445,6 +445,7 @@ PYBIND11_MODULE(_memfit, m) {
           py::gil_scoped_release nogil;
           CommandThreads threads(o.threads);
           kernels::cpu::choose_bf16_convs(o.bf16_convs);
+          kernels::cpu::choose_winograd(o.winograd);
           r = train::run_training(o, log);
         }
         py::dict d;
@@ -484,6 +485,7 @@ PYBIND11_MODULE(_memfit, m) {
           py::gil_scoped_release nogil;
           CommandThreads threads(o.threads);
           kernels::cpu::choose_bf16_convs(o.bf16_convs);
+          kernels::cpu::choose_winograd(o.winograd);
           try {
             r = train::run_training(o, log);
           } catch (const std::exception& e) {

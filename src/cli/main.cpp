@@ -91,6 +91,7 @@ void use_threads(int64_t n) {
 void use_machine_options(const train::TrainOptions& o) {
   use_threads(o.threads);
   kernels::cpu::choose_bf16_convs(o.bf16_convs);  // (checked by the parser)
+  kernels::cpu::choose_winograd(o.winograd);
 }
 
 int cmd_train(const std::vector<std::string>& argv) {

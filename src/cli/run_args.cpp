@@ -120,6 +120,16 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
       },
       "HOW", "bf16 convolutions and linear layers as oneDNN's bf16 primitives (native) or f32 ones between "
              "conversions (f32); default auto: whichever this CPU runs faster, measured at start");
+  a.add(
+      "winograd",
+      [&o](const std::string& v) {
+        if (v != "auto" && v != "off" && v != "2" && v != "4") return "--winograd takes auto, off, 2 or 4, not '" + v + "'";
+        o.winograd = v;
+        return std::string();
+      },
+      "HOW", "f32 3x3 stride-1 convolutions (forward and backward-data) by Winograd F(2x2,3x3) or F(4x4,3x3): 2 or 4 "
+             "wherever it applies, off: never (oneDNN's direct convolutions); default auto: per shape, whichever this "
+             "CPU runs fastest, measured when the plan is made");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
   a.add(
       "guard-bytes", [&o](const std::string& v) {

@@ -102,6 +102,7 @@ struct TrainOptions {
   // primitives between conversions); ops/conv/cpu.hpp. The command applies
   // it (and threads) to the process before planning.
   std::string bf16_convs = "auto";
+  std::string winograd = "auto";  // --winograd: auto, off, 2 or 4 (kernels::cpu::choose_winograd)
   std::optional<size_t> memory;
   // --device-memory: the budget of a device with memory of its own (a GPU);
   // unset: its free memory at start less a margin (fit/budget.hpp).

@@ -35,6 +35,9 @@
 #include <ctime>
 #include <omp.h>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -320,6 +323,70 @@ bool bf16_convs_native() { return bf16_path().native; }
 bool choose_bf16_convs(const std::string& how) {
   if (how != "auto" && how != "native" && how != "f32") return false;
   g_bf16_choice = how == "auto" ? 0 : how == "native" ? 1 : 2;
+  return true;
+}
+
+namespace {
+// choose_winograd: -1 measured, else the tile (0: off).
+std::atomic<int> g_winograd_choice{-1};
+
+// The probe's batch: the images of ~256 tiles of 2 x 2 outputs (a block of
+// tiles or two, so that the transformed filters are used as often as at
+// the full batch).
+int64_t winograd_probe_batch(const ConvParams& p) {
+  const int64_t tiles = ((p.OH + 1) / 2) * ((p.OW + 1) / 2);
+  return std::min(p.N, std::max<int64_t>(1, (256 + tiles - 1) / tiles));
+}
+
+// The direct kernel and the Winograd tiles of one direction (the forward
+// F(2,3) only, see winograd_tile) on the shape
+// at the probe's batch, on one thread in its CPU time (a ratio of per-core
+// speeds, which load on the other cores leaves alone), the fastest of 3
+// runs each after a warm-up (ResNet-18's 8 shapes and directions: ~1 s).
+int measure_winograd(ConvParams p, bool bwd_data) {
+  p.N = winograd_probe_batch(p);
+  return on_one_thread([&] {
+    std::unique_ptr<Kernel> k[3] = {
+        bwd_data ? make_conv2d_bwd_data(p, Layout::Blocked16, Layout::Blocked16)
+                 : make_conv2d(p, Layout::Blocked16, Layout::Blocked16),
+        bwd_data ? make_conv2d_bwd_data_winograd(p, 2) : make_conv2d_winograd(p, 2),
+        bwd_data ? make_conv2d_bwd_data_winograd(p, 4) : nullptr};
+    if (!k[0] || !k[1] || (bwd_data && !k[2])) return 0;
+    const size_t nx = size_t(p.N * p.C * p.H * p.W), ny = size_t(p.N * p.K * p.OH * p.OW),
+                 nw = size_t(p.K * p.C * p.R * p.S);
+    std::vector<float> a(std::max(nx, ny), 0.5f), b(std::max(nx, ny)), w(nw, 0.01f), bias(size_t(p.K), 0.0f);
+    size_t sb = 0;
+    for (auto& kk : k)
+      if (kk) sb = std::max(sb, kk->scratch_bytes());
+    std::vector<std::byte> scratch(sb + 64);
+    std::vector<void*> in{a.data(), w.data()};
+    if (p.bias && !bwd_data) in.push_back(bias.data());
+    double secs[3] = {1e30, 1e30, 1e30};
+    for (int i = 0; i < 3; ++i)
+      if (k[i]) secs[i] = time_kernel(*k[i], in, {b.data()}, scratch.data(), 3, 0.0, Clock::ThreadCpu);
+    const int best = bwd_data && secs[2] < 0.95 * secs[1] ? 4 : 2;
+    return secs[best / 2] < 0.85 * secs[0] ? best : 0;
+  });
+}
+}  // namespace
+
+int winograd_tile(const ConvParams& p, bool bwd_data) {
+  if (!conv2d_winograd_takes(p)) return 0;
+  const int chosen = g_winograd_choice.load();
+  if (chosen >= 0) return chosen;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
+  static std::mutex mu;
+  static std::map<Key, int> measured;  // a fact of this machine and shape, measured once
+  const Key key{winograd_probe_batch(p), p.C, p.H, p.W, p.K, p.pad_h, p.pad_w, p.bias && !bwd_data, bwd_data};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = measured.find(key);
+  if (it == measured.end()) it = measured.emplace(key, measure_winograd(p, bwd_data)).first;
+  return it->second;
+}
+
+bool choose_winograd(const std::string& how) {
+  if (how != "auto" && how != "off" && how != "2" && how != "4") return false;
+  g_winograd_choice = how == "auto" ? -1 : how == "off" ? 0 : how == "2" ? 2 : 4;
   return true;
 }
 

@@ -41,6 +41,37 @@ bool conv2d_bwd_weight_taps_takes(const ConvParams& p);
 std::unique_ptr<Kernel> make_conv2d_bwd_weight_taps(const ConvParams& p);
 bool few_taps_preferred(const ConvParams& p);
 
+// Winograd F(m x m, 3 x 3) convolutions, m = tile 2 or 4, memfit's own
+// (ops/conv/cpu_winograd.cpp): the forward (in x, w (, b), out y) and
+// backward-data (in dy, w, out dx) of a 3x3 stride-1 convolution without
+// dilation or groups, padding at most 2, f32, activations blocked (nChw16c),
+// C and K multiples of 16 (32 where memfit's loops are built for AVX-512);
+// nullptr for another shape or tile. Per m x m outputs and channel pair
+// (m + 2)^2 products instead of 9 m^2 (2.25x fewer with m = 2, 4x with m =
+// 4), fused per block of tiles in the core's cache; scratch: the
+// transformed filters ((m + 2)^2 x 4 C K bytes) and a block's transforms per
+// thread.
+bool conv2d_winograd_takes(const ConvParams& p);
+std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile);
+std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile);
+// The Winograd tile the lowering takes for this shape and direction
+// (bwd_data: backward-data, else forward), or 0 for oneDNN's direct kernel.
+// Measured, once per process for each shape: the kernels on up to ~256
+// tiles' worth of the batch, on one thread in its CPU time, the fastest of 3
+// runs (ResNet-18's 8 shapes and directions: ~1 s at plan time). A Winograd
+// kernel must beat the direct one by 15%, F(4,3) F(2,3) by 5%. The forward
+// takes F(2,3) at most: its errors decide which ReLU units are on, and
+// F(4,3)'s (some 10-20 times F(2,3)'s) switched 5 units of ResNet-18's
+// golden step against float64 where F(2,3) and oneDNN's direct kernel
+// switched 1, taking its gradients past the goldens' bounds
+// (tests/golden_check.hpp); backward-data's errors scale the gradients
+// smoothly (the relus' masks are the forward's). choose_winograd overrides
+// it: "auto" (the default: measured), "off" (never), "2" or "4" (that tile
+// wherever it takes the shape, in both directions); false (and no change)
+// for another word.
+int winograd_tile(const ConvParams& p, bool bwd_data);
+bool choose_winograd(const std::string& how);
+
 // Whether bf16 convolutions should run as oneDNN's bf16 primitives (true) or
 // as the f32 primitives between conversions (false; the lowering converts,
 // runtime/mixed.hpp). Both keep the same semantics: f32 products of the

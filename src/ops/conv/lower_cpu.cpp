@@ -22,6 +22,13 @@ void register_conv_cpu_kernels() {
   auto weights16 = [](const LoweredGraph& lg, const Graph& g, const Node& n, kernels::ElemType act) {
     return bf16_weight(g, n.inputs[1]) && !(act == kernels::ElemType::BF16 && product_type(lg, act) != act);
   };
+  // Winograd (memfit's own, f32 only): where both activations are blocked,
+  // the weights f32, the products f32; the shape and the measured choice are
+  // winograd_tile's.
+  auto winograd = [=](const LoweredGraph& lg, const Graph& g, const Node& n, kernels::ElemType act, Layout a, Layout b) {
+    return act == kernels::ElemType::F32 && product_type(lg, act) == kernels::ElemType::F32 &&
+           !weights16(lg, g, n, act) && a == Layout::Blocked16 && b == Layout::Blocked16;
+  };
   // The activations blocked or plain, each on its own (the weights plain).
   register_cpu_layouts("conv2d", {{0}, {0}, false});
   register_cpu_layouts("conv2d_bwd_data", {{0}, {0}, false});
@@ -33,9 +40,11 @@ void register_conv_cpu_kernels() {
     if (!act) return nullptr;
     const auto L = [&lg](ValueId v) { return cpu_layout(lg, v); };
     const Layout x = L(n.inputs[0]), y = L(n.outputs[0]);
-    return checked(kernels::cpu::make_conv2d(conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]),
-                                                         shape_of(g, n.outputs[0]), n.inputs.size() == 3),
-                                             x, y, product_type(lg, *act), weights16(lg, g, n, *act)),
+    const auto p = conv_params(n, shape_of(g, n.inputs[0]), shape_of(g, n.inputs[1]), shape_of(g, n.outputs[0]),
+                               n.inputs.size() == 3);
+    if (const int tile = winograd(lg, g, n, *act, x, y) ? kernels::cpu::winograd_tile(p, false) : 0)
+      return kernels::cpu::make_conv2d_winograd(p, tile);
+    return checked(kernels::cpu::make_conv2d(p, x, y, product_type(lg, *act), weights16(lg, g, n, *act)),
                    x, y, product_type(lg, *act), g, n, weights16(lg, g, n, *act));
   });
   register_cpu_kernel("conv2d_bwd_data", [=](const LoweredGraph& lg, NodeId id) -> KPtr {
@@ -45,9 +54,10 @@ void register_conv_cpu_kernels() {
     if (!act) return nullptr;
     const auto L = [&lg](ValueId v) { return cpu_layout(lg, v); };
     const Layout dy = L(n.inputs[0]), dx = L(n.outputs[0]);
-    return checked(kernels::cpu::make_conv2d_bwd_data(
-                       conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false),
-                       dy, dx, product_type(lg, *act), weights16(lg, g, n, *act)),
+    const auto p = conv_params(n, n.attrs.ints("x_shape"), shape_of(g, n.inputs[1]), shape_of(g, n.inputs[0]), false);
+    if (const int tile = winograd(lg, g, n, *act, dy, dx) ? kernels::cpu::winograd_tile(p, true) : 0)
+      return kernels::cpu::make_conv2d_bwd_data_winograd(p, tile);
+    return checked(kernels::cpu::make_conv2d_bwd_data(p, dy, dx, product_type(lg, *act), weights16(lg, g, n, *act)),
                    dy, dx, product_type(lg, *act), g, n, weights16(lg, g, n, *act));
   });
   register_cpu_kernel("conv2d_bwd_weight", [=](const LoweredGraph& lg, NodeId id) -> KPtr {

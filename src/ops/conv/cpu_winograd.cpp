@@ -1,0 +1,387 @@
+// Winograd F(m x m, 3 x 3) convolutions, m = 2 or 4: the forward and
+// backward-data of a 3x3 stride-1 convolution, f32, activations blocked
+// (nChw16c).
+//
+// Each m x m block of outputs (a tile) comes from an (m + 2) x (m + 2)
+// patch of the input d and the 3 x 3 filter g as
+//   y = A^T [ sum over input channels (G g G^T) . (B^T d B) ] A
+// (. element-wise): (m + 2)^2 products per tile and channel pair instead of
+// 9 m^2, 16 instead of 36 for F(2,3), 36 instead of 144 for F(4,3). The
+// product is (m + 2)^2 matrix products, one per point of the transformed
+// tile, of [tiles x Cin] by [Cin x Cout]. F(2,3)'s transforms only add,
+// subtract and halve; F(4,3)'s multiply by up to 5 and by 1/6, 1/12, 1/24,
+// so its rounding error is some 10-20 times F(2,3)'s (both within a bound
+// the tests check, tests/test_cpu_kernels.cpp WinogradConvolution; measured
+// on ResNet-18's shapes with bench/conv_bench.cpp: the largest error
+// relative to the largest output 3-9e-7 for F(2,3), 0.7-2e-5 for F(4,3),
+// 0.3-2.6e-6 for oneDNN's direct kernel).
+//
+// The work runs fused, a block of tiles at a time, so that the transformed
+// input ((m + 2)^2 x tiles x Cin) and products (the same for a chunk of 64
+// output channels) stay in the core's L2 cache: written to memory whole they
+// cost as much time as the saved products on a 2-core machine. The
+// transformed filters U = G g G^T ((m + 2)^2 x Cin x Cout) are made once per
+// run (the weights change every step), packed for the product's inner loop.
+//
+// The product's inner loop holds kRows tiles x kCols output channels of
+// sums in registers (6 x 16 with AVX2's 16 registers, 12 x 32 with
+// AVX-512's 32) and walks the input channels.
+//
+// Backward-data is the same convolution of dy with the filters turned by 180
+// degrees and their channels swapped (g[c][k][r][s] = w[k][c][2-r][2-s]),
+// padded by 2 - pad.
+//
+// Measured (bench/conv_bench, ResNet-18's four 3x3 stride-1 shapes on 28 x
+// 28 at batch 64, forward and backward-data, 2 threads, Xeon): with oneDNN
+// limited to AVX2 and this file built for x86-64-v3, all eight 204 ms
+// direct, 164 ms F(2,3), 123 ms F(4,3); with AVX-512 94, 73 and 63 ms. Which
+// one a shape takes is measured at plan time (winograd_tile, ops/conv/cpu.cpp;
+// the forward takes F(2,3) at most, for its accuracy).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "kernels/cpu/parallel.hpp"
+#include "ops/conv/cpu.hpp"
+
+namespace memfit::kernels::cpu {
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kLanes = 16, kRows = 12;
+#else
+constexpr int kLanes = 8, kRows = 6;
+#endif
+constexpr int kCV = 2, kCols = kCV * kLanes;  // output channels per register block
+constexpr int kBlk = 16;                      // the activations' channel block (nChw16c)
+typedef float FV __attribute__((vector_size(4 * kLanes)));
+typedef float FVu __attribute__((vector_size(4 * kLanes), aligned(4)));
+typedef float F16 __attribute__((vector_size(64)));
+typedef float FK __attribute__((vector_size(4 * kCols)));
+typedef float FKu __attribute__((vector_size(4 * kCols), aligned(4)));
+typedef float F16u __attribute__((vector_size(64), aligned(4)));
+
+// *p in every lane (one broadcast load; FV{} + *p would add a zero first).
+inline FV broadcast(const float* p) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<FV>(_mm512_set1_ps(*p));
+#else
+  return reinterpret_cast<FV>(_mm256_broadcast_ss(p));
+#endif
+}
+
+size_t align64(size_t b) { return (b + 63) / 64 * 64; }
+
+// out[o][i][j] = sum over c, r, s of g[o][c][r][s] in[c][i - pad_h + r][j - pad_w + s]
+// (+ bias[o]), for i < OH, j < OW; in is [N][Cin/16][H][W][16], out
+// [N][Cout/16][OH][OW][16].
+struct Shape {
+  int64_t N, Cin, H, W, Cout, OH, OW, pad_h, pad_w;
+  bool turned;  // g[o][c][r][s] = w[c][o][2-r][2-s] (backward-data); else w[o][c][r][s]
+  bool bias;
+};
+
+// m[kRows][kCols] (row stride ldm) = a[kRows][C] (row stride lda) times
+// b[C][kCols] (packed rows of kCols).
+inline void product_block(const float* a, int64_t lda, const float* b, int64_t C, float* m, int64_t ldm) {
+  FV acc[kRows][kCV];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kCV; ++v) acc[r][v] = FV{};
+  for (int64_t c = 0; c < C; ++c) {
+    FV bv[kCV];
+#pragma GCC unroll 2
+    for (int v = 0; v < kCV; ++v) bv[v] = *reinterpret_cast<const FVu*>(b + c * kCols + v * kLanes);
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) {
+      const FV av = broadcast(a + r * lda + c);
+#pragma GCC unroll 2
+      for (int v = 0; v < kCV; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kCV; ++v) *reinterpret_cast<FVu*>(m + r * ldm + v * kLanes) = acc[r][v];
+}
+
+// The transforms of F(m x m, 3 x 3), one dimension at a time (the 2-D
+// transform applies them along the columns, then the rows), on vectors of
+// channels. kA = m + 2 inputs per tile side.
+//   F(2, 3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],
+//            G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1].
+//   F(4, 3): B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1],
+//            G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1],
+//            A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1].
+template <int M>
+struct Tf;
+
+template <>
+struct Tf<2> {
+  static constexpr int kA = 4;
+  template <class T>
+  static void input(const T* d, T* o) {
+    o[0] = d[0] - d[2];
+    o[1] = d[1] + d[2];
+    o[2] = d[2] - d[1];
+    o[3] = d[1] - d[3];
+  }
+  template <class T>
+  static void filter(const T* g, T* o) {
+    o[0] = g[0];
+    o[1] = 0.5f * (g[0] + g[1] + g[2]);
+    o[2] = 0.5f * (g[0] - g[1] + g[2]);
+    o[3] = g[2];
+  }
+  template <class T>
+  static void output(const T* m, T* o) {
+    o[0] = m[0] + m[1] + m[2];
+    o[1] = m[1] - m[2] - m[3];
+  }
+};
+
+template <>
+struct Tf<4> {
+  static constexpr int kA = 6;
+  template <class T>
+  static void input(const T* d, T* o) {
+    o[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+    o[1] = (d[3] + d[4]) - 4.0f * (d[1] + d[2]);
+    o[2] = 4.0f * (d[1] - d[2]) + (d[4] - d[3]);
+    o[3] = 2.0f * (d[3] - d[1]) + (d[4] - d[2]);
+    o[4] = 2.0f * (d[1] - d[3]) + (d[4] - d[2]);
+    o[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+  }
+  template <class T>
+  static void filter(const T* g, T* o) {
+    o[0] = 0.25f * g[0];
+    o[1] = (-1.0f / 6) * (g[0] + g[1] + g[2]);
+    o[2] = (-1.0f / 6) * (g[0] - g[1] + g[2]);
+    o[3] = (1.0f / 24) * g[0] + (1.0f / 12) * g[1] + (1.0f / 6) * g[2];
+    o[4] = (1.0f / 24) * g[0] - (1.0f / 12) * g[1] + (1.0f / 6) * g[2];
+    o[5] = g[2];
+  }
+  template <class T>
+  static void output(const T* m, T* o) {
+    const T a = m[1] + m[2], b = m[1] - m[2], c = m[3] + m[4], d = m[3] - m[4];
+    o[0] = m[0] + a + c;
+    o[1] = b + 2.0f * d;
+    o[2] = a + 4.0f * c;
+    o[3] = b + 8.0f * d + m[5];
+  }
+};
+
+// in: x (or dy), w (, b)  out: y (or dx)
+template <int M>
+class WinogradConv final : public Kernel {
+  static constexpr int kA = Tf<M>::kA, kPos = kA * kA;
+
+ public:
+  explicit WinogradConv(const Shape& s) : s_(s), parts_(std::max(1, omp_get_max_threads())) {
+    TH_ = (s.OH + M - 1) / M;
+    TW_ = (s.OW + M - 1) / M;
+    T_ = s.N * TH_ * TW_;
+    // Tiles per block: the transformed input (kPos x Tb x Cin) within ~768
+    // KiB where that leaves at least 128 tiles (fewer would read the
+    // transformed filters, kPos x Cin x Cout, too often for their
+    // products); then as many blocks as that needs, a multiple of the
+    // threads, sized alike.
+    const int64_t target = std::max<int64_t>((int64_t(768) << 10) / (int64_t(4) * kPos * s.Cin), 128);
+    int64_t blocks = std::max<int64_t>(1, (T_ + target - 1) / target);
+    blocks = (blocks + parts_ - 1) / parts_ * parts_;
+    Tb_ = std::max<int64_t>(1, (T_ + blocks - 1) / blocks);
+    Tb_ = (Tb_ + kRows - 1) / kRows * kRows;
+    Kc_ = std::min<int64_t>(s.Cout, 64);
+    u_ = align64(sizeof(float) * size_t(kPos * s.Cin * s.Cout));
+    // A point's rows start a cache line past a multiple of 4 KiB apart: at
+    // power-of-two distances a tile's points would share one set of the L1
+    // cache (at 64 channels x 192 tiles they did, 48 KiB apart).
+    vs_ = Tb_ * s.Cin + 16;
+    ms_ = Tb_ * Kc_ + 16;
+    v_ = align64(sizeof(float) * size_t(kPos * vs_));
+    m_ = align64(sizeof(float) * size_t(kPos * ms_));
+  }
+  const char* name() const override {
+    if (M == 2) return s_.turned ? "cpu.conv2d_bwd_data_winograd2" : "cpu.conv2d_winograd2";
+    return s_.turned ? "cpu.conv2d_bwd_data_winograd4" : "cpu.conv2d_winograd4";
+  }
+  size_t scratch_bytes() const override { return u_ + (v_ + m_) * size_t(parts_); }
+  void run(const StepContext&) override {
+    transform_filters();
+    const int64_t blocks = (T_ + Tb_ - 1) / Tb_;
+    parallel_region(T_ * s_.Cin * s_.Cout, [&] {
+      const int64_t part = omp_get_thread_num(), team = omp_get_num_threads();
+      for (int64_t b = part; b < blocks; b += team) run_block(b, part);
+    });
+  }
+
+ private:
+  float* u_buf() const { return static_cast<float*>(scratch_); }
+  float* v_buf(int64_t part) const {
+    return reinterpret_cast<float*>(static_cast<char*>(scratch_) + u_ + (v_ + m_) * size_t(part));
+  }
+  float* m_buf(int64_t part) const { return reinterpret_cast<float*>(reinterpret_cast<char*>(v_buf(part)) + v_); }
+
+  // U[pos][o / kCols][c][o % kCols] = (G g[o][c] G^T)[pos]: kCols output
+  // channels at a time, in the lanes of a vector, so that each point's row
+  // of kCols values is written whole.
+  void transform_filters() const {
+    const Shape& s = s_;
+    const float* w = in<float>(1);
+    float* U = u_buf();
+    const int64_t ob = s.Cout / kCols;
+    parallel_for(ob, s.Cout * s.Cin * 64, [&](int64_t b) {
+      for (int64_t c = 0; c < s.Cin; ++c) {
+        FK g[3][3];
+        for (int l = 0; l < kCols; ++l) {
+          const int64_t o = b * kCols + l;
+          const float* src = s.turned ? w + (c * s.Cout + o) * 9 : w + (o * s.Cin + c) * 9;
+          for (int t = 0; t < 9; ++t) {
+            const int tt = s.turned ? 8 - t : t;
+            g[tt / 3][tt % 3][l] = src[t];
+          }
+        }
+        FK t[kA][3];  // G g, column by column
+        for (int q = 0; q < 3; ++q) {
+          const FK col[3] = {g[0][q], g[1][q], g[2][q]};
+          FK o[kA];
+          Tf<M>::filter(col, o);
+          for (int i = 0; i < kA; ++i) t[i][q] = o[i];
+        }
+        for (int i = 0; i < kA; ++i) {
+          FK u[kA];
+          Tf<M>::filter(t[i], u);
+          for (int j = 0; j < kA; ++j)
+            *reinterpret_cast<FKu*>(U + ((int64_t(i * kA + j) * ob + b) * s.Cin + c) * kCols) = u[j];
+        }
+      }
+    });
+  }
+
+  // V[pos][t][c] for the block's tiles: B^T d B.
+  void transform_input(int64_t t0, int64_t tn, float* V) const {
+    const Shape& s = s_;
+    const float* x = in<float>(0);
+    const int64_t cb = s.Cin / kBlk;
+    for (int64_t t = 0; t < tn; ++t) {
+      const int64_t g = t0 + t, n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
+      const int64_t h0 = th * M - s.pad_h, w0 = tw * M - s.pad_w;
+      const bool inside = h0 >= 0 && w0 >= 0 && h0 + kA <= s.H && w0 + kA <= s.W;
+      for (int64_t b = 0; b < cb; ++b) {
+        const float* xb = x + (n * cb + b) * s.H * s.W * kBlk;
+        F16 d[kA][kA];
+        if (inside) {
+          for (int i = 0; i < kA; ++i)
+            for (int j = 0; j < kA; ++j) d[i][j] = *reinterpret_cast<const F16u*>(xb + ((h0 + i) * s.W + w0 + j) * kBlk);
+        } else {
+          for (int i = 0; i < kA; ++i)
+            for (int j = 0; j < kA; ++j) {
+              const int64_t h = h0 + i, w = w0 + j;
+              d[i][j] = (h >= 0 && h < s.H && w >= 0 && w < s.W)
+                            ? *reinterpret_cast<const F16u*>(xb + (h * s.W + w) * kBlk)
+                            : F16{};
+            }
+        }
+        F16 e[kA][kA];  // B^T d
+        for (int j = 0; j < kA; ++j) {
+          F16 col[kA], o[kA];
+          for (int i = 0; i < kA; ++i) col[i] = d[i][j];
+          Tf<M>::input(col, o);
+          for (int i = 0; i < kA; ++i) e[i][j] = o[i];
+        }
+        for (int i = 0; i < kA; ++i) {
+          F16 v[kA];
+          Tf<M>::input(e[i], v);
+          for (int j = 0; j < kA; ++j) *reinterpret_cast<F16u*>(V + (i * kA + j) * vs_ + t * s.Cin + b * kBlk) = v[j];
+        }
+      }
+    }
+  }
+
+  // The outputs of the block's tiles for channels [k0, k0 + kn): A^T m A,
+  // from M[pos][t][k - k0].
+  void transform_output(int64_t t0, int64_t tn, int64_t k0, int64_t kn, const float* Mb) const {
+    const Shape& s = s_;
+    float* y = out<float>(0);
+    const float* bias = s.bias ? in<float>(2) : nullptr;
+    const int64_t kb = s.Cout / kBlk;
+    for (int64_t t = 0; t < tn; ++t) {
+      const int64_t g = t0 + t, n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
+      const int64_t h0 = th * M, w0 = tw * M;
+      for (int64_t k = 0; k < kn; k += kBlk) {
+        F16 a[M][kA];  // A^T m
+        for (int j = 0; j < kA; ++j) {
+          F16 col[kA], o[M];
+          for (int i = 0; i < kA; ++i) col[i] = *reinterpret_cast<const F16u*>(Mb + (i * kA + j) * ms_ + t * Kc_ + k);
+          Tf<M>::output(col, o);
+          for (int i = 0; i < M; ++i) a[i][j] = o[i];
+        }
+        const F16 b = bias ? *reinterpret_cast<const F16u*>(bias + k0 + k) : F16{};
+        float* yb = y + (n * kb + (k0 + k) / kBlk) * s.OH * s.OW * kBlk;
+        for (int i = 0; i < M && h0 + i < s.OH; ++i) {
+          F16 o[M];
+          Tf<M>::output(a[i], o);
+          for (int j = 0; j < M && w0 + j < s.OW; ++j)
+            *reinterpret_cast<F16u*>(yb + ((h0 + i) * s.OW + w0 + j) * kBlk) = o[j] + b;
+        }
+      }
+    }
+  }
+
+  void run_block(int64_t b, int64_t part) const {
+    const Shape& s = s_;
+    const int64_t t0 = b * Tb_, tn = std::min(Tb_, T_ - t0), rows = (tn + kRows - 1) / kRows * kRows;
+    float* V = v_buf(part);
+    float* Mb = m_buf(part);
+    transform_input(t0, tn, V);
+    if (rows > tn)  // the last register block's missing tiles: zeros (their sums are not stored)
+      for (int pos = 0; pos < kPos; ++pos) std::fill_n(V + pos * vs_ + tn * s.Cin, (rows - tn) * s.Cin, 0.0f);
+    const float* U = u_buf();
+    const int64_t ob = s.Cout / kCols;
+    for (int64_t k0 = 0; k0 < s.Cout; k0 += Kc_) {
+      const int64_t kn = std::min(Kc_, s.Cout - k0);
+      for (int pos = 0; pos < kPos; ++pos)
+        for (int64_t j = 0; j < kn; j += kCols) {
+          const float* u = U + ((pos * ob + (k0 + j) / kCols) * s.Cin) * kCols;
+          for (int64_t r = 0; r < rows; r += kRows)
+            product_block(V + pos * vs_ + r * s.Cin, s.Cin, u, s.Cin, Mb + pos * ms_ + r * Kc_ + j, Kc_);
+        }
+      transform_output(t0, tn, k0, kn, Mb);
+    }
+  }
+
+  Shape s_;
+  int64_t parts_;
+  int64_t TH_ = 0, TW_ = 0, T_ = 0, Tb_ = 0, Kc_ = 0;
+  int64_t vs_ = 0, ms_ = 0;  // floats from one point's rows to the next's, in V and M
+  size_t u_ = 0, v_ = 0, m_ = 0;
+};
+
+bool takes(const ConvParams& p) {
+  return p.groups == 1 && p.R == 3 && p.S == 3 && p.stride_h == 1 && p.stride_w == 1 && p.dil_h == 1 &&
+         p.dil_w == 1 && p.pad_h >= 0 && p.pad_h <= 2 && p.pad_w >= 0 && p.pad_w <= 2 && p.C % kBlk == 0 &&
+         p.K % kBlk == 0 && p.C % kCols == 0 && p.K % kCols == 0 && p.N > 0 && p.OH > 0 && p.OW > 0;
+}
+
+template <int M>
+std::unique_ptr<Kernel> make(const Shape& s) {
+  return std::make_unique<WinogradConv<M>>(s);
+}
+
+}  // namespace
+
+bool conv2d_winograd_takes(const ConvParams& p) { return takes(p); }
+
+std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile) {
+  if (!takes(p) || (tile != 2 && tile != 4)) return nullptr;
+  const Shape s{p.N, p.C, p.H, p.W, p.K, p.OH, p.OW, p.pad_h, p.pad_w, false, p.bias};
+  return tile == 2 ? make<2>(s) : make<4>(s);
+}
+
+std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile) {
+  if (!takes(p) || (tile != 2 && tile != 4)) return nullptr;
+  const Shape s{p.N, p.K, p.OH, p.OW, p.C, p.H, p.W, 2 - p.pad_h, 2 - p.pad_w, true, false};
+  return tile == 2 ? make<2>(s) : make<4>(s);
+}
+
+}  // namespace memfit::kernels::cpu
