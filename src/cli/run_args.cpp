@@ -128,8 +128,9 @@ void add_common(Args& a, train::TrainOptions& o, std::string& memory) {
         return std::string();
       },
       "HOW", "f32 3x3 stride-1 convolutions (forward and backward-data) by Winograd F(2x2,3x3) or F(4x4,3x3): 2 or 4 "
-             "wherever it applies, off: never (oneDNN's direct convolutions); default auto: per shape, whichever this "
-             "CPU runs fastest, measured when the plan is made");
+             "wherever it applies, off: never (oneDNN's direct convolutions); default auto: per shape and direction, "
+             "F(2,3) forward and F(4,3) backward-data where their tiles fit the image and there are enough of "
+             "them (a rule from measurements on AVX2 and AVX-512)");
   a.add_flag("no-plan", &o.plan.no_plan, "debug: every value its own buffer (no reuse, no in-place)");
   a.add(
       "guard-bytes", [&o](const std::string& v) {

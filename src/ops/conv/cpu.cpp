@@ -35,9 +35,6 @@
 #include <ctime>
 #include <omp.h>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <string>
 #include <vector>
 
@@ -327,61 +324,42 @@ bool choose_bf16_convs(const std::string& how) {
 }
 
 namespace {
-// choose_winograd: -1 measured, else the tile (0: off).
+// choose_winograd: -1 the rule below, else the tile (0: off).
 std::atomic<int> g_winograd_choice{-1};
 
-// The probe's batch: the images of ~256 tiles of 2 x 2 outputs (a block of
-// tiles or two, so that the transformed filters are used as often as at
-// the full batch).
-int64_t winograd_probe_batch(const ConvParams& p) {
-  const int64_t tiles = ((p.OH + 1) / 2) * ((p.OW + 1) / 2);
-  return std::min(p.N, std::max<int64_t>(1, (256 + tiles - 1) / tiles));
-}
-
-// The direct kernel and the Winograd tiles of one direction (the forward
-// F(2,3) only, see winograd_tile) on the shape
-// at the probe's batch, on one thread in its CPU time (a ratio of per-core
-// speeds, which load on the other cores leaves alone), the fastest of 3
-// runs each after a warm-up (ResNet-18's 8 shapes and directions: ~1 s).
-int measure_winograd(ConvParams p, bool bwd_data) {
-  p.N = winograd_probe_batch(p);
-  return on_one_thread([&] {
-    std::unique_ptr<Kernel> k[3] = {
-        bwd_data ? make_conv2d_bwd_data(p, Layout::Blocked16, Layout::Blocked16)
-                 : make_conv2d(p, Layout::Blocked16, Layout::Blocked16),
-        bwd_data ? make_conv2d_bwd_data_winograd(p, 2) : make_conv2d_winograd(p, 2),
-        bwd_data ? make_conv2d_bwd_data_winograd(p, 4) : nullptr};
-    if (!k[0] || !k[1] || (bwd_data && !k[2])) return 0;
-    const size_t nx = size_t(p.N * p.C * p.H * p.W), ny = size_t(p.N * p.K * p.OH * p.OW),
-                 nw = size_t(p.K * p.C * p.R * p.S);
-    std::vector<float> a(std::max(nx, ny), 0.5f), b(std::max(nx, ny)), w(nw, 0.01f), bias(size_t(p.K), 0.0f);
-    size_t sb = 0;
-    for (auto& kk : k)
-      if (kk) sb = std::max(sb, kk->scratch_bytes());
-    std::vector<std::byte> scratch(sb + 64);
-    std::vector<void*> in{a.data(), w.data()};
-    if (p.bias && !bwd_data) in.push_back(bias.data());
-    double secs[3] = {1e30, 1e30, 1e30};
-    for (int i = 0; i < 3; ++i)
-      if (k[i]) secs[i] = time_kernel(*k[i], in, {b.data()}, scratch.data(), 3, 0.0, Clock::ThreadCpu);
-    const int best = bwd_data && secs[2] < 0.95 * secs[1] ? 4 : 2;
-    return secs[best / 2] < 0.85 * secs[0] ? best : 0;
-  });
+// Outputs computed per output kept: the tiles of m x m overhang an image
+// whose side is not a multiple of m.
+double overhang(const ConvParams& p, int64_t m) {
+  return double((p.OH + m - 1) / m * m) * double((p.OW + m - 1) / m * m) / double(p.OH * p.OW);
 }
 }  // namespace
 
+// The rule, from bench/conv_bench's times on ResNet-18's 3x3 shapes (b64, 2
+// threads, this Xeon with AVX-512 and limited to AVX2; kernels alone, then
+// whole steps): Winograd won wherever its tiles cover the image with little
+// overhang and there are enough of them to pay for transforming the filters
+// every run; at 7 x 7 (F(2,3)'s tiles compute 8 x 8) F(2,3) was 1.02-1.07x
+// the direct kernel, so it stays direct; F(4,3) won 1.06-1.75x everywhere,
+// overhang 1.31 included. Channels below 64 were not measured and stay
+// direct. A rule and not a timing at plan time: timed, the 64-channel
+// forward's margin (1.2x) let two processes of one run choose differently
+// under load, and their plans differ by the Winograd scratch (33 MB in
+// the memory-budget test); a plan must be the same in every process of a
+// run (`memfit plan`, then `memfit train`; a resumed run; every rank).
 int winograd_tile(const ConvParams& p, bool bwd_data) {
   if (!conv2d_winograd_takes(p)) return 0;
   const int chosen = g_winograd_choice.load();
   if (chosen >= 0) return chosen;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
-  static std::mutex mu;
-  static std::map<Key, int> measured;  // a fact of this machine and shape, measured once
-  const Key key{winograd_probe_batch(p), p.C, p.H, p.W, p.K, p.pad_h, p.pad_w, p.bias && !bwd_data, bwd_data};
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = measured.find(key);
-  if (it == measured.end()) it = measured.emplace(key, measure_winograd(p, bwd_data)).first;
-  return it->second;
+  if (p.C < 64 || p.K < 64) return 0;
+  // The tiles of the convolution's output (backward-data's is dx).
+  const int64_t OH = bwd_data ? p.H : p.OH, OW = bwd_data ? p.W : p.OW;
+  ConvParams o = p;
+  o.OH = OH;
+  o.OW = OW;
+  auto tiles = [&](int64_t m) { return p.N * ((OH + m - 1) / m) * ((OW + m - 1) / m); };
+  if (bwd_data && overhang(o, 4) <= 1.35 && tiles(4) >= 64) return 4;
+  if (overhang(o, 2) <= 1.15 && tiles(2) >= 128) return 2;
+  return 0;
 }
 
 bool choose_winograd(const std::string& how) {

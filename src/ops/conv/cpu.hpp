@@ -55,20 +55,20 @@ bool conv2d_winograd_takes(const ConvParams& p);
 std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile);
 std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile);
 // The Winograd tile the lowering takes for this shape and direction
-// (bwd_data: backward-data, else forward), or 0 for oneDNN's direct kernel.
-// Measured, once per process for each shape: the kernels on up to ~256
-// tiles' worth of the batch, on one thread in its CPU time, the fastest of 3
-// runs (ResNet-18's 8 shapes and directions: ~1 s at plan time). A Winograd
-// kernel must beat the direct one by 15%, F(4,3) F(2,3) by 5%. The forward
-// takes F(2,3) at most: its errors decide which ReLU units are on, and
-// F(4,3)'s (some 10-20 times F(2,3)'s) switched 5 units of ResNet-18's
-// golden step against float64 where F(2,3) and oneDNN's direct kernel
-// switched 1, taking its gradients past the goldens' bounds
-// (tests/golden_check.hpp); backward-data's errors scale the gradients
-// smoothly (the relus' masks are the forward's). choose_winograd overrides
-// it: "auto" (the default: measured), "off" (never), "2" or "4" (that tile
-// wherever it takes the shape, in both directions); false (and no change)
-// for another word.
+// (bwd_data: backward-data, else forward), or 0 for oneDNN's direct kernel:
+// a rule from measurements on both ISAs (ops/conv/cpu.cpp), the same in
+// every process. Both need at least 64 channels in and out; backward-data
+// takes F(4,3) where its tiles overhang the image by at most 1.35 and there
+// are at least 64 of them, else F(2,3) as the forward does: where its tiles
+// overhang by at most 1.15 and there are at least 128. The forward takes
+// F(2,3) at most: its errors decide which ReLU units are on, and F(4,3)'s
+// (some 10-20 times F(2,3)'s) switched 5 units of ResNet-18's golden step
+// against float64 where F(2,3) and oneDNN's direct kernel switched 1,
+// taking its gradients past the goldens' bounds (tests/golden_check.hpp);
+// backward-data's errors scale the gradients smoothly (the relus' masks
+// are the forward's). choose_winograd overrides it: "auto" (the default:
+// the rule), "off" (never), "2" or "4" (that tile wherever it takes the
+// shape, in both directions); false (and no change) for another word.
 int winograd_tile(const ConvParams& p, bool bwd_data);
 bool choose_winograd(const std::string& how);
 

@@ -35,8 +35,8 @@
 // 28 at batch 64, forward and backward-data, 2 threads, Xeon): with oneDNN
 // limited to AVX2 and this file built for x86-64-v3, all eight 204 ms
 // direct, 164 ms F(2,3), 123 ms F(4,3); with AVX-512 94, 73 and 63 ms. Which
-// one a shape takes is measured at plan time (winograd_tile, ops/conv/cpu.cpp;
-// the forward takes F(2,3) at most, for its accuracy).
+// one a shape takes is a rule drawn from these measurements (winograd_tile,
+// ops/conv/cpu.cpp; the forward takes F(2,3) at most, for its accuracy).
 #include <immintrin.h>
 #include <omp.h>
 
