@@ -38,7 +38,11 @@ using P = Part;
 #endif
 using PI = int32_t __attribute__((vector_size(sizeof(P))));  // lane masks and integer lanes
 
-inline P splat(float f) { return P{} + f; }
+#if MEMFIT_BF16_SIMD
+inline P splat(float f) { return _mm512_set1_ps(f); }
+#else
+inline P splat(float f) { return part_of(f); }  // a broadcast (bf16_simd.hpp)
+#endif
 // Lanes of a where m is set (-1), else of b.
 inline P select(PI m, P a, P b) { return (P)((m & (PI)a) | (~m & (PI)b)); }
 inline P pabs(P x) { return (P)((PI)x & 0x7fffffff); }
