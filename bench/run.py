@@ -32,7 +32,11 @@ After both have warmed up, their timed steps
 alternate one by one (memfit, PyTorch, memfit, ...), each side idle while the
 other runs, so that both see the same machine: on a shared machine the load
 changes within seconds, and alternating whole runs would compare different
-loads. This is repeated --reps times with fresh processes (alternating which
+loads. The models whose steps take milliseconds (ConvNet, the LSTM) take
+turns of TURN_STEPS steps back to back, as training runs them: a step run
+alone after the 50 ms pause that lets the other side's threads go to sleep
+pays for waking its own (on a 2-core VM the LSTM's 4-5 ms step took 6-10 ms
+that way, PyTorch's 7.7 ms 11 ms), which is not the step's cost. This is repeated --reps times with fresh processes (alternating which
 side starts); each repetition gives each side's median step, and the table
 shows the median over repetitions. It
 measures the machine's peak FLOP/s (best large oneDNN matmul, f32 and bf16)
@@ -115,9 +119,20 @@ def unit_of(model):
     return TEXT[model][1:] if model in TEXT else ("images_per_s", "img/s")
 
 
-def interleaved(cmds, steps, env, optional=()):
-    """Runs the --serve processes of cmds (in that order) step by step,
-    alternating; returns each one's final JSON (or its unsupported notice).
+# Steps per turn for the models with steps of milliseconds (the docstring
+# says why); every other model alternates step by step.
+TURN_STEPS = {"convnet": 5, "lstm-classifier": 5}
+
+
+def turns_txt(models):
+    """The table's note on the turns of TURN_STEPS steps ("" if none ran)."""
+    turns = [f"{m}'s in turns of {n} back to back" for m, n in TURN_STEPS.items() if m in models]
+    return (" (" + ", ".join(turns) + ": steps of milliseconds)") if turns else ""
+
+
+def interleaved(cmds, steps, env, optional=(), turn=1):
+    """Runs the --serve processes of cmds (in that order) `turn` steps at a
+    time, alternating; returns each one's final JSON (or its unsupported notice).
     A command whose index is in `optional` (a baseline build older than a
     case's model or flags) that fails before it is ready is reported as
     unsupported instead of ending the run."""
@@ -136,13 +151,14 @@ def interleaved(cmds, steps, env, optional=()):
             results[i] = json.loads((line + "\n" + out).strip().splitlines()[-1])
             continue
         procs.append((i, p))
-    for _ in range(steps):
+    for first in range(0, steps, turn):
         for i, p in procs:
             time.sleep(0.05)  # let the other side's idle threads go to sleep
-            p.stdin.write("step\n")
-            p.stdin.flush()
-            if not p.stdout.readline().strip():
-                raise SystemExit(f"{' '.join(cmds[i])} stopped: {p.stderr.read()[-2000:]}")
+            for _ in range(min(turn, steps - first)):
+                p.stdin.write("step\n")
+                p.stdin.flush()
+                if not p.stdout.readline().strip():
+                    raise SystemExit(f"{' '.join(cmds[i])} stopped: {p.stderr.read()[-2000:]}")
     for i, p in procs:
         out, err = p.communicate("quit\n")
         if p.returncode != 0:
@@ -306,7 +322,8 @@ def main():
             for r in range(a.reps):
                 # Rotate which side starts each repetition.
                 order = [(r + i) % len(cmds) for i in range(len(cmds))]
-                res = interleaved([cmds[i] for i in order], steps, env, optional={order.index(2)} if baseline else ())
+                res = interleaved([cmds[i] for i in order], steps, env, optional={order.index(2)} if baseline else (),
+                                  turn=TURN_STEPS.get(model, 1))
                 got = {i: res[k] for k, i in enumerate(order)}
                 mf.append(got[0])
                 pt.append(got[1])
@@ -354,7 +371,8 @@ def main():
         f"({peak['isa']}, {'bf16 compute' if peak.get('bf16_compute') else 'no bf16 compute'}), its own loops "
         f"built for {peak.get('vector_isa', '?')}. Machine peak (best oneDNN matmul, {a.threads} threads): fp32 "
         f"{flops_txt(peak['peak_fp32_flops'])}, bf16 {flops_txt(peak['peak_bf16_flops'])}.",
-        f"Median of {a.reps} repetitions, each a fresh pair of processes whose timed steps alternate one by one; "
+        f"Median of {a.reps} repetitions, each a fresh pair of processes whose timed steps alternate one by one"
+        + turns_txt({r["model"] for r in rows}) + "; "
         f"{setup_txt([r['model'] for r in rows])} PyTorch bf16 is autocast; memfit bf16 stores "
         "activations in bf16 with fp32 master weights (its convolutions run in bf16 or as f32 between conversions, "
         f"whichever this CPU runs faster: {peak.get('bf16_convs', '?')}). PyTorch's fp32 linear layers run on the BLAS it was built with (BLAS_INFO="
