@@ -1,6 +1,8 @@
 // Times the 3x3 stride-1 convolutions of a network's shapes (default:
 // ResNet-18's on 28 x 28 at batch 64) forward and backward-data, oneDNN's
 // direct kernel against memfit's Winograd F(2x2, 3x3) and F(4x4, 3x3), and
+// backward-weights against the transpose of F(2x2, 3x3) (in both F
+// columns of the total), and
 // measures the kernels' error against the double reference on the same f32 inputs (on
 // the first `check` images).
 //
@@ -132,6 +134,48 @@ int main(int argc, char** argv) {
                   bwd ? "bwd-data" : "forward", td * 1e3, tw[0] * 1e3, tw[1] * 1e3, td / tw[0], td / tw[1],
                   rel_error(out_d, exact, check, oc, hw), rel_error(out_w[0], exact, check, oc, hw),
                   rel_error(out_w[1], exact, check, oc, hw));
+    }
+    // Backward-weights: oneDNN's direct kernel against the transpose of F(2x2, 3x3).
+    {
+      auto direct = kernels::cpu::make_conv2d_bwd_weight(p, Layout::Blocked16, Layout::Blocked16);
+      auto wino = kernels::cpu::make_conv2d_bwd_weight_winograd(p);
+      if (direct && wino) {
+        std::vector<float> dw_d(w.size()), dw_w(w.size());
+        const double td = best_of(*direct, {const_cast<float*>(xb.data()), const_cast<float*>(dyb.data())},
+                                  dw_d.data(), scratch);
+        const double tw = best_of(*wino, {const_cast<float*>(xb.data()), const_cast<float*>(dyb.data())},
+                                  dw_w.data(), scratch);
+        total[0] += td;
+        total[1] += tw;
+        total[2] += tw;
+        // The error: both kernels and the double reference on the first `check` images.
+        ConvParams q = p;
+        q.N = check;
+        std::vector<double> xd(x.begin(), x.begin() + check * s.C * hw), dyd(dy.begin(), dy.begin() + check * s.K * hw),
+            exact(w.size());
+        kernels::ref::Conv2dBwdWeight<double> ref(q);
+        ref.bind({xd.data(), dyd.data()}, {exact.data()}, nullptr);
+        ref.run(kernels::StepContext{});
+        auto dq = kernels::cpu::make_conv2d_bwd_weight(q, Layout::Blocked16, Layout::Blocked16);
+        auto wq = kernels::cpu::make_conv2d_bwd_weight_winograd(q);
+        double err[2] = {0, 0}, mag = 0;
+        for (int t = 0; t < 2; ++t) {
+          kernels::Kernel& k = t == 0 ? *dq : *wq;
+          std::vector<float> got(w.size());
+          scratch.resize(std::max(scratch.size(), k.scratch_bytes() + 64));
+          k.bind({const_cast<float*>(xb.data()), const_cast<float*>(dyb.data())}, {got.data()}, scratch.data());
+          k.run(kernels::StepContext{});
+          for (size_t i = 0; i < got.size(); ++i) {
+            err[t] = std::max(err[t], std::abs(got[i] - exact[i]));
+            mag = std::max(mag, std::abs(exact[i]));
+          }
+        }
+        char name[64];
+        std::snprintf(name, sizeof name, "%lld->%lld %lldx%lld", static_cast<long long>(s.C),
+                      static_cast<long long>(s.K), static_cast<long long>(s.HW), static_cast<long long>(s.HW));
+        std::printf("%-16s %-8s %9.2f %8.2f %8s %6.2fx %7s %10.2e %10.2e %10s\n", name, "bwd-wei", td * 1e3, tw * 1e3,
+                    "-", td / tw, "-", err[0] / mag, err[1] / mag, "-");
+      }
     }
   }
   std::printf("all: direct %.2f ms, F(2,3) %.2f ms (%.2fx), F(4,3) %.2f ms (%.2fx)\n", total[0] * 1e3, total[1] * 1e3,

@@ -1537,6 +1537,99 @@ TEST(CpuKernels, WinogradConvolution) {
   EXPECT_FALSE(kernels::cpu::conv2d_winograd_takes(q));
 }
 
+// The Winograd weight gradient (the transpose of F(2x2, 3x3)) against the
+// double reference on the same f32 inputs. Bound per element: (T + 10) u
+// dw_abs, u = 2^-24, T the tiles summed, where dw_abs is the same evaluation
+// on absolute values, sum over tiles of (|G^T| . (|A| |dy| |A^T|) .
+// (|B^T| |d| |B|) . |G|): each term passes through the input transform's
+// sums (1 per dimension), dy's (1 per dimension), the product, at most T - 1
+// sums over the tiles, 1 adding the tile ranges' partial sums, and the
+// output transform's 2 per dimension (the halvings are exact): T + 9,
+// first order. The bias gradient, a plain sum of N OH OW terms: N OH OW u
+// sum |dy|.
+TEST(CpuKernels, WinogradWeightGradient) {
+  struct Case {
+    int64_t N, C, H, W, K, pad;
+    bool bias;
+  };
+  // c1[r][a][q] = sum over p of |G^T[r][p]| |A[p][a]| |B^T[p][q]|: how much
+  // dy's a and x's q of a tile's row feed tap r.
+  const double GT[3][4] = {{1, .5, .5, 0}, {0, .5, .5, 0}, {0, .5, .5, 1}};
+  const double A[4][2] = {{1, 0}, {1, 1}, {1, 1}, {0, 1}};
+  const double BT[4][4] = {{1, 0, 1, 0}, {0, 1, 1, 0}, {0, 1, 1, 0}, {0, 1, 0, 1}};
+  double c1[3][2][4] = {};
+  for (int r = 0; r < 3; ++r)
+    for (int a = 0; a < 2; ++a)
+      for (int q = 0; q < 4; ++q)
+        for (int p = 0; p < 4; ++p) c1[r][a][q] += GT[r][p] * A[p][a] * BT[p][q];
+  for (const Case& c : {Case{3, 32, 9, 9, 64, 1, true},     // odd sizes: half tiles at the edge
+                        Case{2, 96, 6, 6, 160, 1, false},   // several chunks of channels, the last of 32
+                        Case{8, 32, 8, 8, 32, 1, true},     // one chunk: the tiles split between threads
+                        Case{2, 32, 7, 6, 32, 0, false},    // no padding
+                        Case{2, 32, 5, 8, 32, 2, false}}) {  // padding 2
+    SCOPED_TRACE(::testing::Message() << "N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K
+                                      << " pad " << c.pad << (c.bias ? " bias" : ""));
+    kernels::ConvParams p{c.N, c.C, c.H, c.W, c.K, 3, 3, c.H + 2 * c.pad - 2, c.W + 2 * c.pad - 2};
+    p.pad_h = p.pad_w = c.pad;
+    p.bias = c.bias;
+    const int64_t xhw = c.H * c.W, yhw = p.OH * p.OW, TH = (p.OH + 1) / 2, TW = (p.OW + 1) / 2, T = c.N * TH * TW;
+    const size_t nx = static_cast<size_t>(c.N * c.C * xhw), ny = static_cast<size_t>(c.N * c.K * yhw),
+                 nw = static_cast<size_t>(c.K * c.C * 9);
+    const std::vector<float> x = memfit::testing::random_floats(nx, 51), dy = memfit::testing::random_floats(ny, 52);
+    std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), dw(nw), db(size_t(c.K));
+    kernels::ref::Conv2dBwdWeight<double> r(p);
+    std::vector<void*> outs{dw.data()};
+    if (c.bias) outs.push_back(db.data());
+    r.bind({xd.data(), dyd.data()}, outs, nullptr);
+    r.run(default_ctx());
+    auto k = kernels::cpu::make_conv2d_bwd_weight_winograd(p);
+    ASSERT_TRUE(k);
+    EXPECT_EQ(std::string(k->name()), "cpu.conv2d_bwd_weight_winograd2");
+    std::vector<size_t> sizes{nw};
+    if (c.bias) sizes.push_back(size_t(c.K));
+    const auto got = blk::run_kernel(*k, {to_blocked(x, c.N, c.C, xhw), to_blocked(dy, c.N, c.K, yhw)}, sizes);
+    const double u = std::ldexp(1.0, -24);
+    auto X = [&](int64_t n, int64_t ch, int64_t h, int64_t w) {
+      return h < 0 || h >= c.H || w < 0 || w >= c.W ? 0.0 : std::abs(xd[size_t(((n * c.C + ch) * c.H + h) * c.W + w)]);
+    };
+    auto D = [&](int64_t n, int64_t o, int64_t i, int64_t j) {
+      return i >= p.OH || j >= p.OW ? 0.0 : std::abs(dyd[size_t(((n * c.K + o) * p.OH + i) * p.OW + j)]);
+    };
+    for (int64_t o = 0; o < c.K; ++o)
+      for (int64_t ch = 0; ch < c.C; ++ch)
+        for (int rr = 0; rr < 3; ++rr)
+          for (int ss = 0; ss < 3; ++ss) {
+            double mag = 0;
+            for (int64_t n = 0; n < c.N; ++n)
+              for (int64_t th = 0; th < TH; ++th)
+                for (int64_t tw = 0; tw < TW; ++tw)
+                  for (int a = 0; a < 2; ++a)
+                    for (int b = 0; b < 2; ++b) {
+                      const double dv = D(n, o, 2 * th + a, 2 * tw + b);
+                      if (dv == 0) continue;
+                      for (int q1 = 0; q1 < 4; ++q1)
+                        for (int q2 = 0; q2 < 4; ++q2)
+                          mag += c1[rr][a][q1] * c1[ss][b][q2] * dv *
+                                 X(n, ch, 2 * th - c.pad + q1, 2 * tw - c.pad + q2);
+                    }
+            const size_t i = size_t(((o * c.C + ch) * 3 + rr) * 3 + ss);
+            ASSERT_LE(std::abs(static_cast<double>(got[0][i]) - dw[i]), double(T + 10) * u * mag)
+                << "dw[" << o << "][" << ch << "][" << rr << "][" << ss << "]: " << got[0][i] << " against " << dw[i];
+          }
+    if (c.bias)
+      for (int64_t o = 0; o < c.K; ++o) {
+        double mag = 0;
+        for (int64_t n = 0; n < c.N; ++n)
+          for (int64_t i = 0; i < yhw; ++i) mag += std::abs(dyd[size_t((n * c.K + o) * yhw + i)]);
+        ASSERT_LE(std::abs(static_cast<double>(got[1][size_t(o)]) - db[size_t(o)]), double(c.N * yhw) * u * mag)
+            << "db[" << o << "]";
+      }
+  }
+  // Shapes it does not take (the same as the forward's).
+  kernels::ConvParams q{2, 32, 8, 8, 32, 5, 5, 6, 6};
+  EXPECT_FALSE(kernels::cpu::make_conv2d_bwd_weight_winograd(q));
+}
+
 // Which values the lowering keeps blocked: a conv -> batch norm -> relu ->
 // conv chain is blocked end to end; a value that reaches a consumer without
 // a blocked kernel (flatten's view, a linear layer), or whose channel count is

@@ -362,6 +362,18 @@ int winograd_tile(const ConvParams& p, bool bwd_data) {
   return 0;
 }
 
+bool winograd_bwd_weight(const ConvParams& p) {
+  if (!conv2d_winograd_takes(p)) return false;
+  const int chosen = g_winograd_choice.load();
+  if (chosen >= 0) return chosen > 0;
+  if (p.C < 64 || p.K < 64) return false;
+  // bench/conv_bench, ResNet-18's four shapes at batch 64, 2 threads, AMD
+  // EPYC Zen 5: 1.2-1.75x oneDNN's direct kernel with AVX-512, 1.4-2.5x with
+  // AVX2, 7 x 7 (overhang 1.31) included: a sum over tiles pays for its
+  // overhang less than an output does.
+  return overhang(p, 2) <= 1.35 && p.N * ((p.OH + 1) / 2) * ((p.OW + 1) / 2) >= 128;
+}
+
 bool choose_winograd(const std::string& how) {
   if (how != "auto" && how != "off" && how != "2" && how != "4") return false;
   g_winograd_choice = how == "auto" ? -1 : how == "off" ? 0 : how == "2" ? 2 : 4;

@@ -54,6 +54,13 @@ bool few_taps_preferred(const ConvParams& p);
 bool conv2d_winograd_takes(const ConvParams& p);
 std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile);
 std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile);
+// The weight gradient of the same shapes (in x, dy; out dw (, db), dw
+// plain [K][C][3][3]) by the transpose of F(2 x 2, 3 x 3): per 2 x 2 tile
+// of dy and channel pair 16 products instead of 36, summed over the tiles
+// in the transformed domain; scratch: per thread a block's transforms and
+// one chunk's sums (~0.8 MiB), and where the channels make fewer chunks
+// than threads the chunks' partial sums.
+std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p);
 // The Winograd tile the lowering takes for this shape and direction
 // (bwd_data: backward-data, else forward), or 0 for oneDNN's direct kernel:
 // a rule from measurements on both ISAs (ops/conv/cpu.cpp), the same in
@@ -70,6 +77,10 @@ std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int t
 // the rule), "off" (never), "2" or "4" (that tile wherever it takes the
 // shape, in both directions); false (and no change) for another word.
 int winograd_tile(const ConvParams& p, bool bwd_data);
+// Whether the lowering takes the Winograd weight gradient for this shape:
+// choose_winograd's "off" never, "2" or "4" wherever it takes the shape,
+// "auto" by a rule from measurements (ops/conv/cpu.cpp).
+bool winograd_bwd_weight(const ConvParams& p);
 bool choose_winograd(const std::string& how);
 
 // Whether bf16 convolutions should run as oneDNN's bf16 primitives (true) or

@@ -41,6 +41,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstring>
 #include <memory>
 
@@ -87,8 +89,13 @@ struct Shape {
 // m[kRows][kCols] (row stride ldm) = a[kRows][C] (row stride lda) times
 // b[C][kCols] (packed rows of kCols).
 inline void product_block(const float* a, int64_t lda, const float* b, int64_t C, float* m, int64_t ldm) {
+  // Every loop over acc unrolled whole, so that the sums live in registers
+  // (with a loop left rolled GCC kept acc in memory and stored each sum
+  // after every multiply-add, one store per FMA).
   FV acc[kRows][kCV];
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < kCV; ++v) acc[r][v] = FV{};
   for (int64_t c = 0; c < C; ++c) {
     FV bv[kCV];
@@ -101,7 +108,9 @@ inline void product_block(const float* a, int64_t lda, const float* b, int64_t C
       for (int v = 0; v < kCV; ++v) acc[r][v] += av * bv[v];
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 8
     for (int v = 0; v < kCV; ++v) *reinterpret_cast<FVu*>(m + r * ldm + v * kLanes) = acc[r][v];
 }
 
@@ -357,6 +366,324 @@ class WinogradConv final : public Kernel {
   size_t u_ = 0, v_ = 0, m_ = 0;
 };
 
+// The weight gradient, dw[o][c][r][s] = sum over n, i, j of dy[n][o][i][j]
+// x[n][c][i - pad_h + r][j - pad_w + s], by the transpose of F(2 x 2, 3 x 3):
+// in one dimension y = A^T [(G g) . (B^T d)] gives dL/dg = G^T [(A dy) .
+// (B^T d)], so each 2 x 2 tile of dy and the 4 x 4 patch of x under it give
+//   dw += G^T [(A dy A^T) . (B^T d B)] G,
+// 16 products per tile and channel pair instead of 36. The sum over tiles
+// runs in the transformed domain: M[pos][o][c] = sum over tiles t of
+// DY[pos][t][o] V[pos][t][c], 16 matrix products of [K x tiles] by [tiles x
+// C] whose inner dimension is the tiles; dw = G^T M G once at the end.
+//   A = [1 0; 1 1; 1 -1; 0 -1] (A dy: dy0, dy0 + dy1, dy0 - dy1, -dy1),
+//   G^T = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1].
+//
+// The work is split into chunks of at most 64 output by 64 input channels
+// (so that a chunk's M, 16 x 64 x 64 floats, stays in the core's L2 cache
+// beside a block's transforms) and, where there are fewer chunks than
+// threads, the tiles into ranges whose partial sums are added at the end.
+// A chunk walks its tiles a block of kTb at a time: the block's x patches
+// are transformed for the chunk's input channels (V[pos][t][c]), its dy
+// tiles for the chunk's output channels (DY[pos][t][o]), and each point's
+// product adds into M in registers, kRows output channels by kCols input
+// channels. Each input patch is transformed once per chunk of output
+// channels (and each dy tile once per chunk of input channels): about a
+// tenth more work than the products' saved share, for data that stays in
+// cache.
+struct WShape {
+  int64_t N, C, H, W, K, OH, OW, pad_h, pad_w;
+  bool bias;
+};
+
+// The weight gradient's register block: kWRows output channels by kWCV
+// vectors of input channels.
+// (12 x 2 and 6 x 2 as the forward's; 6 x 4 and 3 x 4 measured no faster.)
+constexpr int kWRows = kRows, kWCV = kCV;
+
+// m[R][NV vectors] (row stride ldm) += sum over t < T of a[t][r] b[t][NV vectors]
+// (a's rows lda apart, b's ldb apart).
+template <int R, int NV>
+void wgrad_block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t T, float* m, int64_t ldm) {
+  FV acc[R][NV];  // every loop over it unrolled whole (see product_block)
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = *reinterpret_cast<const FVu*>(m + r * ldm + v * kLanes);
+  for (int64_t t = 0; t < T; ++t) {
+    FV bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const FVu*>(b + t * ldb + v * kLanes);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const FV av = broadcast(a + t * lda + r);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) *reinterpret_cast<FVu*>(m + r * ldm + v * kLanes) = acc[r][v];
+}
+
+using WgradFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
+template <int R, int... Vs>
+constexpr std::array<WgradFn, sizeof...(Vs)> wgrad_row(std::integer_sequence<int, Vs...>) {
+  return {&wgrad_block<R, Vs + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<WgradFn, kWCV>, sizeof...(Rs)> wgrad_table(std::integer_sequence<int, Rs...>) {
+  return {wgrad_row<Rs + 1>(std::make_integer_sequence<int, kWCV>{})...};
+}
+// kWgrad[R - 1][NV - 1]: a block of R output channels by NV vectors of input
+// channels (a chunk's last rows or columns may be fewer than kWRows, kWCV).
+constexpr auto kWgrad = wgrad_table(std::make_integer_sequence<int, kWRows>{});
+
+// in: x, dy  out: dw (, db)
+class WinogradBwdWeight final : public Kernel {
+  static constexpr int kA = 4, kPos = 16;
+  static constexpr int64_t kTb = 64;    // tiles per block
+  static constexpr int64_t kChunk = 64;  // channels per chunk, each side
+
+ public:
+  explicit WinogradBwdWeight(const WShape& s) : s_(s), parts_(std::max(1, omp_get_max_threads())) {
+    TH_ = (s.OH + 1) / 2;
+    TW_ = (s.OW + 1) / 2;
+    T_ = s.N * TH_ * TW_;
+    Kc_ = std::min(s.K, kChunk);
+    Cc_ = std::min(s.C, kChunk);
+    nK_ = (s.K + Kc_ - 1) / Kc_;
+    nC_ = (s.C + Cc_ - 1) / Cc_;
+    const int64_t pairs = nK_ * nC_;
+    S_ = pairs >= parts_ ? 1 : std::min<int64_t>((parts_ + pairs - 1) / pairs, std::max<int64_t>(1, T_ / kTb));
+    // A point's rows start a cache line past a multiple of 4 KiB apart (see WinogradConv).
+    vs_ = kTb * Cc_ + 16;
+    ds_ = kTb * Kc_ + 16;
+    ms_ = Kc_ * Cc_ + 16;
+    part_ = align64(sizeof(float) * size_t(kPos * (vs_ + ds_ + ms_)));
+    partials_ = S_ > 1 ? align64(sizeof(float) * size_t(S_ * pairs * kPos * ms_)) : 0;
+  }
+  const char* name() const override { return "cpu.conv2d_bwd_weight_winograd2"; }
+  size_t scratch_bytes() const override { return partials_ + part_ * size_t(parts_); }
+  void run(const StepContext&) override {
+    if (s_.bias) bias_gradient();
+    const int64_t pairs = nK_ * nC_, items = pairs * S_;
+    parallel_region(T_ * s_.C * s_.K, [&] {
+      const int64_t part = omp_get_thread_num(), team = omp_get_num_threads();
+      for (int64_t i = part; i < items; i += team) run_item(i, part);
+      if (S_ == 1) return;
+#pragma omp barrier
+      for (int64_t pair = part; pair < pairs; pair += team) {
+        float* first = partial(pair, 0);
+        for (int64_t k = 1; k < S_; ++k) {
+          const float* more = partial(pair, k);
+          for (int64_t i = 0; i < kPos * ms_; ++i) first[i] += more[i];
+        }
+        output(pair, first);
+      }
+    });
+  }
+
+ private:
+  float* v_buf(int64_t part) const {
+    return reinterpret_cast<float*>(static_cast<char*>(scratch_) + partials_ + part_ * size_t(part));
+  }
+  float* dy_buf(int64_t part) const { return v_buf(part) + kPos * vs_; }
+  float* m_buf(int64_t part) const { return dy_buf(part) + kPos * ds_; }
+  float* partial(int64_t pair, int64_t k) const {
+    return static_cast<float*>(scratch_) + (k * nK_ * nC_ + pair) * kPos * ms_;
+  }
+  int64_t kn(int64_t pair) const { return std::min(Kc_, s_.K - pair / nC_ * Kc_); }
+  int64_t cn(int64_t pair) const { return std::min(Cc_, s_.C - pair % nC_ * Cc_); }
+
+  // db[o] = sum over n, i, j of dy[n][o][i][j].
+  void bias_gradient() const {
+    const WShape& s = s_;
+    const float* dy = in<float>(1);
+    float* db = out<float>(1);
+    const int64_t kb = s.K / kBlk, hw = s.OH * s.OW;
+    parallel_for(kb, s.N * s.K * hw, [&](int64_t b) {
+      F16 sum{};
+      for (int64_t n = 0; n < s.N; ++n) {
+        const float* p = dy + (n * kb + b) * hw * kBlk;
+        F16 img{};
+        for (int64_t i = 0; i < hw; ++i) img += *reinterpret_cast<const F16u*>(p + i * kBlk);
+        sum += img;
+      }
+      *reinterpret_cast<F16u*>(db + b * kBlk) = sum;
+    });
+  }
+
+  // V[pos][t][c - c0] = (B^T d B)[pos] for the block's tiles and channels [c0, c0 + cn).
+  void transform_x(int64_t t0, int64_t tn, int64_t c0, int64_t cn, float* V) const {
+    const WShape& s = s_;
+    const float* x = in<float>(0);
+    const int64_t cb = s.C / kBlk;
+    for (int64_t t = 0; t < tn; ++t) {
+      const int64_t g = t0 + t, n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
+      const int64_t h0 = th * 2 - s.pad_h, w0 = tw * 2 - s.pad_w;
+      const bool inside = h0 >= 0 && w0 >= 0 && h0 + kA <= s.H && w0 + kA <= s.W;
+      for (int64_t c = 0; c < cn; c += kBlk) {
+        const float* xb = x + (n * cb + (c0 + c) / kBlk) * s.H * s.W * kBlk;
+        // kLanes channels at a time (AVX2's registers hold half a block).
+        for (int l = 0; l < kBlk; l += kLanes) {
+          FV e[kA][kA];  // d B, row by row
+          for (int i = 0; i < kA; ++i) {
+            const int64_t h = h0 + i;
+            FV row[kA];
+            if (inside) {
+              for (int j = 0; j < kA; ++j) row[j] = *reinterpret_cast<const FVu*>(xb + (h * s.W + w0 + j) * kBlk + l);
+            } else {
+              for (int j = 0; j < kA; ++j) {
+                const int64_t w = w0 + j;
+                row[j] = h >= 0 && h < s.H && w >= 0 && w < s.W
+                             ? *reinterpret_cast<const FVu*>(xb + (h * s.W + w) * kBlk + l)
+                             : FV{};
+              }
+            }
+            Tf<2>::input(row, e[i]);
+          }
+          for (int j = 0; j < kA; ++j) {
+            FV col[kA], v[kA];
+            for (int i = 0; i < kA; ++i) col[i] = e[i][j];
+            Tf<2>::input(col, v);
+            for (int i = 0; i < kA; ++i) *reinterpret_cast<FVu*>(V + (i * kA + j) * vs_ + t * cn + c + l) = v[i];
+          }
+        }
+      }
+    }
+  }
+
+  // DY[pos][t][o - o0] = (A dy A^T)[pos] for the block's tiles and channels [o0, o0 + kn).
+  void transform_dy(int64_t t0, int64_t tn, int64_t o0, int64_t kn, float* DY) const {
+    const WShape& s = s_;
+    const float* dy = in<float>(1);
+    const int64_t kb = s.K / kBlk;
+    auto a = [](const FV& d0, const FV& d1, FV* o) {
+      o[0] = d0;
+      o[1] = d0 + d1;
+      o[2] = d0 - d1;
+      o[3] = -d1;
+    };
+    for (int64_t t = 0; t < tn; ++t) {
+      const int64_t g = t0 + t, n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
+      const int64_t h0 = th * 2, w0 = tw * 2;
+      const bool h1 = h0 + 1 < s.OH, w1 = w0 + 1 < s.OW;  // the tile's second row, column inside
+      for (int64_t k = 0; k < kn; k += kBlk) {
+        const float* p = dy + ((n * kb + (o0 + k) / kBlk) * s.OH * s.OW + h0 * s.OW + w0) * kBlk;
+        for (int l = 0; l < kBlk; l += kLanes) {
+          const FV d00 = *reinterpret_cast<const FVu*>(p + l);
+          const FV d01 = w1 ? *reinterpret_cast<const FVu*>(p + kBlk + l) : FV{};
+          const FV d10 = h1 ? *reinterpret_cast<const FVu*>(p + s.OW * kBlk + l) : FV{};
+          const FV d11 = h1 && w1 ? *reinterpret_cast<const FVu*>(p + (s.OW + 1) * kBlk + l) : FV{};
+          FV r0[kA], r1[kA];  // dy A^T, row by row
+          a(d00, d01, r0);
+          a(d10, d11, r1);
+          for (int j = 0; j < kA; ++j) {
+            FV col[kA];
+            a(r0[j], r1[j], col);
+            for (int i = 0; i < kA; ++i) *reinterpret_cast<FVu*>(DY + (i * kA + j) * ds_ + t * kn + k + l) = col[i];
+          }
+        }
+      }
+    }
+  }
+
+  // Asks for the cache lines tiles [ta, tb) read, x's for channels [c0, c0 +
+  // cn) and dy's for [o0, o0 + kn): the columns a tile does not share with
+  // the one before it in its row.
+  void prefetch(int64_t ta, int64_t tb, int64_t c0, int64_t cn, int64_t o0, int64_t kn) const {
+    const WShape& s = s_;
+    const float* x = in<float>(0);
+    const float* dy = in<float>(1);
+    const int64_t cb = s.C / kBlk, kb = s.K / kBlk;
+    for (int64_t g = ta; g < tb; ++g) {
+      const int64_t n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
+      const int64_t h0 = th * 2 - s.pad_h, w0 = tw * 2 - s.pad_w;
+      for (int64_t c = 0; c < cn; c += kBlk) {
+        const float* xb = x + (n * cb + (c0 + c) / kBlk) * s.H * s.W * kBlk;
+        for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + kA, s.H); ++h)
+          for (int64_t w = std::max(tw == 0 ? w0 : w0 + 2, int64_t(0)); w < std::min(w0 + kA, s.W); ++w)
+            _mm_prefetch(reinterpret_cast<const char*>(xb + (h * s.W + w) * kBlk), _MM_HINT_T0);
+      }
+      for (int64_t k = 0; k < kn; k += kBlk) {
+        const float* p = dy + (n * kb + (o0 + k) / kBlk) * s.OH * s.OW * kBlk;
+        for (int64_t h = th * 2; h < std::min(th * 2 + 2, s.OH); ++h)
+          for (int64_t w = tw * 2; w < std::min(tw * 2 + 2, s.OW); ++w)
+            _mm_prefetch(reinterpret_cast<const char*>(p + (h * s.OW + w) * kBlk), _MM_HINT_T0);
+      }
+    }
+  }
+
+  // One chunk's sums over one range of tiles, into its M (or its partial).
+  void run_item(int64_t item, int64_t part) const {
+    const int64_t pair = item / S_, k = item % S_;
+    const int64_t o0 = pair / nC_ * Kc_, c0 = pair % nC_ * Cc_, kn = this->kn(pair), cn = this->cn(pair);
+    const int64_t t_begin = T_ * k / S_, t_end = T_ * (k + 1) / S_;
+    float* V = v_buf(part);
+    float* DY = dy_buf(part);
+    float* M = S_ > 1 ? partial(pair, k) : m_buf(part);
+    std::fill_n(M, kPos * ms_, 0.0f);
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += kTb) {
+      const int64_t tn = std::min(kTb, t_end - t0);
+      transform_x(t0, tn, c0, cn, V);
+      transform_dy(t0, tn, o0, kn, DY);
+      // The next block's x and dy come into the cache while this block's
+      // products run (a sixteenth of its tiles before each point's).
+      const int64_t next = t0 + kTb, nn = std::min(kTb, t_end - next);
+      for (int pos = 0; pos < kPos; ++pos) {
+        if (nn > 0) prefetch(next + nn * pos / kPos, next + nn * (pos + 1) / kPos, c0, cn, o0, kn);
+        for (int64_t o = 0; o < kn; o += kWRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kWRows, kn - o));
+          for (int64_t c = 0; c < cn; c += kWCV * kLanes) {
+            const int nv = static_cast<int>(std::min<int64_t>(kWCV, (cn - c) / kLanes));
+            kWgrad[rows - 1][nv - 1](DY + pos * ds_ + o, kn, V + pos * vs_ + c, cn, tn, M + pos * ms_ + o * cn + c, cn);
+          }
+        }
+      }
+    }
+    if (S_ == 1) output(pair, M);
+  }
+
+  // dw[o][c] = G^T M[.][o][c] G for the chunk's channels, kLanes input channels at a time.
+  void output(int64_t pair, const float* M) const {
+    const WShape& s = s_;
+    float* dw = out<float>(0);
+    const int64_t o0 = pair / nC_ * Kc_, c0 = pair % nC_ * Cc_, kn = this->kn(pair), cn = this->cn(pair);
+    auto gt = [](const FV* m, FV* o) {  // G^T m
+      const FV half = FV{} + 0.5f;
+      o[0] = m[0] + half * (m[1] + m[2]);
+      o[1] = half * (m[1] - m[2]);
+      o[2] = half * (m[1] + m[2]) + m[3];
+    };
+    for (int64_t o = 0; o < kn; ++o)
+      for (int64_t c = 0; c < cn; c += kLanes) {
+        FV t[3][kA];  // G^T m, column by column
+        for (int j = 0; j < kA; ++j) {
+          FV col[kA], r[3];
+          for (int i = 0; i < kA; ++i) col[i] = *reinterpret_cast<const FVu*>(M + (i * kA + j) * ms_ + o * cn + c);
+          gt(col, r);
+          for (int i = 0; i < 3; ++i) t[i][j] = r[i];
+        }
+        float taps[9][kLanes];
+        for (int i = 0; i < 3; ++i) {
+          FV r[3];
+          gt(t[i], r);
+          for (int j = 0; j < 3; ++j) *reinterpret_cast<FVu*>(taps[i * 3 + j]) = r[j];
+        }
+        float* dst = dw + ((o0 + o) * s.C + c0 + c) * 9;
+        for (int l = 0; l < kLanes; ++l)
+          for (int q = 0; q < 9; ++q) dst[l * 9 + q] = taps[q][l];
+      }
+  }
+
+  WShape s_;
+  int64_t parts_;
+  int64_t TH_ = 0, TW_ = 0, T_ = 0, Kc_ = 0, Cc_ = 0, nK_ = 0, nC_ = 0, S_ = 1;
+  int64_t vs_ = 0, ds_ = 0, ms_ = 0;  // floats from one point's rows to the next's, in V, DY and M
+  size_t part_ = 0, partials_ = 0;
+};
+
 bool takes(const ConvParams& p) {
   return p.groups == 1 && p.R == 3 && p.S == 3 && p.stride_h == 1 && p.stride_w == 1 && p.dil_h == 1 &&
          p.dil_w == 1 && p.pad_h >= 0 && p.pad_h <= 2 && p.pad_w >= 0 && p.pad_w <= 2 && p.C % kBlk == 0 &&
@@ -376,6 +703,11 @@ std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile) {
   if (!takes(p) || (tile != 2 && tile != 4)) return nullptr;
   const Shape s{p.N, p.C, p.H, p.W, p.K, p.OH, p.OW, p.pad_h, p.pad_w, false, p.bias};
   return tile == 2 ? make<2>(s) : make<4>(s);
+}
+
+std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p) {
+  if (!takes(p)) return nullptr;
+  return std::make_unique<WinogradBwdWeight>(WShape{p.N, p.C, p.H, p.W, p.K, p.OH, p.OW, p.pad_h, p.pad_w, p.bias});
 }
 
 std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile) {

@@ -69,6 +69,8 @@ void register_conv_cpu_kernels() {
     const Layout x = L(n.inputs[0]), dy = L(n.inputs[1]);
     const auto p = conv_params(n, shape_of(g, n.inputs[0]), n.attrs.ints("w_shape"), shape_of(g, n.inputs[1]),
                                n.attrs.i("bias", 0) != 0);
+    if (winograd(lg, g, n, *act, x, dy) && kernels::cpu::winograd_bwd_weight(p))
+      return kernels::cpu::make_conv2d_bwd_weight_winograd(p);
     // A first layer's one input channel, where oneDNN's kernel is slow:
     // memfit's own (f32 only).
     if (product_type(lg, *act) == kernels::ElemType::F32 && *act == kernels::ElemType::F32 && x == Layout::Plain &&
