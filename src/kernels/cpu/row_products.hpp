@@ -27,20 +27,31 @@ template <bool kAccumulate, bool kFull>
 void rows_tile(const float* const (&a)[kRowGroup], int64_t K, const float* B, int64_t C,
                float* const (&out)[kRowGroup], int64_t j0) {
   constexpr int64_t kW = simd::kLanes;
+  // Every loop over acc unrolled whole, so that the sums live in registers
+  // (rolled, GCC kept acc in memory and stored each sum after every
+  // multiply-add).
   simd::Mask m[kRowTile];
+#pragma GCC unroll 2
   for (int v = 0; v < kRowTile; ++v) m[v] = kFull ? simd::Mask(0xffff) : tail_lanes(C - j0 - v * kW);
   simd::V acc[kRowGroup][kRowTile];
+#pragma GCC unroll 8
   for (int s = 0; s < kRowGroup; ++s)
+#pragma GCC unroll 2
     for (int v = 0; v < kRowTile; ++v) acc[s][v] = kAccumulate ? simd::load(out[s] + j0 + v * kW, m[v]) : simd::zero();
   for (int64_t k = 0; k < K; ++k) {
     simd::V w[kRowTile];
+#pragma GCC unroll 2
     for (int v = 0; v < kRowTile; ++v) w[v] = simd::load(B + k * C + j0 + v * kW, m[v]);
+#pragma GCC unroll 8
     for (int s = 0; s < kRowGroup; ++s) {
       const simd::V ak = simd::set1(a[s][k]);
+#pragma GCC unroll 2
       for (int v = 0; v < kRowTile; ++v) acc[s][v] = simd::fmadd(ak, w[v], acc[s][v]);
     }
   }
+#pragma GCC unroll 8
   for (int s = 0; s < kRowGroup; ++s)
+#pragma GCC unroll 2
     for (int v = 0; v < kRowTile; ++v) simd::store(out[s] + j0 + v * kW, acc[s][v], m[v]);
 }
 

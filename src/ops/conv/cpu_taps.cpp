@@ -51,8 +51,13 @@ typedef float FVu __attribute__((vector_size(4 * kLanes), aligned(4)));
 // kLanes) of dy[j * ch + p] x[p + off[t]].
 template <int G>
 void pass(const float* x, const float* dy, int64_t ch, int64_t P, const int64_t* off, float* out) {
+  // Every loop over acc unrolled whole, so that the sums live in registers
+  // (rolled, GCC kept acc in memory and stored each sum after every
+  // multiply-add).
   FV acc[kChannels][G];
+#pragma GCC unroll 4
   for (int j = 0; j < kChannels; ++j)
+#pragma GCC unroll 8
     for (int t = 0; t < G; ++t) acc[j][t] = FV{};
   const float* xs[G];
   for (int t = 0; t < G; ++t) xs[t] = x + off[t];
@@ -67,7 +72,9 @@ void pass(const float* x, const float* dy, int64_t ch, int64_t P, const int64_t*
       for (int t = 0; t < G; ++t) acc[j][t] += xv[t] * dv;
     }
   }
+#pragma GCC unroll 4
   for (int j = 0; j < kChannels; ++j)
+#pragma GCC unroll 8
     for (int t = 0; t < G; ++t) {
       float sum = 0;
       for (int l = 0; l < kLanes; ++l) sum += acc[j][t][l];
