@@ -86,32 +86,37 @@ struct Shape {
   bool bias;
 };
 
-// m[kRows][kCols] (row stride ldm) = a[kRows][C] (row stride lda) times
-// b[C][kCols] (packed rows of kCols).
-inline void product_block(const float* a, int64_t lda, const float* b, int64_t C, float* m, int64_t ldm) {
-  // Every loop over acc unrolled whole, so that the sums live in registers
-  // (with a loop left rolled GCC kept acc in memory and stored each sum
-  // after every multiply-add, one store per FMA).
-  FV acc[kRows][kCV];
+// One register block of the Winograd products, both directions' form:
+//   m[r][0 : NV vectors] (rows ldm apart) = (kAdd ? m[r][...] : 0) + sum over
+//   k < K of a(r, k) b[k][0 : NV vectors] (b's rows ldb apart),
+// a(r, k) = a[r * lda + k] (the forward and backward-data: a tile's
+// transformed inputs, the sum over channels) or, with kRowsUnit, a[k * lda
+// + r] (the weight gradient: dy's transforms, the sum over tiles). Every
+// loop over acc is unrolled whole, so that the sums live in registers (with
+// a loop left rolled GCC kept acc in memory and stored each sum after every
+// multiply-add, one store per FMA).
+template <int R, int NV, bool kAdd, bool kRowsUnit>
+void product_block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t K, float* m, int64_t ldm) {
+  FV acc[R][NV];
 #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int v = 0; v < kCV; ++v) acc[r][v] = FV{};
-  for (int64_t c = 0; c < C; ++c) {
-    FV bv[kCV];
-#pragma GCC unroll 2
-    for (int v = 0; v < kCV; ++v) bv[v] = *reinterpret_cast<const FVu*>(b + c * kCols + v * kLanes);
-#pragma GCC unroll 12
-    for (int r = 0; r < kRows; ++r) {
-      const FV av = broadcast(a + r * lda + c);
-#pragma GCC unroll 2
-      for (int v = 0; v < kCV; ++v) acc[r][v] += av * bv[v];
+    for (int v = 0; v < NV; ++v) acc[r][v] = kAdd ? *reinterpret_cast<const FVu*>(m + r * ldm + v * kLanes) : FV{};
+  for (int64_t k = 0; k < K; ++k) {
+    FV bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const FVu*>(b + k * ldb + v * kLanes);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const FV av = broadcast(kRowsUnit ? a + k * lda + r : a + r * lda + k);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
     }
   }
 #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int v = 0; v < kCV; ++v) *reinterpret_cast<FVu*>(m + r * ldm + v * kLanes) = acc[r][v];
+    for (int v = 0; v < NV; ++v) *reinterpret_cast<FVu*>(m + r * ldm + v * kLanes) = acc[r][v];
 }
 
 // The transforms of F(m x m, 3 x 3), one dimension at a time (the 2-D
@@ -353,7 +358,8 @@ class WinogradConv final : public Kernel {
         for (int64_t j = 0; j < kn; j += kCols) {
           const float* u = U + ((pos * ob + (k0 + j) / kCols) * s.Cin) * kCols;
           for (int64_t r = 0; r < rows; r += kRows)
-            product_block(V + pos * vs_ + r * s.Cin, s.Cin, u, s.Cin, Mb + pos * ms_ + r * Kc_ + j, Kc_);
+            product_block<kRows, kCV, false, false>(V + pos * vs_ + r * s.Cin, s.Cin, u, kCols, s.Cin,
+                                                     Mb + pos * ms_ + r * Kc_ + j, Kc_);
         }
       transform_output(t0, tn, k0, kn, Mb);
     }
@@ -400,36 +406,10 @@ struct WShape {
 // (12 x 2 and 6 x 2 as the forward's; 6 x 4 and 3 x 4 measured no faster.)
 constexpr int kWRows = kRows, kWCV = kCV;
 
-// m[R][NV vectors] (row stride ldm) += sum over t < T of a[t][r] b[t][NV vectors]
-// (a's rows lda apart, b's ldb apart).
-template <int R, int NV>
-void wgrad_block(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t T, float* m, int64_t ldm) {
-  FV acc[R][NV];  // every loop over it unrolled whole (see product_block)
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[r][v] = *reinterpret_cast<const FVu*>(m + r * ldm + v * kLanes);
-  for (int64_t t = 0; t < T; ++t) {
-    FV bv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const FVu*>(b + t * ldb + v * kLanes);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      const FV av = broadcast(a + t * lda + r);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] += av * bv[v];
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) *reinterpret_cast<FVu*>(m + r * ldm + v * kLanes) = acc[r][v];
-}
-
 using WgradFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t);
 template <int R, int... Vs>
 constexpr std::array<WgradFn, sizeof...(Vs)> wgrad_row(std::integer_sequence<int, Vs...>) {
-  return {&wgrad_block<R, Vs + 1>...};
+  return {&product_block<R, Vs + 1, true, true>...};
 }
 template <int... Rs>
 constexpr std::array<std::array<WgradFn, kWCV>, sizeof...(Rs)> wgrad_table(std::integer_sequence<int, Rs...>) {
