@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "kernel_cases.hpp"
+#include "kernels/bf16.hpp"
 #include "kernels/cpu/layout.hpp"
 #include "ops/conv/ref.hpp"
 #include "kernels/kernel.hpp"
@@ -1624,6 +1626,27 @@ TEST(CpuKernels, WinogradWeightGradient) {
         ASSERT_LE(std::abs(static_cast<double>(got[1][size_t(o)]) - db[size_t(o)]), double(c.N * yhw) * u * mag)
             << "db[" << o << "]";
       }
+    // x and dy stored as bf16 (a bf16 graph on a CPU that computes its
+    // convolutions in f32): the bits of the f32 kernel above on the same
+    // values widened, so the bound above holds for it too.
+    std::vector<float> xr = to_blocked(x, c.N, c.C, xhw), dyr = to_blocked(dy, c.N, c.K, yhw);
+    for (float& v : xr) v = kernels::round_bf16(v);
+    for (float& v : dyr) v = kernels::round_bf16(v);
+    auto packed = [](const std::vector<float>& f) {  // bf16 values in a float vector's bytes
+      std::vector<float> b((f.size() + 1) / 2);
+      auto* h = reinterpret_cast<kernels::bf16_t*>(b.data());
+      for (size_t i = 0; i < f.size(); ++i) h[i] = kernels::f32_to_bf16(f[i]);
+      return b;
+    };
+    auto k16 = kernels::cpu::make_conv2d_bwd_weight_winograd(p, true);
+    ASSERT_TRUE(k16);
+    EXPECT_EQ(std::string(k16->name()), "cpu.conv2d_bwd_weight_winograd2.bf16");
+    const auto want = blk::run_kernel(*k, {xr, dyr}, sizes);
+    const auto got16 = blk::run_kernel(*k16, {packed(xr), packed(dyr)}, sizes);
+    for (size_t o = 0; o < sizes.size(); ++o)
+      for (size_t i = 0; i < sizes[o]; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got16[o][i]), std::bit_cast<uint32_t>(want[o][i]))
+            << (o ? "db[" : "dw[") << i << "]: " << got16[o][i] << " against " << want[o][i];
   }
   // Shapes it does not take (the same as the forward's).
   kernels::ConvParams q{2, 32, 8, 8, 32, 5, 5, 6, 6};

@@ -59,8 +59,10 @@ std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int t
 // of dy and channel pair 16 products instead of 36, summed over the tiles
 // in the transformed domain; scratch: per thread a block's transforms and
 // one chunk's sums (~0.8 MiB), and where the channels make fewer chunks
-// than threads the chunks' partial sums.
-std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p);
+// than threads the chunks' partial sums. bf16_inputs: x and dy are bf16
+// (dw and db stay f32), widened exactly as the transforms read them, so the
+// result is the f32 kernel's on their f32 copies.
+std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p, bool bf16_inputs = false);
 // The Winograd tile the lowering takes for this shape and direction
 // (bwd_data: backward-data, else forward), or 0 for oneDNN's direct kernel:
 // a rule from measurements on both ISAs (ops/conv/cpu.cpp), the same in

@@ -66,6 +66,21 @@ typedef float FK __attribute__((vector_size(4 * kCols)));
 typedef float FKu __attribute__((vector_size(4 * kCols), aligned(4)));
 typedef float F16u __attribute__((vector_size(64), aligned(4)));
 
+// kLanes consecutive values from p: f32 as they are, bf16 (its 16 bits the
+// high half of an f32) widened exactly.
+inline FV load(const float* p) { return *reinterpret_cast<const FVu*>(p); }
+inline FV load(const uint16_t* p) {
+#if defined(__AVX512F__)
+  // (The masked forms: GCC 12 warns of the unmasked ones' undefined start.)
+  const __mmask16 all = 0xffff;
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return reinterpret_cast<FV>(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, h), 16));
+#else
+  return reinterpret_cast<FV>(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#endif
+}
+
 // *p in every lane (one broadcast load; FV{} + *p would add a zero first).
 inline FV broadcast(const float* p) {
 #if defined(__AVX512F__)
@@ -419,7 +434,10 @@ constexpr std::array<std::array<WgradFn, kWCV>, sizeof...(Rs)> wgrad_table(std::
 // channels (a chunk's last rows or columns may be fewer than kWRows, kWCV).
 constexpr auto kWgrad = wgrad_table(std::make_integer_sequence<int, kWRows>{});
 
-// in: x, dy  out: dw (, db)
+// in: x, dy (f32, or bf16 as uint16_t: In)  out: dw (, db) f32. bf16 inputs
+// are widened exactly as the transforms load them: the same sums as on their
+// f32 copies, without making them.
+template <class In>
 class WinogradBwdWeight final : public Kernel {
   static constexpr int kA = 4, kPos = 16;
   static constexpr int64_t kTb = 64;    // tiles per block
@@ -443,7 +461,9 @@ class WinogradBwdWeight final : public Kernel {
     part_ = align64(sizeof(float) * size_t(kPos * (vs_ + ds_ + ms_)));
     partials_ = S_ > 1 ? align64(sizeof(float) * size_t(S_ * pairs * kPos * ms_)) : 0;
   }
-  const char* name() const override { return "cpu.conv2d_bwd_weight_winograd2"; }
+  const char* name() const override {
+    return sizeof(In) == 2 ? "cpu.conv2d_bwd_weight_winograd2.bf16" : "cpu.conv2d_bwd_weight_winograd2";
+  }
   size_t scratch_bytes() const override { return partials_ + part_ * size_t(parts_); }
   void run(const StepContext&) override {
     if (s_.bias) bias_gradient();
@@ -479,32 +499,34 @@ class WinogradBwdWeight final : public Kernel {
   // db[o] = sum over n, i, j of dy[n][o][i][j].
   void bias_gradient() const {
     const WShape& s = s_;
-    const float* dy = in<float>(1);
+    const In* dy = in<In>(1);
     float* db = out<float>(1);
     const int64_t kb = s.K / kBlk, hw = s.OH * s.OW;
+    constexpr int kV = kBlk / kLanes;  // vectors per channel block
     parallel_for(kb, s.N * s.K * hw, [&](int64_t b) {
-      F16 sum{};
+      FV sum[kV] = {};
       for (int64_t n = 0; n < s.N; ++n) {
-        const float* p = dy + (n * kb + b) * hw * kBlk;
-        F16 img{};
-        for (int64_t i = 0; i < hw; ++i) img += *reinterpret_cast<const F16u*>(p + i * kBlk);
-        sum += img;
+        const In* p = dy + (n * kb + b) * hw * kBlk;
+        FV img[kV] = {};
+        for (int64_t i = 0; i < hw; ++i)
+          for (int v = 0; v < kV; ++v) img[v] += load(p + i * kBlk + v * kLanes);
+        for (int v = 0; v < kV; ++v) sum[v] += img[v];
       }
-      *reinterpret_cast<F16u*>(db + b * kBlk) = sum;
+      for (int v = 0; v < kV; ++v) *reinterpret_cast<FVu*>(db + b * kBlk + v * kLanes) = sum[v];
     });
   }
 
   // V[pos][t][c - c0] = (B^T d B)[pos] for the block's tiles and channels [c0, c0 + cn).
   void transform_x(int64_t t0, int64_t tn, int64_t c0, int64_t cn, float* V) const {
     const WShape& s = s_;
-    const float* x = in<float>(0);
+    const In* x = in<In>(0);
     const int64_t cb = s.C / kBlk;
     for (int64_t t = 0; t < tn; ++t) {
       const int64_t g = t0 + t, n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
       const int64_t h0 = th * 2 - s.pad_h, w0 = tw * 2 - s.pad_w;
       const bool inside = h0 >= 0 && w0 >= 0 && h0 + kA <= s.H && w0 + kA <= s.W;
       for (int64_t c = 0; c < cn; c += kBlk) {
-        const float* xb = x + (n * cb + (c0 + c) / kBlk) * s.H * s.W * kBlk;
+        const In* xb = x + (n * cb + (c0 + c) / kBlk) * s.H * s.W * kBlk;
         // kLanes channels at a time (AVX2's registers hold half a block).
         for (int l = 0; l < kBlk; l += kLanes) {
           FV e[kA][kA];  // d B, row by row
@@ -512,12 +534,12 @@ class WinogradBwdWeight final : public Kernel {
             const int64_t h = h0 + i;
             FV row[kA];
             if (inside) {
-              for (int j = 0; j < kA; ++j) row[j] = *reinterpret_cast<const FVu*>(xb + (h * s.W + w0 + j) * kBlk + l);
+              for (int j = 0; j < kA; ++j) row[j] = load(xb + (h * s.W + w0 + j) * kBlk + l);
             } else {
               for (int j = 0; j < kA; ++j) {
                 const int64_t w = w0 + j;
                 row[j] = h >= 0 && h < s.H && w >= 0 && w < s.W
-                             ? *reinterpret_cast<const FVu*>(xb + (h * s.W + w) * kBlk + l)
+                             ? load(xb + (h * s.W + w) * kBlk + l)
                              : FV{};
               }
             }
@@ -537,7 +559,7 @@ class WinogradBwdWeight final : public Kernel {
   // DY[pos][t][o - o0] = (A dy A^T)[pos] for the block's tiles and channels [o0, o0 + kn).
   void transform_dy(int64_t t0, int64_t tn, int64_t o0, int64_t kn, float* DY) const {
     const WShape& s = s_;
-    const float* dy = in<float>(1);
+    const In* dy = in<In>(1);
     const int64_t kb = s.K / kBlk;
     auto a = [](const FV& d0, const FV& d1, FV* o) {
       o[0] = d0;
@@ -550,12 +572,12 @@ class WinogradBwdWeight final : public Kernel {
       const int64_t h0 = th * 2, w0 = tw * 2;
       const bool h1 = h0 + 1 < s.OH, w1 = w0 + 1 < s.OW;  // the tile's second row, column inside
       for (int64_t k = 0; k < kn; k += kBlk) {
-        const float* p = dy + ((n * kb + (o0 + k) / kBlk) * s.OH * s.OW + h0 * s.OW + w0) * kBlk;
+        const In* p = dy + ((n * kb + (o0 + k) / kBlk) * s.OH * s.OW + h0 * s.OW + w0) * kBlk;
         for (int l = 0; l < kBlk; l += kLanes) {
-          const FV d00 = *reinterpret_cast<const FVu*>(p + l);
-          const FV d01 = w1 ? *reinterpret_cast<const FVu*>(p + kBlk + l) : FV{};
-          const FV d10 = h1 ? *reinterpret_cast<const FVu*>(p + s.OW * kBlk + l) : FV{};
-          const FV d11 = h1 && w1 ? *reinterpret_cast<const FVu*>(p + (s.OW + 1) * kBlk + l) : FV{};
+          const FV d00 = load(p + l);
+          const FV d01 = w1 ? load(p + kBlk + l) : FV{};
+          const FV d10 = h1 ? load(p + s.OW * kBlk + l) : FV{};
+          const FV d11 = h1 && w1 ? load(p + (s.OW + 1) * kBlk + l) : FV{};
           FV r0[kA], r1[kA];  // dy A^T, row by row
           a(d00, d01, r0);
           a(d10, d11, r1);
@@ -574,20 +596,20 @@ class WinogradBwdWeight final : public Kernel {
   // the one before it in its row.
   void prefetch(int64_t ta, int64_t tb, int64_t c0, int64_t cn, int64_t o0, int64_t kn) const {
     const WShape& s = s_;
-    const float* x = in<float>(0);
-    const float* dy = in<float>(1);
+    const In* x = in<In>(0);
+    const In* dy = in<In>(1);
     const int64_t cb = s.C / kBlk, kb = s.K / kBlk;
     for (int64_t g = ta; g < tb; ++g) {
       const int64_t n = g / (TH_ * TW_), th = g / TW_ % TH_, tw = g % TW_;
       const int64_t h0 = th * 2 - s.pad_h, w0 = tw * 2 - s.pad_w;
       for (int64_t c = 0; c < cn; c += kBlk) {
-        const float* xb = x + (n * cb + (c0 + c) / kBlk) * s.H * s.W * kBlk;
+        const In* xb = x + (n * cb + (c0 + c) / kBlk) * s.H * s.W * kBlk;
         for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + kA, s.H); ++h)
           for (int64_t w = std::max(tw == 0 ? w0 : w0 + 2, int64_t(0)); w < std::min(w0 + kA, s.W); ++w)
             _mm_prefetch(reinterpret_cast<const char*>(xb + (h * s.W + w) * kBlk), _MM_HINT_T0);
       }
       for (int64_t k = 0; k < kn; k += kBlk) {
-        const float* p = dy + (n * kb + (o0 + k) / kBlk) * s.OH * s.OW * kBlk;
+        const In* p = dy + (n * kb + (o0 + k) / kBlk) * s.OH * s.OW * kBlk;
         for (int64_t h = th * 2; h < std::min(th * 2 + 2, s.OH); ++h)
           for (int64_t w = tw * 2; w < std::min(tw * 2 + 2, s.OW); ++w)
             _mm_prefetch(reinterpret_cast<const char*>(p + (h * s.OW + w) * kBlk), _MM_HINT_T0);
@@ -685,9 +707,11 @@ std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile) {
   return tile == 2 ? make<2>(s) : make<4>(s);
 }
 
-std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p) {
+std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p, bool bf16_inputs) {
   if (!takes(p)) return nullptr;
-  return std::make_unique<WinogradBwdWeight>(WShape{p.N, p.C, p.H, p.W, p.K, p.OH, p.OW, p.pad_h, p.pad_w, p.bias});
+  const WShape s{p.N, p.C, p.H, p.W, p.K, p.OH, p.OW, p.pad_h, p.pad_w, p.bias};
+  if (bf16_inputs) return std::make_unique<WinogradBwdWeight<uint16_t>>(s);
+  return std::make_unique<WinogradBwdWeight<float>>(s);
 }
 
 std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile) {
