@@ -20,6 +20,7 @@
 // differ), masks and selections exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <chrono>
@@ -1478,6 +1479,29 @@ TEST(CpuKernels, WinogradConvolution) {
         auto got = blk::run_kernel(*k, {to_blocked(dy, c.N, c.K, yhw), w}, {nx});
         check("dx", tile, to_plain(got[0], c.N, c.C, xhw), dx, mag, c.K);
       }
+    }
+  }
+  // The filters transformed a group of output channels at a time (a limit
+  // of 1 byte: groups of 64, here 64 + 32): each output's sum over the
+  // input channels is the same, so are the bits. 288 tiles of F(2, 3) make
+  // several blocks per thread (each block's input transformed again for
+  // each group), 72 of F(4, 3) one block per thread (transformed once).
+  {
+    kernels::ConvParams p{2, 96, 24, 24, 96, 3, 3, 24, 24};
+    p.pad_h = p.pad_w = 1;
+    p.bias = true;
+    const size_t n = static_cast<size_t>(2 * 96 * 24 * 24);
+    const std::vector<float> x = memfit::testing::random_floats(n, 44), w = memfit::testing::random_floats(96 * 96 * 9, 45),
+                             b = memfit::testing::random_floats(96, 46);
+    for (int tile : {2, 4}) {
+      auto y = kernels::cpu::make_conv2d_winograd(p, tile), yg = kernels::cpu::make_conv2d_winograd(p, tile, 1);
+      auto dx = kernels::cpu::make_conv2d_bwd_data_winograd(p, tile);
+      auto dxg = kernels::cpu::make_conv2d_bwd_data_winograd(p, tile, 1);
+      EXPECT_LT(yg->scratch_bytes(), y->scratch_bytes());
+      EXPECT_TRUE(std::ranges::equal(blk::run_kernel(*yg, {x, w, b}, {n})[0], blk::run_kernel(*y, {x, w, b}, {n})[0]))
+          << "y in groups, F(" << tile << ",3)";
+      EXPECT_TRUE(std::ranges::equal(blk::run_kernel(*dxg, {x, w}, {n})[0], blk::run_kernel(*dx, {x, w}, {n})[0]))
+          << "dx in groups, F(" << tile << ",3)";
     }
   }
   // Many blocks of tiles (on each thread): each tile's sums do not depend on

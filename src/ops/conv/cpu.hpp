@@ -49,11 +49,12 @@ bool few_taps_preferred(const ConvParams& p);
 // nullptr for another shape or tile. Per m x m outputs and channel pair
 // (m + 2)^2 products instead of 9 m^2 (2.25x fewer with m = 2, 4x with m =
 // 4), fused per block of tiles in the core's cache; scratch: the
-// transformed filters ((m + 2)^2 x 4 C K bytes) and a block's transforms per
-// thread.
+// transformed filters ((m + 2)^2 x 4 C K bytes, or where that exceeds
+// filter_bytes (0: 8 MiB) those of a group of output channels at a time)
+// and a block's transforms per thread. The groups change no bits.
 bool conv2d_winograd_takes(const ConvParams& p);
-std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile);
-std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile);
+std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile, size_t filter_bytes = 0);
+std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile, size_t filter_bytes = 0);
 // The weight gradient of the same shapes (in x, dy; out dw (, db), dw
 // plain [K][C][3][3]) by the transpose of F(2 x 2, 3 x 3): per 2 x 2 tile
 // of dy and channel pair 16 products instead of 36, summed over the tiles

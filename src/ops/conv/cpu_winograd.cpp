@@ -21,7 +21,10 @@
 // output channels) stay in the core's L2 cache: written to memory whole they
 // cost as much time as the saved products on a 2-core machine. The
 // transformed filters U = G g G^T ((m + 2)^2 x Cin x Cout) are made once per
-// run (the weights change every step), packed for the product's inner loop.
+// run (the weights change every step), packed for the product's inner loop;
+// where they would take more than 8 MiB of scratch, a group of output
+// channels at a time, every block's products for one group before the next
+// (a part that holds one block keeps its input transform for all groups).
 //
 // The product's inner loop holds kRows tiles x kCols output channels of
 // sums in registers (6 x 16 with AVX2's 16 registers, 12 x 32 with
@@ -43,6 +46,7 @@
 #include <algorithm>
 #include <array>
 #include <utility>
+#include <vector>
 #include <cstring>
 #include <memory>
 
@@ -206,7 +210,8 @@ class WinogradConv final : public Kernel {
   static constexpr int kA = Tf<M>::kA, kPos = kA * kA;
 
  public:
-  explicit WinogradConv(const Shape& s) : s_(s), parts_(std::max(1, omp_get_max_threads())) {
+  // filter_bytes: the most scratch one group's transformed filters take.
+  WinogradConv(const Shape& s, int64_t filter_bytes) : s_(s), parts_(std::max(1, omp_get_max_threads())) {
     TH_ = (s.OH + M - 1) / M;
     TW_ = (s.OW + M - 1) / M;
     T_ = s.N * TH_ * TW_;
@@ -221,7 +226,17 @@ class WinogradConv final : public Kernel {
     Tb_ = std::max<int64_t>(1, (T_ + blocks - 1) / blocks);
     Tb_ = (Tb_ + kRows - 1) / kRows * kRows;
     Kc_ = std::min<int64_t>(s.Cout, 64);
-    u_ = align64(sizeof(float) * size_t(kPos * s.Cin * s.Cout));
+    // Output channels whose filters are transformed together: all of them
+    // where their transforms fit in filter_bytes, else as many chunks of
+    // Kc_ as fit (at least one). A group's transforms are made, used by
+    // every block, and replaced by the next group's: with 512 channels
+    // F(4, 3)'s would be 36 MiB of scratch at once, 4.5 MiB a group.
+    const int64_t per_channel = int64_t(sizeof(float)) * kPos * s.Cin;
+    Kg_ = per_channel * s.Cout <= filter_bytes ? s.Cout
+                                               : std::max<int64_t>(1, filter_bytes / (per_channel * Kc_)) * Kc_;
+    Kg_ = std::min(Kg_, s.Cout);
+    held_.assign(size_t(parts_), -1);
+    u_ = align64(sizeof(float) * size_t(kPos * s.Cin * Kg_));
     // A point's rows start a cache line past a multiple of 4 KiB apart: at
     // power-of-two distances a tile's points would share one set of the L1
     // cache (at 64 channels x 192 tiles they did, 48 KiB apart).
@@ -236,12 +251,25 @@ class WinogradConv final : public Kernel {
   }
   size_t scratch_bytes() const override { return u_ + (v_ + m_) * size_t(parts_); }
   void run(const StepContext&) override {
-    transform_filters();
     const int64_t blocks = (T_ + Tb_ - 1) / Tb_;
-    parallel_region(T_ * s_.Cin * s_.Cout, [&] {
-      const int64_t part = omp_get_thread_num(), team = omp_get_num_threads();
-      for (int64_t b = part; b < blocks; b += team) run_block(b, part);
-    });
+    std::fill(held_.begin(), held_.end(), -1);
+    for (int64_t g0 = 0; g0 < s_.Cout; g0 += Kg_) {
+      const int64_t gn = std::min(Kg_, s_.Cout - g0);
+      transform_filters(g0, gn);
+      parallel_region(T_ * s_.Cin * gn, [&] {
+        const int64_t part = omp_get_thread_num(), team = omp_get_num_threads();
+        for (int64_t b = part; b < blocks; b += team) {
+          // Where every part has at most one block (few tiles, many
+          // channels: the layers that take groups), its transform is made
+          // once for all the groups.
+          if (held_[size_t(part)] != b) {
+            transform_block(b, part);
+            held_[size_t(part)] = b;
+          }
+          run_block(b, part, g0, gn);
+        }
+      });
+    }
   }
 
  private:
@@ -251,19 +279,20 @@ class WinogradConv final : public Kernel {
   }
   float* m_buf(int64_t part) const { return reinterpret_cast<float*>(reinterpret_cast<char*>(v_buf(part)) + v_); }
 
-  // U[pos][o / kCols][c][o % kCols] = (G g[o][c] G^T)[pos]: kCols output
-  // channels at a time, in the lanes of a vector, so that each point's row
-  // of kCols values is written whole.
-  void transform_filters() const {
+  // U[pos][(o - g0) / kCols][c][o % kCols] = (G g[o][c] G^T)[pos] for the
+  // group's output channels [g0, g0 + gn): kCols output channels at a time,
+  // in the lanes of a vector, so that each point's row of kCols values is
+  // written whole.
+  void transform_filters(int64_t g0, int64_t gn) const {
     const Shape& s = s_;
     const float* w = in<float>(1);
     float* U = u_buf();
-    const int64_t ob = s.Cout / kCols;
-    parallel_for(ob, s.Cout * s.Cin * 64, [&](int64_t b) {
+    const int64_t ob = gn / kCols;
+    parallel_for(ob, gn * s.Cin * 64, [&](int64_t b) {
       for (int64_t c = 0; c < s.Cin; ++c) {
         FK g[3][3];
         for (int l = 0; l < kCols; ++l) {
-          const int64_t o = b * kCols + l;
+          const int64_t o = g0 + b * kCols + l;
           const float* src = s.turned ? w + (c * s.Cout + o) * 9 : w + (o * s.Cin + c) * 9;
           for (int t = 0; t < 9; ++t) {
             const int tt = s.turned ? 8 - t : t;
@@ -357,21 +386,30 @@ class WinogradConv final : public Kernel {
     }
   }
 
-  void run_block(int64_t b, int64_t part) const {
+  // Block b's input transform into the part's V.
+  void transform_block(int64_t b, int64_t part) const {
     const Shape& s = s_;
     const int64_t t0 = b * Tb_, tn = std::min(Tb_, T_ - t0), rows = (tn + kRows - 1) / kRows * kRows;
     float* V = v_buf(part);
-    float* Mb = m_buf(part);
     transform_input(t0, tn, V);
     if (rows > tn)  // the last register block's missing tiles: zeros (their sums are not stored)
       for (int pos = 0; pos < kPos; ++pos) std::fill_n(V + pos * vs_ + tn * s.Cin, (rows - tn) * s.Cin, 0.0f);
+  }
+
+  // Block b's outputs for the group's channels [g0, g0 + gn), from the
+  // part's V (transform_block) and the group's U.
+  void run_block(int64_t b, int64_t part, int64_t g0, int64_t gn) const {
+    const Shape& s = s_;
+    const int64_t t0 = b * Tb_, tn = std::min(Tb_, T_ - t0), rows = (tn + kRows - 1) / kRows * kRows;
+    const float* V = v_buf(part);
+    float* Mb = m_buf(part);
     const float* U = u_buf();
-    const int64_t ob = s.Cout / kCols;
-    for (int64_t k0 = 0; k0 < s.Cout; k0 += Kc_) {
-      const int64_t kn = std::min(Kc_, s.Cout - k0);
+    const int64_t ob = gn / kCols;
+    for (int64_t k0 = g0; k0 < g0 + gn; k0 += Kc_) {
+      const int64_t kn = std::min(Kc_, g0 + gn - k0);
       for (int pos = 0; pos < kPos; ++pos)
         for (int64_t j = 0; j < kn; j += kCols) {
-          const float* u = U + ((pos * ob + (k0 + j) / kCols) * s.Cin) * kCols;
+          const float* u = U + ((pos * ob + (k0 - g0 + j) / kCols) * s.Cin) * kCols;
           for (int64_t r = 0; r < rows; r += kRows)
             product_block<kRows, kCV, false, false>(V + pos * vs_ + r * s.Cin, s.Cin, u, kCols, s.Cin,
                                                      Mb + pos * ms_ + r * Kc_ + j, Kc_);
@@ -382,7 +420,8 @@ class WinogradConv final : public Kernel {
 
   Shape s_;
   int64_t parts_;
-  int64_t TH_ = 0, TW_ = 0, T_ = 0, Tb_ = 0, Kc_ = 0;
+  int64_t TH_ = 0, TW_ = 0, T_ = 0, Tb_ = 0, Kc_ = 0, Kg_ = 0;
+  std::vector<int64_t> held_;  // per part: the block whose input transform its V holds (-1: none)
   int64_t vs_ = 0, ms_ = 0;  // floats from one point's rows to the next's, in V and M
   size_t u_ = 0, v_ = 0, m_ = 0;
 };
@@ -692,19 +731,26 @@ bool takes(const ConvParams& p) {
          p.K % kBlk == 0 && p.C % kCols == 0 && p.K % kCols == 0 && p.N > 0 && p.OH > 0 && p.OW > 0;
 }
 
+// The most scratch one group of transformed filters takes by default. A
+// kernel's scratch is live while it runs, beside the activations live then,
+// so the largest one's adds to the plan's peak: ResNet-18 at batch 64 had
+// 41.7 MiB of it with all of layer4's filters transformed at once, 37.7 MiB
+// of them F(4, 3)'s for backward-data's 512 x 512 channels.
+constexpr int64_t kFilterBytes = int64_t(8) << 20;
+
 template <int M>
-std::unique_ptr<Kernel> make(const Shape& s) {
-  return std::make_unique<WinogradConv<M>>(s);
+std::unique_ptr<Kernel> make(const Shape& s, size_t filter_bytes) {
+  return std::make_unique<WinogradConv<M>>(s, filter_bytes ? int64_t(filter_bytes) : kFilterBytes);
 }
 
 }  // namespace
 
 bool conv2d_winograd_takes(const ConvParams& p) { return takes(p); }
 
-std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile) {
+std::unique_ptr<Kernel> make_conv2d_winograd(const ConvParams& p, int tile, size_t filter_bytes) {
   if (!takes(p) || (tile != 2 && tile != 4)) return nullptr;
   const Shape s{p.N, p.C, p.H, p.W, p.K, p.OH, p.OW, p.pad_h, p.pad_w, false, p.bias};
-  return tile == 2 ? make<2>(s) : make<4>(s);
+  return tile == 2 ? make<2>(s, filter_bytes) : make<4>(s, filter_bytes);
 }
 
 std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p, bool bf16_inputs) {
@@ -714,10 +760,10 @@ std::unique_ptr<Kernel> make_conv2d_bwd_weight_winograd(const ConvParams& p, boo
   return std::make_unique<WinogradBwdWeight<float>>(s);
 }
 
-std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile) {
+std::unique_ptr<Kernel> make_conv2d_bwd_data_winograd(const ConvParams& p, int tile, size_t filter_bytes) {
   if (!takes(p) || (tile != 2 && tile != 4)) return nullptr;
   const Shape s{p.N, p.K, p.OH, p.OW, p.C, p.H, p.W, 2 - p.pad_h, 2 - p.pad_w, true, false};
-  return tile == 2 ? make<2>(s) : make<4>(s);
+  return tile == 2 ? make<2>(s, filter_bytes) : make<4>(s, filter_bytes);
 }
 
 }  // namespace memfit::kernels::cpu
